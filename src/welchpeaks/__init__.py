@@ -1,0 +1,16 @@
+"""welchpeaks: the strongest spectral peaks of large batches of signals, fast.
+
+>>> import numpy as np, welchpeaks
+>>> x = np.random.default_rng(0).standard_normal((1024, 384)).astype(np.float32)
+>>> result = welchpeaks.welch_peaks(x, k=16, n_fft=256, segments=2)
+>>> result.bins.shape
+(1024, 16)
+"""
+
+from welchpeaks.api import WelchPeaks, available_strategies, welch, welch_peaks
+from welchpeaks.params import PRESETS
+from welchpeaks.result import PeakResult
+
+__version__ = "0.1.0"
+
+__all__ = ["PRESETS", "PeakResult", "WelchPeaks", "available_strategies", "welch", "welch_peaks", "__version__"]

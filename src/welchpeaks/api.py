@@ -1,0 +1,397 @@
+"""Public API: ``welch``, ``welch_peaks``, ``WelchPeaks`` and ``available_strategies``.
+
+Input is validated and normalised here, once; executions receive C-contiguous float rows.
+"""
+
+from __future__ import annotations
+
+import numbers
+import threading
+from typing import Any
+
+import numpy as np
+
+from welchpeaks import backends
+from welchpeaks.params import PeakParams, make_params
+from welchpeaks.result import PeakResult
+
+DEVICES = ("cpu",)
+
+#: How ``strategy='auto'`` chooses, until the cost-based planner replaces it. Measured on a
+#: 2-core x86 machine (docs/performance.md): fused-cpu is 5x to 7x faster than numpy at
+#: every batch from 32 to 8192, so auto takes it whenever it is installed and computes the
+#: requested options, and numpy otherwise.
+AUTO_RULE = "fused-cpu when installed and it supports the options (measured faster at every batch), else numpy"
+
+
+# ------------------------------------------------------------------------------ input
+
+
+def _as_real_array(x: Any, name: str = "x") -> np.ndarray:
+    """``x`` as a float32 or float64 array, or a TypeError/ValueError that says what to do."""
+    if hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray) and type(x).__module__.startswith(("torch", "cupy")):
+        raise TypeError(
+            f"{name} is a {type(x).__module__}.{type(x).__name__}; this version takes NumPy arrays and "
+            "lists: pass x.cpu().numpy() (torch) or x.get() (CuPy)"
+        )
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # ragged lists and the like
+        raise ValueError(f"{name} could not be read as an array ({exc}); pass equal-length rows") from None
+    if np.iscomplexobj(arr):
+        raise TypeError(
+            f"{name} is complex ({arr.dtype}); welch_peaks analyses real signals: pass the real part "
+            "(x.real) or, for analytic signals, use scipy.signal.welch(..., return_onesided=False)"
+        )
+    if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"{name} has dtype {arr.dtype}; pass real numbers (float32, float64 or integers)")
+    if arr.ndim == 0:
+        raise ValueError(f"{name} is a scalar; pass signals shaped [..., samples]")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty (shape {arr.shape}); pass at least one signal with samples")
+    if arr.dtype == np.float32 or arr.dtype == np.float64:
+        return arr
+    if arr.dtype == np.float16:
+        return arr.astype(np.float32)
+    return arr.astype(np.float64)
+
+
+# ------------------------------------------------------------------------------ welch
+
+
+def welch(
+    x: Any,
+    fs: float = 1.0,
+    window: Any = "hann",
+    nperseg: int | None = None,
+    noverlap: int | None = None,
+    nfft: int | None = None,
+    detrend: Any = "constant",
+    return_onesided: bool = True,
+    scaling: str = "density",
+    axis: int = -1,
+    average: str = "mean",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Welch power spectral density, with the signature and results of ``scipy.signal.welch``.
+
+    Real input with a window (by name or array), ``detrend`` in ``'constant'``, ``'linear'``
+    or ``False``, ``average`` ``'mean'`` or ``'median'`` and a one-sided result runs on
+    welchpeaks' own vectorised path (all cores); anything else (complex input, a callable
+    detrend, two-sided output, ``nperseg`` longer than the signal, ...) is passed to SciPy,
+    so every call SciPy accepts works and gives SciPy's result.
+
+    Returns
+    -------
+    freqs : float64 ``[nfft//2 + 1]``
+    psd : ``x``'s shape with ``axis`` replaced by the frequencies (float32 for float32 input)
+
+    Examples
+    --------
+    >>> import numpy as np, welchpeaks
+    >>> t = np.arange(4096) / 1000.0
+    >>> f, p = welchpeaks.welch(np.sin(2 * np.pi * 50 * t), fs=1000.0, nperseg=256)
+    >>> float(f[np.argmax(p)])
+    50.78125
+    """
+    import scipy.signal
+
+    args = dict(
+        fs=fs, window=window, nperseg=nperseg, noverlap=noverlap, nfft=nfft, detrend=detrend,
+        return_onesided=return_onesided, scaling=scaling, axis=axis, average=average,
+    )
+    fast = _welch_fast_args(x, fs, window, nperseg, noverlap, nfft, detrend, return_onesided, scaling, axis, average)
+    if fast is None:
+        return scipy.signal.welch(x, **args)
+    arr, ax, win, seg, ovl, n_fft_out = fast
+
+    from welchpeaks.spectral import welch_psd
+
+    moved = np.moveaxis(arr, ax, -1)
+    lead = moved.shape[:-1]
+    rows = np.ascontiguousarray(moved).reshape(-1, moved.shape[-1])
+    hop = seg - ovl
+    n_seg = (rows.shape[1] - seg) // hop + 1
+    psd = welch_psd(
+        rows, np.asarray(win, np.float64), hop, n_seg, detrend=detrend, scaling=scaling,
+        fs=float(fs), nfft=int(n_fft_out), average=average,
+    )
+    freqs = np.fft.rfftfreq(int(n_fft_out), 1.0 / fs)
+    psd = np.moveaxis(psd.reshape(lead + (psd.shape[-1],)), -1, ax)
+    return freqs, psd
+
+
+def _welch_fast_args(x, fs, window, nperseg, noverlap, nfft, detrend, return_onesided, scaling, axis, average):
+    """(array, axis, window, nperseg, noverlap, nfft) when our path computes this call, else None."""
+    import scipy.signal
+
+    arr = np.asarray(x)
+    real = arr.dtype.kind in "iuf" and arr.dtype != np.float16 and arr.dtype.itemsize <= 8
+    if not (real and arr.ndim >= 1 and arr.size > 0 and return_onesided is True):
+        return None
+    if average not in ("mean", "median") or scaling not in ("density", "spectrum"):
+        return None
+    if not (detrend is False or (isinstance(detrend, str) and detrend in ("constant", "linear"))):
+        return None
+    if not (isinstance(fs, numbers.Real) and np.isfinite(fs) and fs > 0):
+        return None
+    if not (_is_int(axis) and -arr.ndim <= axis < arr.ndim):
+        return None
+    ax = axis % arr.ndim
+    seg = 256 if nperseg is None else nperseg
+    if not (_is_int(seg) and 0 < seg <= arr.shape[ax]):
+        return None
+    ovl = seg // 2 if noverlap is None else noverlap
+    n_out = seg if nfft is None else nfft
+    if not (_is_int(ovl) and 0 <= ovl < seg and _is_int(n_out) and n_out >= seg):
+        return None
+    try:
+        win = scipy.signal.get_window(window, seg) if isinstance(window, (str, tuple)) else np.asarray(window)
+    except (ValueError, TypeError):
+        return None
+    if not (win.ndim == 1 and win.shape[0] == seg and win.dtype.kind in "iuf"):
+        return None
+    if arr.dtype.kind in "iu":
+        arr = arr.astype(np.float64)
+    return arr, ax, win, int(seg), int(ovl), int(n_out)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+# ------------------------------------------------------------------------------ peaks
+
+
+def available_strategies(device: str = "cpu") -> list[str]:
+    """Executions installed and usable here on ``device`` (for example ``['numpy', 'fused-cpu']``)."""
+    _check_device(device)
+    return backends.available(device)
+
+
+def _check_device(device: str) -> None:
+    if device not in DEVICES:
+        hint = (
+            "GPU executions are not part of this version yet"
+            if isinstance(device, str) and device.startswith(("cuda", "gpu"))
+            else "use device='cpu'"
+        )
+        raise ValueError(f"device={device!r} is not available; devices here: {list(DEVICES)} ({hint})")
+
+
+def _resolve_strategy(strategy: str, device: str, params: PeakParams) -> tuple[backends.Execution, str]:
+    """(execution, why) for a strategy name."""
+    if not isinstance(strategy, str):
+        raise TypeError(f"strategy={strategy!r} must be a string: 'auto' or one of {backends.names()}")
+    if strategy == "auto":
+        for name in ("fused-cpu", "numpy"):
+            ex = backends.get(name)
+            if ex.unavailable_reason() is None and ex.unsupported_reason(params) is None:
+                return ex, f"auto: {AUTO_RULE}"
+        raise RuntimeError("no execution is available; reinstall welchpeaks")  # numpy always is
+    if strategy not in backends.names():
+        raise ValueError(f"strategy={strategy!r} is unknown; use 'auto' or one of {backends.names()}")
+    ex = backends.get(strategy)
+    why = ex.unavailable_reason()
+    if why is not None:
+        raise ValueError(f"strategy={strategy!r} is unavailable here: {why}")
+    why = ex.unsupported_reason(params)
+    if why is not None:
+        raise ValueError(f"strategy={strategy!r} cannot compute these options: {why}; use strategy='auto'")
+    return ex, "requested"
+
+
+class WelchPeaks:
+    """A reusable Welch-peaks executor: validate once, plan once, call many times.
+
+    Parameters are those of :func:`welch_peaks` (``segments`` defaults to 2, the original
+    system's ``fast`` layout). Calling it on arrays ``[..., samples]`` returns a
+    :class:`PeakResult`. Windows, twiddles and scratch buffers are kept between calls, and
+    one instance may be called from several threads at once.
+
+    Examples
+    --------
+    >>> import numpy as np, welchpeaks
+    >>> wp = welchpeaks.WelchPeaks(n_fft=256, k=4, segments=2, fs=1000.0)
+    >>> t = np.arange(384) / 1000.0
+    >>> x = np.stack([np.sin(2 * np.pi * f * t) for f in (100.0, 250.0)])
+    >>> r = wp(x)
+    >>> r.bins[:, 0].tolist()
+    [26, 64]
+    """
+
+    def __init__(
+        self,
+        n_fft: int = 256,
+        k: int = 16,
+        segments: int | str | None = 2,
+        hop: int | None = None,
+        fs: float | None = None,
+        mode: str = "peaks",
+        strategy: str = "auto",
+        device: str = "cpu",
+        *,
+        window: Any = "hann",
+        detrend: str | bool = "constant",
+        scaling: str = "density",
+        min_distance: int = 1,
+        nan_policy: str = "raise",
+        dtype: str | None = None,
+    ):
+        self.params = make_params(
+            k=k, n_fft=n_fft, hop=hop, segments=segments, fs=fs, window=window, detrend=detrend,
+            scaling=scaling, mode=mode, min_distance=min_distance, nan_policy=nan_policy, dtype=dtype,
+        )
+        _check_device(device)
+        self.device = device
+        self.requested = strategy
+        self._execution, self._why = _resolve_strategy(strategy, device, self.params)
+        self._plans: dict[tuple[int, str], Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def strategy(self) -> str:
+        """Name of the execution that runs."""
+        return self._execution.name
+
+    def explain(self) -> dict[str, Any]:
+        """Why this execution runs, and what else was possible here."""
+        return {
+            "strategy": self.strategy,
+            "requested": self.requested,
+            "device": self.device,
+            "why": self._why,
+            "description": self._execution.description,
+            "available": available_strategies(self.device),
+            "params": self.params.to_dict(),
+        }
+
+    def _compute_dtype(self, input_dtype: np.dtype) -> np.dtype:
+        if self.params.dtype is not None:
+            return np.dtype(self.params.dtype)
+        if self.requested == "auto":
+            return np.dtype(input_dtype)  # auto never lowers the input's precision
+        return self._execution.default_dtype(input_dtype)
+
+    def _plan(self, n_seg: int, compute: np.dtype) -> Any:
+        key = (n_seg, compute.name)
+        plan = self._plans.get(key)
+        if plan is None:
+            with self._lock:
+                plan = self._plans.get(key)
+                if plan is None:
+                    plan = self._execution.make_plan(self.params, n_seg, compute)
+                    self._plans[key] = plan
+        return plan
+
+    def __call__(self, x: Any) -> PeakResult:
+        p = self.params
+        arr = _as_real_array(x)
+        length = arr.shape[-1]
+        p.check_length(length)
+        n_seg = p.n_segments_for(length)
+        frame = p.frame_for(length)
+        lead = arr.shape[:-1]
+        rows = arr.reshape(-1, length)
+        if not rows.flags.c_contiguous:
+            rows = np.ascontiguousarray(rows[:, :frame])
+        compute = self._compute_dtype(arr.dtype)
+        out = self._execution.run_plan(self._plan(n_seg, compute), rows, arr.dtype)
+        if out.bad_rows.size and p.nan_policy == "raise":
+            first = int(out.bad_rows[0])
+            where = np.unravel_index(first, lead) if lead else ()
+            raise ValueError(
+                f"x has NaN or infinity in signal {tuple(int(i) for i in where)} (row {first} of "
+                f"{rows.shape[0]}; {out.bad_rows.size} signal(s) in all) within the analysed frame "
+                f"(first {frame} samples); clean the data or pass nan_policy='propagate' to get "
+                "empty slots (-1/NaN) for those signals"
+            )
+        shape = lead + (p.k,)
+        info = p.to_dict()
+        info.update(segments=n_seg, frame=frame, compute_dtype=compute.name)
+        return PeakResult(
+            bins=out.bins.reshape(shape),
+            power=out.power.reshape(shape),
+            freqs=(out.fbins * p.freq_scale()).reshape(shape),
+            strategy=self.strategy,
+            params=info,
+        )
+
+
+def welch_peaks(
+    x: Any,
+    *,
+    k: int = 16,
+    n_fft: int = 256,
+    hop: int | None = None,
+    segments: int | str | None = None,
+    fs: float | None = None,
+    window: Any = "hann",
+    detrend: str | bool = "constant",
+    scaling: str = "density",
+    mode: str = "peaks",
+    min_distance: int = 1,
+    strategy: str = "auto",
+    device: str = "cpu",
+    nan_policy: str = "raise",
+    dtype: str | None = None,
+) -> PeakResult:
+    """The ``k`` strongest spectral peaks of every signal in a batch.
+
+    The PSD is exactly ``welch(x[..., :frame], fs=fs or 1.0, window=window, nperseg=n_fft,
+    noverlap=n_fft - hop, detrend=detrend, scaling=scaling)`` with
+    ``frame = n_fft + (segments - 1) * hop``.
+
+    Parameters
+    ----------
+    x : array_like ``[..., samples]``
+        Real signals; every leading dimension is batch.
+    k : int
+        Peaks per signal.
+    n_fft : int
+        Segment length (any size >= 4; powers of two are fastest).
+    hop : int, optional
+        Samples between segment starts; default ``n_fft // 2``.
+    segments : int, str or None
+        ``None`` uses every whole segment that fits (SciPy); an int uses the first ``segments``;
+        presets ``'ultra'`` (1), ``'fast'`` (2) and ``'reference'`` (8).
+    fs : float, optional
+        Sample rate; frequencies are in Hz when given, else in cycles per sample.
+    window, detrend, scaling
+        As in ``scipy.signal.welch`` (detrend: ``'constant'``, ``'linear'`` or ``False``).
+    mode : {'peaks', 'bins'}
+        ``'peaks'``: the strongest local maxima, frequency refined by log-parabolic
+        interpolation; ``'bins'``: the strongest bins (the original system's semantics).
+    min_distance : int
+        In ``'peaks'`` mode, drop peaks closer than this many bins to a stronger kept one.
+    strategy : str
+        ``'auto'``, or an execution from :func:`available_strategies`.
+    device : str
+        ``'cpu'``.
+    nan_policy : {'raise', 'propagate'}
+        What to do with signals holding NaN or infinity within the frame: raise a ValueError
+        naming the first, or leave their slots empty (-1 / NaN) and compute the others.
+    dtype : {'float32', 'float64'}, optional
+        Compute precision. Default: the input's precision (``fused-cpu`` requested by name
+        computes in float32 unless told otherwise).
+
+    Returns
+    -------
+    PeakResult
+        ``bins``, ``power``, ``freqs`` of shape ``[..., k]``, strongest first; empty slots
+        hold bin -1 and NaN.
+
+    Examples
+    --------
+    >>> import numpy as np, welchpeaks
+    >>> t = np.arange(2048) / 8000.0
+    >>> x = np.sin(2 * np.pi * 1000.0 * t) + 0.5 * np.sin(2 * np.pi * 2500.0 * t)
+    >>> r = welchpeaks.welch_peaks(x, k=2, fs=8000.0)
+    >>> np.round(r.freqs, 0).tolist()
+    [1000.0, 2500.0]
+    """
+    executor = WelchPeaks(
+        n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device,
+        window=window, detrend=detrend, scaling=scaling, min_distance=min_distance,
+        nan_policy=nan_policy, dtype=dtype,
+    )
+    return executor(x)

@@ -1,0 +1,358 @@
+"""Numba kernels of the ``fused-cpu`` execution.
+
+One parallel pass over blocks of ``LANES`` rows. For each block and each segment it detrends
+and windows the samples while loading them (bit-reversed) into a ``[n_fft/2, LANES]`` complex
+buffer, runs a radix-2 FFT whose innermost loop runs across the rows of the block (so LLVM
+turns every butterfly into SIMD over rows), unpacks the real spectrum and adds its power
+to a ``[n_bins, LANES]`` accumulator. After the last segment it scales the power and selects
+the peaks of each row. Everything a block touches stays in L1/L2; only ``k`` results per row
+are written. Scratch buffers are passed in (one set per worker), so a call allocates nothing.
+
+Non-power-of-two ``n_fft`` uses :func:`prepare_segments` and :func:`power_select_spectrum`
+around ``scipy.fft.rfft`` instead (same arithmetic, one more pass over memory).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+#: Rows transformed together; 16 float32 lanes fill two AVX2 (one AVX-512) registers.
+LANES = 16
+
+MODE_BINS = 0
+MODE_PEAKS = 1
+DETREND_NONE = 0
+DETREND_CONSTANT = 1
+DETREND_LINEAR = 2
+
+# 'reassoc' lets LLVM vectorise the per-row sums; NaN and infinity keep their IEEE meaning
+# (no 'nnan'/'ninf'), which the finiteness check relies on.
+_OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "contract"})
+# Helpers are inlined: a call or a slice in a hot loop costs reference counting, which is an
+# atomic operation shared by all threads.
+_INL = dict(_OPTS, inline="always")
+
+
+# ------------------------------------------------------------------------------ selection
+
+
+@njit(**_INL)
+def _insert_desc(vals, idx, count, cap, p, j):
+    """Insert (p, j) into the descending list vals/idx of ``count`` (<= cap) entries.
+
+    Equal powers keep the earlier (lower) bin first. Returns the new count.
+    """
+    if count == cap:
+        if not p > vals[cap - 1]:
+            return count
+        pos = cap - 1
+    else:
+        pos = count
+        count += 1
+    while pos > 0 and vals[pos - 1] < p:
+        vals[pos] = vals[pos - 1]
+        idx[pos] = idx[pos - 1]
+        pos -= 1
+    vals[pos] = p
+    idx[pos] = j
+    return count
+
+
+@njit(**_INL)
+def _refine(prow, j, n_bins):
+    """Fractional bin of the peak at ``j``; ``prow[1 + j]`` holds the PSD (see select_into)."""
+    if j <= 0 or j >= n_bins - 1:
+        return float(j)
+    a = float(prow[j])
+    b = float(prow[j + 1])
+    c = float(prow[j + 2])
+    if a <= 0.0 or b <= 0.0 or c <= 0.0:
+        return float(j)
+    la = math.log(a / b)
+    lc = math.log(c / b)
+    den = la + lc
+    if den >= 0.0:
+        return float(j)
+    return j + 0.5 * (la - lc) / den
+
+
+@njit(**_INL)
+def select_into(prow, n_bins, k, mode, min_distance, vals, idx, cand, out_bins, out_power, out_fbin, r):
+    """Select from one PSD row into row ``r`` of the outputs (already filled with -1 / NaN).
+
+    ``prow`` has ``n_bins + 2`` entries: the PSD at ``1..n_bins`` between two -inf sentinels,
+    so the local-maximum test needs no edge branches.
+    """
+    n_cand = 0
+    if mode == MODE_BINS:
+        for j in range(n_bins):
+            cand[j] = j
+        n_cand = n_bins
+    else:
+        for j in range(n_bins):  # branchless compaction of the local maxima
+            p = prow[j + 1]
+            cand[n_cand] = j
+            n_cand += (p > prow[j]) & (p >= prow[j + 2])
+    count = 0
+    if mode == MODE_BINS or min_distance <= 1:
+        for c in range(n_cand):
+            j = cand[c]
+            count = _insert_desc(vals, idx, count, k, prow[j + 1], j)
+    else:
+        # Greedy thinning, strongest first: repeatedly take the strongest undecided candidate.
+        while count < k and n_cand > 0:
+            best = 0
+            for c in range(1, n_cand):
+                if prow[cand[c] + 1] > prow[cand[best] + 1]:
+                    best = c
+            j = cand[best]
+            n_cand -= 1
+            for c in range(best, n_cand):
+                cand[c] = cand[c + 1]
+            ok = True
+            for c in range(count):
+                if abs(j - idx[c]) < min_distance:
+                    ok = False
+                    break
+            if ok:
+                vals[count] = prow[j + 1]
+                idx[count] = j
+                count += 1
+    for c in range(count):
+        j = idx[c]
+        out_bins[r, c] = j
+        out_power[r, c] = vals[c]
+        out_fbin[r, c] = _refine(prow, j, n_bins) if mode == MODE_PEAKS else float(j)
+
+
+@njit(**_INL)
+def _clear_row(out_bins, out_power, out_fbin, r):
+    for c in range(out_bins.shape[1]):
+        out_bins[r, c] = -1
+        out_power[r, c] = np.nan
+        out_fbin[r, c] = np.nan
+
+
+# ------------------------------------------------------------------------------ fused pass
+
+
+@njit(**_INL)
+def _segment_trend(row, off, n, detrend):
+    """(finite, intercept at t=(n-1)/2, slope) of one segment, in float64."""
+    s = 0.0
+    st = 0.0
+    bad = 0.0
+    c = 0.5 * (n - 1)
+    for i in range(n):
+        v = float(row[off + i])
+        bad += v - v
+        s += v
+        st += (i - c) * v
+    mean = s / n
+    slope = 0.0
+    if detrend == DETREND_LINEAR:
+        slope = st / (n * (n * n - 1.0) / 12.0)
+    if detrend == DETREND_NONE:
+        mean = 0.0
+    return bad == 0.0, mean, slope
+
+
+@njit(parallel=True, **_OPTS)
+def fused_pow2(
+    x,
+    n_rows,
+    n_fft,
+    hop,
+    n_seg,
+    window,
+    ramp,
+    consts,
+    detrend,
+    rev,
+    tw_re,
+    tw_im,
+    post_re,
+    post_im,
+    scale,
+    k,
+    mode,
+    min_distance,
+    tile,
+    stats,
+    buf_re,
+    buf_im,
+    acc,
+    psd,
+    vals,
+    idx,
+    cand,
+    bad,
+    out_bins,
+    out_power,
+    out_fbin,
+):
+    """The fused pass for power-of-two ``n_fft``; scratch arrays have a leading worker axis.
+
+    ``ramp[i] = i - (n_fft-1)/2`` (compute dtype) and ``consts = [1/n_fft, 1/sum(ramp**2)]``.
+    """
+    m = n_fft // 2
+    n_bins = m + 1
+    n_workers = buf_re.shape[0]
+    n_blocks = (n_rows + LANES - 1) // LANES
+    per = (n_blocks + n_workers - 1) // n_workers
+    inv_n = float(consts[0])
+    inv_ramp2 = float(consts[1])
+    for t in prange(n_workers):
+        tl = tile[t]
+        st = stats[t]
+        re = buf_re[t]
+        im = buf_im[t]
+        ac = acc[t]
+        prow = psd[t]
+        tv = vals[t]
+        ti = idx[t]
+        tc = cand[t]
+        mean = st[0]
+        slope = st[1]
+        for blk in range(t * per, min(n_blocks, (t + 1) * per)):
+            r0 = blk * LANES
+            nl = min(LANES, n_rows - r0)
+            for q in range(n_bins):
+                for lane in range(LANES):
+                    ac[q, lane] = 0.0
+            for lane in range(nl, LANES):  # lanes past the last row stay zero
+                mean[lane] = 0.0
+                slope[lane] = 0.0
+                for i in range(n_fft):
+                    tl[i, lane] = 0.0
+            for lane in range(nl):
+                bad[r0 + lane] = False
+            for s in range(n_seg):
+                off = s * hop
+                # copy the segment of every row into the tile (rows become lanes), with its
+                # finiteness, mean and slope (float64 sums over the contiguous row)
+                for lane in range(nl):
+                    r = r0 + lane
+                    fin = 0.0
+                    sm = 0.0
+                    sl = 0.0
+                    for i in range(n_fft):
+                        v = float(x[r, off + i])
+                        fin += v - v
+                        sm += v
+                        sl += float(ramp[i]) * v
+                    if fin != 0.0:
+                        bad[r] = True
+                    mean[lane] = sm * inv_n if detrend != DETREND_NONE else 0.0
+                    slope[lane] = sl * inv_ramp2 if detrend == DETREND_LINEAR else 0.0
+                    for i in range(n_fft):
+                        tl[i, lane] = x[r, off + i]
+                # detrend, window and store bit-reversed as the complex sequence x[2i] + i x[2i+1]
+                for i in range(m):
+                    d = rev[i]
+                    w0 = window[2 * i]
+                    w1 = window[2 * i + 1]
+                    t0 = ramp[2 * i]
+                    t1 = ramp[2 * i + 1]
+                    for lane in range(LANES):
+                        re[d, lane] = (tl[2 * i, lane] - mean[lane] - slope[lane] * t0) * w0
+                        im[d, lane] = (tl[2 * i + 1, lane] - mean[lane] - slope[lane] * t1) * w1
+                # radix-2 decimation-in-time FFT of size m over all lanes
+                size = 2
+                while size <= m:
+                    half = size // 2
+                    step = m // size
+                    for g in range(0, m, size):
+                        for j in range(half):
+                            wr = tw_re[j * step]
+                            wi = tw_im[j * step]
+                            i0 = g + j
+                            i1 = i0 + half
+                            for lane in range(LANES):
+                                br = re[i1, lane] * wr - im[i1, lane] * wi
+                                bi = re[i1, lane] * wi + im[i1, lane] * wr
+                                ar = re[i0, lane]
+                                ai = im[i0, lane]
+                                re[i0, lane] = ar + br
+                                im[i0, lane] = ai + bi
+                                re[i1, lane] = ar - br
+                                im[i1, lane] = ai - bi
+                    size *= 2
+                # unpack the real spectrum: 2X[q] = (Z[q] + Z*[m-q]) - i W^q (Z[q] - Z*[m-q]);
+                # the 1/4 of |X|^2 = |2X|^2 / 4 is folded into ``scale`` by the caller.
+                for q in range(n_bins):
+                    q1 = q % m
+                    q2 = (m - q) % m
+                    pr = post_re[q]
+                    pi = post_im[q]
+                    for lane in range(LANES):
+                        zr = re[q1, lane]
+                        zi = im[q1, lane]
+                        cr = re[q2, lane]
+                        ci = -im[q2, lane]
+                        dr = zr - cr
+                        di = zi - ci
+                        xr = zr + cr + pr * di + pi * dr
+                        xi = zi + ci - pr * dr + pi * di
+                        ac[q, lane] += xr * xr + xi * xi
+            for lane in range(nl):
+                r = r0 + lane
+                _clear_row(out_bins, out_power, out_fbin, r)
+                if bad[r]:
+                    continue
+                prow[0] = -np.inf
+                prow[n_bins + 1] = -np.inf
+                for q in range(n_bins):
+                    prow[q + 1] = ac[q, lane] * scale[q]
+                select_into(prow, n_bins, k, mode, min_distance, tv, ti, tc, out_bins, out_power, out_fbin, r)
+
+
+# ------------------------------------------------------------------------------ any n_fft
+
+
+@njit(parallel=True, **_OPTS)
+def prepare_segments(x, n_rows, n_fft, hop, n_seg, window, detrend, segs, bad):
+    """Detrend and window every segment of every row into ``segs[rows, n_seg, n_fft]``."""
+    c = 0.5 * (n_fft - 1)
+    for r in prange(n_rows):
+        row = x[r]
+        bad[r] = False
+        for s in range(n_seg):
+            off = s * hop
+            finite, mean, slope = _segment_trend(row, off, n_fft, detrend)
+            if not finite:
+                bad[r] = True
+            for i in range(n_fft):
+                segs[r, s, i] = (float(row[off + i]) - mean - slope * (i - c)) * window[i]
+
+
+@njit(parallel=True, **_OPTS)
+def power_select_spectrum(
+    spec, n_rows, scale, k, mode, min_distance, psd, vals, idx, cand, bad, out_bins, out_power, out_fbin
+):
+    """Average ``|spec|**2`` over segments, scale, and select, one row per iteration."""
+    n_seg = spec.shape[1]
+    n_bins = spec.shape[2]
+    n_workers = psd.shape[0]
+    per = (n_rows + n_workers - 1) // n_workers
+    for t in prange(n_workers):
+        prow = psd[t]
+        tv = vals[t]
+        ti = idx[t]
+        tc = cand[t]
+        for r in range(t * per, min(n_rows, (t + 1) * per)):
+            _clear_row(out_bins, out_power, out_fbin, r)
+            if bad[r]:
+                continue
+            prow[0] = -np.inf
+            prow[n_bins + 1] = -np.inf
+            for q in range(n_bins):
+                v = 0.0
+                for s in range(n_seg):
+                    z = spec[r, s, q]
+                    v += z.real * z.real + z.imag * z.imag
+                prow[q + 1] = v * scale[q]
+            select_into(prow, n_bins, k, mode, min_distance, tv, ti, tc, out_bins, out_power, out_fbin, r)

@@ -1,0 +1,147 @@
+"""The ``fused-cpu`` execution: one parallel numba pass per block of rows, peaks out.
+
+Kernels live in :mod:`welchpeaks.backends._numba_kernels` (compiled once, cached on disk).
+A :class:`FusedCpuPlan` owns everything a call needs (window, twiddles, scale, scratch), so
+repeated calls through :class:`welchpeaks.WelchPeaks` allocate only their outputs.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from welchpeaks.backends import Execution, RowResult, register
+from welchpeaks.params import PeakParams
+from welchpeaks.spectral import one_sided_scale
+
+NAME = "fused-cpu"
+
+# Numba's default (workqueue) threading layer must not be entered from two threads at once;
+# a kernel already uses every core, so serialising launches costs no throughput.
+_KERNEL_LOCK = threading.Lock()
+
+
+def _kernels():
+    from welchpeaks.backends import _numba_kernels
+
+    return _numba_kernels
+
+
+def _numba_threads() -> int:
+    import numba
+
+    return int(numba.get_num_threads())
+
+
+def _is_pow2(n: int) -> bool:
+    return n >= 2 and n & (n - 1) == 0
+
+
+class FusedCpuPlan:
+    """Constants and scratch for one (params, compute dtype, segments) combination."""
+
+    def __init__(self, params: PeakParams, n_seg: int, compute: np.dtype):
+        kern = _kernels()
+        self.params = params
+        self.n_seg = n_seg
+        self.compute = np.dtype(compute)
+        n, nb, k = params.n_fft, params.n_bins, params.k
+        self.pow2 = _is_pow2(n)
+        self.mode = kern.MODE_PEAKS if params.mode == "peaks" else kern.MODE_BINS
+        self.detrend = {False: kern.DETREND_NONE, "constant": kern.DETREND_CONSTANT, "linear": kern.DETREND_LINEAR}[
+            params.detrend
+        ]
+        self.window = params.window_array.astype(self.compute)
+        ramp = np.arange(n) - (n - 1) / 2.0
+        self.ramp = ramp.astype(self.compute)
+        self.consts = np.array([1.0 / n, 1.0 / float(np.sum(ramp * ramp))], self.compute)
+        scale = one_sided_scale(params.window_array, n, 1.0 if params.fs is None else params.fs, params.scaling)
+        scale /= n_seg
+        if self.pow2:
+            scale *= 0.25  # the kernel accumulates |2X|^2
+            m = n // 2
+            bits = max(m.bit_length() - 1, 0)
+            self.rev = np.array([int(format(i, f"0{bits}b")[::-1], 2) if bits else 0 for i in range(m)], np.int64)
+            ang = -2.0 * math.pi * np.arange(max(m // 2, 1)) / m
+            self.tw_re, self.tw_im = np.cos(ang).astype(self.compute), np.sin(ang).astype(self.compute)
+            ang = -2.0 * math.pi * np.arange(nb) / n
+            self.post_re, self.post_im = np.cos(ang).astype(self.compute), np.sin(ang).astype(self.compute)
+        self.scale = scale.astype(self.compute)
+        self.workers = _numba_threads()
+        w, lanes = self.workers, kern.LANES
+        if self.pow2:
+            self.tile = np.zeros((w, n, lanes), self.compute)
+            self.stats = np.zeros((w, 2, lanes), self.compute)
+            self.buf_re = np.zeros((w, n // 2, lanes), self.compute)
+            self.buf_im = np.zeros((w, n // 2, lanes), self.compute)
+            self.acc = np.zeros((w, nb, lanes), self.compute)
+        self.psd = np.zeros((w, nb + 2), self.compute)
+        self.vals = np.zeros((w, max(k, 1)), self.compute)
+        self.idx = np.zeros((w, max(k, 1)), np.int64)
+        self.cand = np.zeros((w, nb), np.int64)
+        self._bad = np.zeros(0, np.bool_)
+        self._segs = np.zeros((0, n_seg, n), self.compute)
+
+    def _bad_for(self, rows: int) -> np.ndarray:
+        if self._bad.shape[0] < rows:
+            self._bad = np.zeros(rows, np.bool_)
+        return self._bad
+
+    def run(self, x2d: np.ndarray, out_dtype: np.dtype) -> RowResult:
+        """Run on C-contiguous rows ``x2d`` (float32/float64) holding at least the frame."""
+        kern = _kernels()
+        p = self.params
+        rows = x2d.shape[0]
+        bins = np.empty((rows, p.k), np.int32)
+        power = np.empty((rows, p.k), out_dtype)
+        fbin = np.empty((rows, p.k), np.float64)
+        with _KERNEL_LOCK:
+            bad = self._bad_for(rows)
+            if self.pow2:
+                kern.fused_pow2(
+                    x2d, rows, p.n_fft, p.hop, self.n_seg, self.window, self.ramp, self.consts,
+                    self.detrend, self.rev, self.tw_re, self.tw_im, self.post_re, self.post_im,
+                    self.scale, p.k, self.mode, p.min_distance, self.tile, self.stats,
+                    self.buf_re, self.buf_im, self.acc, self.psd, self.vals, self.idx, self.cand,
+                    bad, bins, power, fbin,
+                )
+            else:
+                import scipy.fft
+
+                if self._segs.shape[0] < rows:
+                    self._segs = np.empty((rows, self.n_seg, p.n_fft), self.compute)
+                segs = self._segs[:rows]
+                kern.prepare_segments(x2d, rows, p.n_fft, p.hop, self.n_seg, self.window, self.detrend, segs, bad)
+                spec = scipy.fft.rfft(segs, axis=-1, workers=-1)
+                kern.power_select_spectrum(
+                    spec, rows, self.scale, p.k, self.mode, p.min_distance,
+                    self.psd, self.vals, self.idx, self.cand, bad, bins, power, fbin,
+                )
+            bad_rows = np.flatnonzero(bad[:rows])
+        return RowResult(bins, power, fbin, bad_rows)
+
+
+class FusedCpu(Execution):
+    name = NAME
+    description = "one parallel numba pass per block of rows: window, FFT, power, mean, select"
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            import numba  # noqa: F401
+        except ImportError:
+            return "numba is not installed: pip install numba"
+        return None
+
+    def default_dtype(self, input_dtype: np.dtype) -> np.dtype:
+        return np.dtype(np.float32)
+
+    def make_plan(self, params: PeakParams, n_seg: int, compute: np.dtype) -> FusedCpuPlan:
+        return FusedCpuPlan(params, n_seg, compute)
+
+    def run_plan(self, plan: FusedCpuPlan, x2d: np.ndarray, out_dtype: np.dtype) -> RowResult:
+        return plan.run(x2d, out_dtype)
+
+
+register(FusedCpu())

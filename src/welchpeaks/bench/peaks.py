@@ -1,0 +1,143 @@
+"""``welchpeaks bench``: the executions against what a user would otherwise write, in one run.
+
+For every cell (batch, n_fft, k, segments, mode) all rows see the same float32 data and are
+timed round-robin (one call of each row per round, so slow drifts of the machine hit every
+row alike) after warm-up. Rows:
+
+* ``scipy``: ``scipy.signal.welch`` then ``np.argpartition`` top-k and a sort (in ``peaks``
+  mode, a local-maximum mask first): the peer;
+* one row per available execution, through a reused :class:`welchpeaks.WelchPeaks`;
+* ``auto``: ``WelchPeaks(strategy='auto')``, reused; ``auto-oneshot``: ``welch_peaks(...)``;
+* ``fft-floor``: ``scipy.fft.rfft(workers=-1)`` alone on the already-windowed float32
+  segments: the time no implementation built on a library FFT can beat.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+
+@dataclass
+class Cell:
+    batch: int
+    n_fft: int
+    k: int
+    segments: int
+    mode: str
+
+
+def scipy_peer(x: np.ndarray, n_fft: int, k: int, mode: str) -> np.ndarray:
+    """What a user writes: scipy.signal.welch, then argpartition top-k and a sort."""
+    import scipy.signal
+
+    _, p = scipy.signal.welch(x, nperseg=n_fft, noverlap=n_fft // 2, axis=-1)
+    if mode == "peaks":
+        left = np.pad(p[:, :-1], ((0, 0), (1, 0)), constant_values=-np.inf)
+        right = np.pad(p[:, 1:], ((0, 0), (0, 1)), constant_values=-np.inf)
+        p = np.where((p > left) & (p >= right), p, -np.inf)
+    kk = min(k, p.shape[1])
+    idx = np.argpartition(p, -kk, axis=-1)[:, -kk:]
+    order = np.argsort(-np.take_along_axis(p, idx, -1), axis=-1)
+    return np.take_along_axis(idx, order, -1)
+
+
+def _windowed_segments(x: np.ndarray, n_fft: int, segments: int) -> np.ndarray:
+    from welchpeaks.spectral import segment_view
+
+    w = np.hanning(n_fft + 1)[:-1].astype(np.float32)
+    return np.ascontiguousarray(segment_view(x, n_fft, n_fft // 2, segments) * w)
+
+
+def _rows_for(cell: Cell) -> dict[str, Callable[[], Any]]:
+    import scipy.fft
+
+    import welchpeaks
+    from welchpeaks import backends
+
+    rng = np.random.default_rng(cell.batch * 7919 + cell.n_fft)
+    length = cell.n_fft + (cell.segments - 1) * (cell.n_fft // 2)
+    x = rng.standard_normal((cell.batch, length)).astype(np.float32)
+    segs = _windowed_segments(x, cell.n_fft, cell.segments)
+    opts = dict(n_fft=cell.n_fft, k=cell.k, segments=cell.segments, mode=cell.mode)
+    rows: dict[str, Callable[[], Any]] = {
+        "scipy": lambda: scipy_peer(x, cell.n_fft, cell.k, cell.mode),
+        "fft-floor": lambda: scipy.fft.rfft(segs, axis=-1, workers=-1),
+    }
+    for name in backends.available("cpu"):
+        wp = welchpeaks.WelchPeaks(strategy=name, dtype="float32", **opts)
+        rows[name] = lambda wp=wp: wp(x)
+    auto = welchpeaks.WelchPeaks(strategy="auto", **opts)
+    rows["auto"] = lambda: auto(x)
+    rows["auto-oneshot"] = lambda: welchpeaks.welch_peaks(x, **opts)
+    return rows
+
+
+def time_cell(cell: Cell, repeats: int, warmup: int = 2) -> list[dict[str, Any]]:
+    """Median, min and max milliseconds of every row of one cell."""
+    rows = _rows_for(cell)
+    for fn in rows.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(repeats):
+        for name, fn in rows.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - t0) * 1e3)
+    med = {name: float(np.median(s)) for name, s in samples.items()}
+    out = []
+    for name, s in samples.items():
+        out.append(
+            {
+                "execution": name,
+                "batch": cell.batch,
+                "n_fft": cell.n_fft,
+                "k": cell.k,
+                "segments": cell.segments,
+                "mode": cell.mode,
+                "median_ms": med[name],
+                "min_ms": float(np.min(s)),
+                "max_ms": float(np.max(s)),
+                "repeats": repeats,
+                "speedup_vs_scipy": med["scipy"] / med[name],
+                "floor_ratio": med[name] / med["fft-floor"],
+            }
+        )
+    return out
+
+
+def machine_info() -> dict[str, Any]:
+    import numba
+    import scipy
+
+    import welchpeaks
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "numba_threads": numba.get_num_threads(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "versions": {
+            "welchpeaks": welchpeaks.__version__,
+            "numpy": np.__version__,
+            "scipy": scipy.__version__,
+            "numba": numba.__version__,
+        },
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+    }

@@ -1,0 +1,248 @@
+"""The ``welchpeaks`` command line: a thin typer shell over the API."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="The strongest spectral peaks of batches of signals (Welch PSD + top-K).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _parse_segments(value: Optional[str]) -> int | str | None:
+    if value is None or value.lower() in ("all", "none"):
+        return None
+    return int(value) if value.isdigit() else value
+
+
+def _int_list(text: str, name: str) -> list[int]:
+    """'32,1024' or a power-of-two range '32-8192'."""
+    try:
+        if "-" in text:
+            lo, hi = (int(v) for v in text.split("-", 1))
+            out, v = [], 1
+            while v <= hi:
+                if v >= lo:
+                    out.append(v)
+                v *= 2
+            if not out:
+                raise ValueError
+            return out
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        _fail(f"--{name} {text!r}: use comma-separated integers (32,1024) or a range (32-8192)")
+        raise  # unreachable
+
+
+@app.command()
+def peaks(
+    files: list[Path] = typer.Argument(..., help=".npy (1-D or rows), .wav (channels) or .csv (one signal per row)"),
+    k: int = typer.Option(16, "--k", help="Peaks per signal."),
+    n_fft: int = typer.Option(256, "--n-fft", help="Segment length."),
+    hop: Optional[int] = typer.Option(None, "--hop", help="Samples between segments [default: n_fft/2]."),
+    segments: Optional[str] = typer.Option(
+        None, "--segments", help="Number of segments, ultra/fast/reference, or all [default: all that fit]."
+    ),
+    fs: Optional[float] = typer.Option(None, "--fs", help="Sample rate in Hz [default: from .wav, else none]."),
+    mode: str = typer.Option("peaks", "--mode", help="peaks (local maxima) or bins (top bins)."),
+    min_distance: int = typer.Option(1, "--min-distance", help="Minimum bins between peaks."),
+    strategy: str = typer.Option("auto", "--strategy", help="auto, numpy or fused-cpu."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write all results as JSON here."),
+    csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one line per peak as CSV here."),
+    show: int = typer.Option(8, "--show", help="Signals per file to print in the table."),
+) -> None:
+    """Find the k strongest spectral peaks of every signal in FILES."""
+    from welchpeaks import welch_peaks
+    from welchpeaks.loaders import SignalFileError, load_signals
+
+    results = {}
+    for path in files:
+        try:
+            data, file_fs = load_signals(path)
+        except SignalFileError as exc:
+            _fail(str(exc))
+        rate = fs if fs is not None else file_fs
+        try:
+            res = welch_peaks(
+                data, k=k, n_fft=n_fft, hop=hop, segments=_parse_segments(segments), fs=rate,
+                mode=mode, min_distance=min_distance, strategy=strategy,
+            )
+        except (ValueError, TypeError) as exc:
+            _fail(f"{path}: {exc}")
+        results[str(path)] = res
+    unit = "Hz" if fs is not None or any(r.params["fs"] for r in results.values()) else "cyc/sample"
+    for name, res in results.items():
+        bins = res.bins.reshape(-1, k)
+        table = Table(title=f"{name}: {bins.shape[0]} signal(s), strategy {res.strategy}")
+        for col in ("signal", "rank", "bin", f"freq ({unit})", "power"):
+            table.add_column(col, justify="right")
+        freqs = res.freqs.reshape(-1, k)
+        power = res.power.reshape(-1, k)
+        for s in range(min(show, bins.shape[0])):
+            for r in range(k):
+                if bins[s, r] < 0:
+                    continue
+                table.add_row(str(s), str(r + 1), str(bins[s, r]), f"{freqs[s, r]:.4f}", f"{power[s, r]:.4g}")
+        console.print(table)
+        if bins.shape[0] > show:
+            console.print(f"({bins.shape[0] - show} more signal(s) not shown; use --json or --csv)")
+    if json_path is not None:
+        json_path.write_text(json.dumps({n: r.to_dict() for n, r in results.items()}))
+        console.print(f"wrote {json_path}")
+    if csv_path is not None:
+        with open(csv_path, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["file", "signal", "rank", "bin", "freq", "power"])
+            for name, res in results.items():
+                bins = res.bins.reshape(-1, k)
+                freqs = res.freqs.reshape(-1, k)
+                power = res.power.reshape(-1, k)
+                for s in range(bins.shape[0]):
+                    for r in range(k):
+                        if bins[s, r] >= 0:
+                            w.writerow([name, s, r + 1, int(bins[s, r]), repr(float(freqs[s, r])), repr(float(power[s, r]))])
+        console.print(f"wrote {csv_path}")
+
+
+@app.command()
+def demo(
+    batch: int = typer.Option(1024, "--batch", help="Signals to generate."),
+    tones: int = typer.Option(3, "--tones", help="Tones per signal."),
+    seed: int = typer.Option(0, "--seed"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of a few PSDs with their peaks."),
+) -> None:
+    """Find known tones in noisy demo signals and report how well they were recovered."""
+    import welchpeaks
+    from welchpeaks.demo import tones_in_noise
+
+    fs, n_fft = 8000.0, 256
+    if batch < 1 or tones < 1:
+        _fail("--batch and --tones must be >= 1")
+    x, true = tones_in_noise(batch=batch, n_tones=tones, fs=fs, n_fft=n_fft, seed=seed)
+    wp = welchpeaks.WelchPeaks(n_fft=n_fft, k=tones, segments=None, fs=fs)
+    wp(x[:1])  # first call compiles or loads the cached kernel
+    t0 = time.perf_counter()
+    res = wp(x)
+    ms = (time.perf_counter() - t0) * 1e3
+    found = np.sort(res.freqs, axis=1)
+    err_bins = np.abs(found - true) / (fs / n_fft)
+    hit = err_bins < 0.5
+    table = Table(title=f"{batch} signals of {x.shape[1]} samples at {fs:g} Hz, {tones} tones each in noise")
+    table.add_column("signal", justify="right")
+    table.add_column("true (Hz)")
+    table.add_column("detected (Hz)")
+    for s in range(min(5, batch)):
+        table.add_row(str(s), ", ".join(f"{f:.1f}" for f in true[s]), ", ".join(f"{f:.1f}" for f in found[s]))
+    console.print(table)
+    console.print(
+        f"recall {hit.mean():.1%} of {hit.size} tones; median error {np.median(err_bins):.3f} bin "
+        f"({np.median(err_bins) * fs / n_fft:.2f} Hz); {ms:.2f} ms for the batch with strategy {res.strategy}"
+    )
+    if plot is not None:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            _fail("--plot needs matplotlib: pip install 'welchpeaks[plot]'")
+        f, p = welchpeaks.welch(x[:4], fs=fs, nperseg=n_fft)
+        fig, axes = plt.subplots(len(p), 1, figsize=(8, 2.2 * len(p)), sharex=True)
+        for i, ax in enumerate(np.atleast_1d(axes)):
+            ax.semilogy(f, p[i], lw=0.8)
+            ax.plot(res.freqs[i], res.power[i], "rv", label="peaks")
+            for t in true[i]:
+                ax.axvline(t, color="g", lw=0.6, ls="--")
+            ax.set_ylabel(f"signal {i}")
+        np.atleast_1d(axes)[-1].set_xlabel("Hz")
+        fig.suptitle("Welch PSD, detected peaks (red) and true tones (green)")
+        fig.tight_layout()
+        fig.savefig(plot, dpi=100)
+        console.print(f"wrote {plot}")
+
+
+@app.command()
+def bench(
+    batch: str = typer.Option("32,1024,8192", "--batch", help="Batches: 32,1024 or a range 32-8192."),
+    n_fft: str = typer.Option("256", "--n-fft", help="Segment lengths, comma-separated."),
+    k: str = typer.Option("16", "--k", help="Peaks per signal, comma-separated."),
+    segments: str = typer.Option("2", "--segments", help="Segments, comma-separated."),
+    mode: str = typer.Option("peaks", "--mode", help="peaks, bins, or peaks,bins."),
+    repeats: int = typer.Option(15, "--repeats", help="Timed calls per row (median reported)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write rows and machine info as JSON."),
+) -> None:
+    """Time the executions against scipy.signal.welch + top-k on the same data."""
+    from welchpeaks.bench.peaks import Cell, machine_info, time_cell
+
+    if repeats < 3:
+        _fail("--repeats must be >= 3 for a median and a range")
+    modes = [m.strip() for m in mode.split(",")]
+    for m in modes:
+        if m not in ("peaks", "bins"):
+            _fail(f"--mode {m!r}: use peaks, bins or peaks,bins")
+    cells = [
+        Cell(b, n, kk, s, m)
+        for n in _int_list(n_fft, "n-fft")
+        for kk in _int_list(k, "k")
+        for s in _int_list(segments, "segments")
+        for m in modes
+        for b in _int_list(batch, "batch")
+    ]
+    info = machine_info()
+    console.print(f"{info['cpu']}, {info['cores']} cores, numba threads {info['numba_threads']}; {info['versions']}")
+    all_rows = []
+    for cell in cells:
+        rows = time_cell(cell, repeats)
+        all_rows.extend(rows)
+        table = Table(
+            title=f"batch {cell.batch}, n_fft {cell.n_fft}, k {cell.k}, segments {cell.segments}, mode {cell.mode}"
+        )
+        for col in ("execution", "median ms", "min-max ms", "x scipy", "/ fft floor"):
+            table.add_column(col, justify="right")
+        for r in rows:
+            table.add_row(
+                r["execution"], f"{r['median_ms']:.3f}", f"{r['min_ms']:.3f}-{r['max_ms']:.3f}",
+                f"{r['speedup_vs_scipy']:.1f}", f"{r['floor_ratio']:.2f}",
+            )
+        console.print(table)
+    if json_path is not None:
+        json_path.write_text(json.dumps({"machine": info, "rows": all_rows}, indent=1))
+        console.print(f"wrote {json_path}")
+
+
+@app.command()
+def strategies() -> None:
+    """List the executions and whether each is usable here."""
+    from welchpeaks import backends
+
+    table = Table(title="executions")
+    for col in ("name", "device", "status", "what it does"):
+        table.add_column(col)
+    for name in backends.names():
+        ex = backends.get(name)
+        why = ex.unavailable_reason()
+        table.add_row(name, ex.device, "available" if why is None else f"unavailable: {why}", ex.description)
+    console.print(table)
+
+
+if __name__ == "__main__":
+    app()

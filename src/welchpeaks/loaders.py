@@ -1,0 +1,53 @@
+"""Reading signals from files for the command line: .npy, .wav and .csv."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+class SignalFileError(Exception):
+    """A file could not be read as signals; the message says why, in one line."""
+
+
+def load_signals(path: str | Path) -> tuple[np.ndarray, float | None]:
+    """Signals ``[rows, samples]`` (or ``[..., samples]`` for .npy) and the sample rate if known.
+
+    * ``.npy``: 1-D (one signal) or N-D (rows of signals); no pickles.
+    * ``.wav``: each channel is a row; integer PCM is scaled to [-1, 1); fs from the file.
+    * ``.csv``: one signal per row, comma-separated numbers.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise SignalFileError(f"{path}: no such file")
+    if not path.is_file():
+        raise SignalFileError(f"{path}: not a file")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            data = np.load(path, allow_pickle=False)
+            fs = None
+        elif suffix == ".wav":
+            from scipy.io import wavfile
+
+            fs, data = wavfile.read(path)
+            if data.dtype.kind in "iu":
+                info = np.iinfo(data.dtype)
+                data = (data.astype(np.float64) - (info.max + info.min + 1) / 2) / ((info.max - info.min + 1) / 2)
+            data = data.T if data.ndim == 2 else data
+            fs = float(fs)
+        elif suffix == ".csv":
+            data = np.loadtxt(path, delimiter=",", ndmin=2)
+            fs = None
+        else:
+            raise SignalFileError(f"{path}: unsupported file type {suffix!r}; use .npy, .wav or .csv")
+    except SignalFileError:
+        raise
+    except Exception as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SignalFileError(f"{path}: cannot read it as {suffix[1:]} ({reason})") from None
+    data = np.asarray(data)
+    if data.size == 0:
+        raise SignalFileError(f"{path}: holds no samples")
+    return data, fs

@@ -1,0 +1,223 @@
+"""Parameters of a Welch-peaks computation, their presets and their validation.
+
+Everything a user passes is checked here, once, at the door; code below the API trusts a
+:class:`PeakParams`. Every error names the parameter, the value it got and the fix.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: Segment layouts of the original system, accepted by name for ``segments``.
+PRESETS: dict[str, int] = {"ultra": 1, "fast": 2, "reference": 8}
+
+MODES = ("peaks", "bins")
+SCALINGS = ("density", "spectrum")
+NAN_POLICIES = ("raise", "propagate")
+COMPUTE_DTYPES = ("float32", "float64")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _require_int(name: str, value: Any, minimum: int, fix: str) -> int:
+    if not _is_int(value):
+        raise TypeError(f"{name}={value!r} must be an integer; {fix}")
+    if value < minimum:
+        raise ValueError(f"{name}={value} must be >= {minimum}; {fix}")
+    return int(value)
+
+
+def resolve_segments(segments: int | str | None) -> int | None:
+    """Return the number of segments for an int, a preset name or None (all that fit)."""
+    if segments is None:
+        return None
+    if isinstance(segments, str):
+        key = segments.strip().lower()
+        if key not in PRESETS:
+            names = ", ".join(f"{k!r} ({v})" for k, v in PRESETS.items())
+            raise ValueError(
+                f"segments={segments!r} is not a preset; use an integer >= 1 or one of {names}"
+            )
+        return PRESETS[key]
+    return _require_int("segments", segments, 1, "pass segments=1 or more, a preset name, or None")
+
+
+def resolve_window(window: Any, n_fft: int) -> np.ndarray:
+    """A float64 window of length ``n_fft`` from a name, a (name, param) tuple or an array.
+
+    Names follow :func:`scipy.signal.get_window` (periodic, as ``scipy.signal.welch`` uses).
+    """
+    if isinstance(window, (str, tuple)):
+        from scipy.signal import get_window
+
+        try:
+            return np.asarray(get_window(window, n_fft), dtype=np.float64)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(
+                f"window={window!r} is not a window scipy.signal.get_window knows ({exc}); "
+                "use a name such as 'hann', 'hamming', 'blackman', ('kaiser', 8.0) or an array"
+            ) from None
+    arr = np.asarray(window)
+    if arr.ndim != 1 or arr.shape[0] != n_fft:
+        raise ValueError(
+            f"window has shape {arr.shape}, but an array window must be 1-D of length n_fft={n_fft}; "
+            "pass an array of that length or a window name"
+        )
+    if not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
+        raise TypeError(f"window array has dtype {arr.dtype}; it must be real numbers")
+    arr = arr.astype(np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("window array contains NaN or infinity; pass finite values")
+    if not np.any(arr):
+        raise ValueError("window array is all zeros; its power would be zero")
+    return arr
+
+
+@dataclass(frozen=True)
+class PeakParams:
+    """Validated parameters of ``welch_peaks``. Build with :func:`make_params`."""
+
+    n_fft: int
+    hop: int
+    segments: int | None  # None: every whole segment that fits the signal
+    k: int
+    fs: float | None
+    window: Any  # as the user gave it (name, tuple or array), for reports
+    window_array: np.ndarray = field(repr=False, compare=False)
+    detrend: str | bool
+    scaling: str
+    mode: str
+    min_distance: int
+    nan_policy: str
+    dtype: str | None  # compute precision, None: decided by the execution
+
+    @property
+    def n_bins(self) -> int:
+        return self.n_fft // 2 + 1
+
+    def n_segments_for(self, length: int) -> int:
+        """Segments used for signals of ``length`` samples (validated to be >= 1)."""
+        if self.segments is not None:
+            return self.segments
+        return (length - self.n_fft) // self.hop + 1
+
+    def frame_for(self, length: int) -> int:
+        """Samples of each row that are analysed: ``n_fft + (segments - 1) * hop``."""
+        return self.n_fft + (self.n_segments_for(length) - 1) * self.hop
+
+    def check_length(self, length: int) -> None:
+        """Raise a ValueError naming the fix when rows of ``length`` samples are too short."""
+        need = self.n_fft if self.segments is None else self.n_fft + (self.segments - 1) * self.hop
+        if length < need:
+            what = (
+                f"n_fft={self.n_fft}"
+                if self.segments is None
+                else f"n_fft + (segments-1)*hop = {self.n_fft} + {self.segments - 1}*{self.hop}"
+            )
+            raise ValueError(
+                f"signals have {length} samples but {need} are needed ({what}); "
+                "pass longer signals, a smaller n_fft, or fewer segments"
+            )
+
+    def freq_scale(self) -> float:
+        """Multiply a (fractional) bin index by this to get Hz (or cycles/sample if fs is None)."""
+        return (1.0 if self.fs is None else self.fs) / self.n_fft
+
+    def to_dict(self) -> dict[str, Any]:
+        window = self.window if isinstance(self.window, (str, tuple)) else "array"
+        return {
+            "n_fft": self.n_fft,
+            "hop": self.hop,
+            "segments": self.segments,
+            "k": self.k,
+            "fs": self.fs,
+            "window": list(window) if isinstance(window, tuple) else window,
+            "detrend": self.detrend,
+            "scaling": self.scaling,
+            "mode": self.mode,
+            "min_distance": self.min_distance,
+            "nan_policy": self.nan_policy,
+            "dtype": self.dtype,
+        }
+
+
+def make_params(
+    *,
+    k: int = 16,
+    n_fft: int = 256,
+    hop: int | None = None,
+    segments: int | str | None = None,
+    fs: float | None = None,
+    window: Any = "hann",
+    detrend: str | bool = "constant",
+    scaling: str = "density",
+    mode: str = "peaks",
+    min_distance: int = 1,
+    nan_policy: str = "raise",
+    dtype: str | None = None,
+) -> PeakParams:
+    """Validate user parameters and return a :class:`PeakParams`."""
+    n_fft = _require_int("n_fft", n_fft, 4, "pass n_fft=4 or larger (256 is the usual choice)")
+    if hop is None:
+        hop = n_fft // 2
+    hop = _require_int("hop", hop, 1, f"pass 1 <= hop <= n_fft={n_fft} (default n_fft//2)")
+    if hop > n_fft:
+        raise ValueError(
+            f"hop={hop} is larger than n_fft={n_fft}, which would skip samples; "
+            f"pass 1 <= hop <= {n_fft} (default n_fft//2)"
+        )
+    k = _require_int("k", k, 1, "pass k=1 or more peaks per signal")
+    nseg = resolve_segments(segments)
+    if fs is not None:
+        if isinstance(fs, bool) or not isinstance(fs, numbers.Real):
+            raise TypeError(f"fs={fs!r} must be a positive number (Hz) or None")
+        if not np.isfinite(fs) or fs <= 0:
+            raise ValueError(f"fs={fs!r} must be a positive, finite sample rate in Hz, or None")
+        fs = float(fs)
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ValueError(f"mode={mode!r} is unknown; use 'peaks' (local maxima) or 'bins' (top bins)")
+    if not (detrend is False or (isinstance(detrend, str) and detrend in ("constant", "linear"))):
+        raise ValueError(
+            f"detrend={detrend!r} is not supported by welch_peaks; use 'constant', 'linear' or False "
+            "(welchpeaks.welch accepts a callable)"
+        )
+    if not isinstance(scaling, str) or scaling not in SCALINGS:
+        raise ValueError(f"scaling={scaling!r} is unknown; use 'density' (V**2/Hz) or 'spectrum' (V**2)")
+    min_distance = _require_int(
+        "min_distance", min_distance, 1, "pass min_distance=1 (no thinning) or more bins"
+    )
+    if not isinstance(nan_policy, str) or nan_policy not in NAN_POLICIES:
+        raise ValueError(f"nan_policy={nan_policy!r} is unknown; use 'raise' or 'propagate'")
+    if dtype is not None:
+        dtype = np.dtype(dtype).name if _dtype_ok(dtype) else dtype
+        if dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"dtype={dtype!r} is not a compute precision; use 'float32', 'float64' or None")
+    return PeakParams(
+        n_fft=n_fft,
+        hop=hop,
+        segments=nseg,
+        k=k,
+        fs=fs,
+        window=window,
+        window_array=resolve_window(window, n_fft),
+        detrend=detrend,
+        scaling=scaling,
+        mode=mode,
+        min_distance=min_distance,
+        nan_policy=nan_policy,
+        dtype=dtype,
+    )
+
+
+def _dtype_ok(dtype: Any) -> bool:
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        return False
+    return True

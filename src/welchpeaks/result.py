@@ -1,0 +1,90 @@
+"""PeakResult: what ``welch_peaks`` returns."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PeakResult:
+    """The ``k`` strongest peaks of every signal, strongest first.
+
+    Attributes
+    ----------
+    bins : int32 array ``[..., k]``
+        PSD bin of each peak; -1 in slots left empty (fewer than ``k`` candidates, or a row
+        skipped under ``nan_policy='propagate'``).
+    power : array ``[..., k]``
+        PSD value at the bin (float32 for float32 input, else float64); NaN where empty.
+    freqs : float64 array ``[..., k]``
+        Frequency of each peak in Hz when ``fs`` was given, else in cycles per sample. In
+        ``mode='peaks'`` it is refined by a parabola through the log-power of the three bins
+        around the peak; NaN where empty.
+    strategy : str
+        The execution that computed it (``'numpy'``, ``'fused-cpu'``, ...).
+    params : dict
+        The parameters used, including the number of segments.
+    """
+
+    bins: np.ndarray
+    power: np.ndarray
+    freqs: np.ndarray
+    strategy: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Leading (batch) shape followed by ``k``."""
+        return tuple(self.bins.shape)
+
+    def packed(self) -> np.ndarray:
+        """The original system's layout: float32 ``[..., k, 2]`` of ``(bin, power)`` pairs.
+
+        Empty slots hold ``(-1, NaN)``.
+        """
+        out = np.empty(self.bins.shape + (2,), np.float32)
+        out[..., 0] = self.bins
+        out[..., 1] = self.power
+        return out
+
+    def numpy(self) -> PeakResult:
+        """This result with host (NumPy) arrays; already the case for CPU executions."""
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; NaN becomes None."""
+
+        def clean(a: np.ndarray) -> Any:
+            lst = a.tolist()
+            if a.dtype.kind == "f":
+                return _nan_to_none(lst)
+            return lst
+
+        return {
+            "strategy": self.strategy,
+            "params": self.params,
+            "bins": clean(self.bins),
+            "power": clean(self.power),
+            "freqs": clean(self.freqs),
+        }
+
+    def to_json(self, path: str | Path | None = None, indent: int | None = None) -> str:
+        """The :meth:`to_dict` as JSON text; also written to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=indent)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+
+def _nan_to_none(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_nan_to_none(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value

@@ -1,0 +1,213 @@
+"""The reference math, in plain NumPy: segments, detrend, one-sided Welch PSD, peak selection.
+
+This module is the single source of truth for what every execution computes:
+
+* :func:`welch_psd` is the vectorised Welch PSD (checked against ``scipy.signal.welch``);
+* :func:`select_row` is the plain, one-row-at-a-time peak selection every fast path is tested
+  against; :func:`reference_peaks` applies it to a whole batch.
+
+Selection semantics (shared by all executions):
+
+``bins``
+    the ``k`` highest PSD bins, by power descending, ties to the lower bin.
+``peaks``
+    local maxima ``p[j] > p[j-1] and p[j] >= p[j+1]`` (a missing neighbour counts as -inf),
+    thinned like ``scipy.signal.find_peaks(distance=min_distance)`` (strongest first; a
+    candidate closer than ``min_distance`` bins to a kept one is dropped; ties to the lower
+    bin), the ``k`` strongest kept, each refined by a parabola through the log-power of the
+    three bins around it (no refinement at the edges or where a neighbour's power is 0).
+
+Slots left when there are fewer than ``k`` candidates hold bin -1 and power NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from welchpeaks.params import PeakParams
+
+
+def segment_view(x2d: np.ndarray, n_fft: int, hop: int, n_segments: int) -> np.ndarray:
+    """A read-only strided view ``[rows, n_segments, n_fft]`` of ``x2d`` (no copy)."""
+    rs, cs = x2d.strides
+    return np.lib.stride_tricks.as_strided(
+        x2d, shape=(x2d.shape[0], n_segments, n_fft), strides=(rs, hop * cs, cs), writeable=False
+    )
+
+
+def detrend_segments(segs: np.ndarray, detrend: str | bool) -> np.ndarray:
+    """Remove the mean (``'constant'``) or the least-squares line (``'linear'``) of each segment."""
+    if detrend is False:
+        return segs
+    mean = segs.mean(axis=-1, keepdims=True)
+    if detrend == "constant":
+        return segs - mean
+    if detrend == "linear":
+        n = segs.shape[-1]
+        t = np.arange(n, dtype=segs.dtype) - segs.dtype.type((n - 1) / 2)
+        slope = (segs * t).sum(axis=-1, keepdims=True) / (t * t).sum()
+        return segs - mean - slope * t
+    raise ValueError(f"detrend={detrend!r} is not supported here; use 'constant', 'linear' or False")
+
+
+def one_sided_scale(window: np.ndarray, nfft: int, fs: float, scaling: str) -> np.ndarray:
+    """Per-bin factor turning ``|rfft|**2`` of a windowed segment into a one-sided PSD bin.
+
+    ``density``: ``1 / (fs * sum(w**2))``; ``spectrum``: ``1 / sum(w)**2``; every bin but DC (and
+    Nyquist for even ``nfft``) is doubled.
+    """
+    if scaling == "density":
+        base = 1.0 / (fs * float(np.sum(window * window)))
+    elif scaling == "spectrum":
+        base = 1.0 / float(np.sum(window)) ** 2
+    else:
+        raise ValueError(f"scaling={scaling!r} is unknown; use 'density' or 'spectrum'")
+    scale = np.full(nfft // 2 + 1, 2.0 * base)
+    scale[0] = base
+    if nfft % 2 == 0:
+        scale[-1] = base
+    return scale
+
+
+def median_bias(n: int) -> float:
+    """Bias of the median of ``n`` chi-squared(2) samples, which ``average='median'`` divides by.
+
+    For exponential samples the expected median of ``n`` draws (odd n) is the harmonic sum
+    ``sum_{i=1..n} (-1)**(i+1) / i``; scipy uses the same series for any n.
+    """
+    return 1.0 + sum(1.0 / (2 * i + 1) - 1.0 / (2 * i) for i in range(1, (n - 1) // 2 + 1))
+
+
+def welch_psd(
+    x2d: np.ndarray,
+    window: np.ndarray,
+    hop: int,
+    n_segments: int,
+    *,
+    detrend: str | bool = "constant",
+    scaling: str = "density",
+    fs: float = 1.0,
+    nfft: int | None = None,
+    average: str = "mean",
+    workers: int = -1,
+) -> np.ndarray:
+    """One-sided Welch PSD ``[rows, nfft//2+1]`` of rows of a float32 or float64 array.
+
+    Segment ``s`` of a row starts at ``s * hop`` and has ``len(window)`` samples; only whole
+    segments are used. Results keep the input's precision.
+    """
+    import scipy.fft
+
+    n_fft = window.shape[0]
+    nfft = n_fft if nfft is None else nfft
+    dtype = x2d.dtype
+    segs = detrend_segments(segment_view(x2d, n_fft, hop, n_segments), detrend)
+    segs = segs * window.astype(dtype)
+    spec = scipy.fft.rfft(segs, n=nfft, axis=-1, workers=workers)
+    power = spec.real * spec.real
+    power += spec.imag * spec.imag
+    if average == "mean":
+        psd = power.mean(axis=1)
+    elif average == "median":
+        psd = np.median(power, axis=1) / dtype.type(median_bias(n_segments))
+    else:
+        raise ValueError(f"average={average!r} is unknown; use 'mean' or 'median'")
+    psd *= one_sided_scale(window, nfft, fs, scaling).astype(dtype)
+    return psd
+
+
+# --------------------------------------------------------------------------------------------
+# Plain, per-row selection: the oracle for every fast path.
+# --------------------------------------------------------------------------------------------
+
+
+def local_maxima(p: np.ndarray) -> list[int]:
+    """Indices ``j`` with ``p[j] > p[j-1]`` and ``p[j] >= p[j+1]`` (missing neighbours: -inf)."""
+    n = len(p)
+    out = []
+    for j in range(n):
+        left = p[j - 1] if j > 0 else -math.inf
+        right = p[j + 1] if j < n - 1 else -math.inf
+        if p[j] > left and p[j] >= right:
+            out.append(j)
+    return out
+
+
+def strongest_first(p: np.ndarray, candidates: list[int]) -> list[int]:
+    """Candidates ordered by power descending, ties to the lower bin."""
+    return sorted(candidates, key=lambda j: (-float(p[j]), j))
+
+
+def thin(p: np.ndarray, candidates: list[int], min_distance: int) -> list[int]:
+    """Keep the strongest candidates, dropping any closer than ``min_distance`` to a kept one."""
+    kept: list[int] = []
+    for j in strongest_first(p, candidates):
+        if all(abs(j - i) >= min_distance for i in kept):
+            kept.append(j)
+    return kept
+
+
+def refine(p: np.ndarray, j: int) -> float:
+    """Fractional bin of the peak at ``j``: vertex of the parabola through the log-power at
+    ``j-1, j, j+1``. Returns ``j`` at the edges and where a power is not positive."""
+    if j <= 0 or j >= len(p) - 1:
+        return float(j)
+    a, b, c = float(p[j - 1]), float(p[j]), float(p[j + 1])
+    if a <= 0.0 or b <= 0.0 or c <= 0.0:
+        return float(j)
+    la, lb, lc = math.log(a), math.log(b), math.log(c)
+    den = la - 2.0 * lb + lc
+    if den >= 0.0:
+        return float(j)
+    return j + 0.5 * (la - lc) / den
+
+
+def select_row(p: np.ndarray, k: int, mode: str, min_distance: int = 1) -> tuple[list[int], list[float]]:
+    """Selected bins (strongest first, at most ``k``) and their fractional bins for one PSD row."""
+    if mode == "bins":
+        chosen = strongest_first(p, list(range(len(p))))[:k]
+        return chosen, [float(j) for j in chosen]
+    if mode == "peaks":
+        chosen = thin(p, local_maxima(p), min_distance)[:k]
+        return chosen, [refine(p, j) for j in chosen]
+    raise ValueError(f"mode={mode!r} is unknown; use 'peaks' or 'bins'")
+
+
+def reference_peaks(
+    psd: np.ndarray, k: int, mode: str, min_distance: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Apply :func:`select_row` to every row of ``psd`` ``[rows, n_bins]``.
+
+    Returns ``bins`` int32, ``power`` (psd's dtype) and fractional ``fbins`` float64, each
+    ``[rows, k]``, padded with -1 / NaN. Rows holding a NaN are left entirely as padding.
+    """
+    rows = psd.shape[0]
+    bins = np.full((rows, k), -1, dtype=np.int32)
+    power = np.full((rows, k), np.nan, dtype=psd.dtype)
+    fbins = np.full((rows, k), np.nan)
+    for r in range(rows):
+        if not np.all(np.isfinite(psd[r])):
+            continue
+        chosen, frac = select_row(psd[r], k, mode, min_distance)
+        n = len(chosen)
+        bins[r, :n] = chosen
+        power[r, :n] = psd[r, chosen]
+        fbins[r, :n] = frac
+    return bins, power, fbins
+
+
+def reference_welch_peaks(x2d: np.ndarray, params: PeakParams) -> tuple[np.ndarray, ...]:
+    """The whole contract for rows ``x2d`` (float32 or float64), computed plainly."""
+    n_seg = params.n_segments_for(x2d.shape[1])
+    psd = welch_psd(
+        x2d,
+        params.window_array,
+        params.hop,
+        n_seg,
+        detrend=params.detrend,
+        scaling=params.scaling,
+        fs=1.0 if params.fs is None else params.fs,
+    )
+    return reference_peaks(psd, params.k, params.mode, params.min_distance)

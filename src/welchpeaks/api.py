@@ -151,7 +151,7 @@ def _welch_fast_args(x, fs, window, nperseg, noverlap, nfft, detrend, return_one
     if not (win.ndim == 1 and win.shape[0] == seg and win.dtype.kind in "iuf"):
         return None
     if arr.dtype.kind in "iu":
-        arr = arr.astype(np.float64)
+        arr = arr.astype(np.result_type(arr.dtype, np.float32))  # scipy's promotion: int16 -> float32
     return arr, ax, win, int(seg), int(ovl), int(n_out)
 
 

@@ -189,9 +189,10 @@ def bench(
     mode: str = typer.Option("peaks", "--mode", help="peaks, bins, or peaks,bins."),
     repeats: int = typer.Option(15, "--repeats", help="Timed calls per row (median reported)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write rows and machine info as JSON."),
+    md_path: Optional[Path] = typer.Option(None, "--md", help="Write the rows as a markdown table."),
 ) -> None:
     """Time the executions against scipy.signal.welch + top-k on the same data."""
-    from welchpeaks.bench.peaks import Cell, machine_info, time_cell
+    from welchpeaks.bench.peaks import Cell, machine_info, markdown_table, time_cell
 
     if repeats < 3:
         _fail("--repeats must be >= 3 for a median and a range")
@@ -227,6 +228,9 @@ def bench(
     if json_path is not None:
         json_path.write_text(json.dumps({"machine": info, "rows": all_rows}, indent=1))
         console.print(f"wrote {json_path}")
+    if md_path is not None:
+        md_path.write_text(markdown_table(all_rows))
+        console.print(f"wrote {md_path}")
 
 
 @app.command()

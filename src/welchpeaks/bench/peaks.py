@@ -141,3 +141,17 @@ def machine_info() -> dict[str, Any]:
         },
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
     }
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """One line per (cell, execution): median and min-max ms, speed-up, ratio to the FFT floor."""
+    lines = [
+        "| batch | segments | mode | execution | median ms | min-max ms | x scipy | / FFT floor |",
+        "|---:|---:|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['batch']} | {r['segments']} | {r['mode']} | {r['execution']} | {r['median_ms']:.3f} | "
+            f"{r['min_ms']:.3f}-{r['max_ms']:.3f} | {r['speedup_vs_scipy']:.1f} | {r['floor_ratio']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,104 @@
+"""The command line, through typer's CliRunner, on real files written here."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy.io import wavfile
+from typer.testing import CliRunner
+
+import welchpeaks
+from welchpeaks.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def tone():
+    fs = 8000.0
+    t = np.arange(4096) / fs
+    return fs, np.sin(2 * np.pi * 1000.0 * t) + 0.3 * np.sin(2 * np.pi * 2000.0 * t)
+
+
+def test_peaks_on_npy_wav_csv(tmp_path, tone):
+    fs, x = tone
+    np.save(tmp_path / "a.npy", np.stack([x, x[::-1]]))
+    wavfile.write(tmp_path / "b.wav", int(fs), (np.stack([x, 0.5 * x], axis=1) * 16000).astype(np.int16))
+    np.savetxt(tmp_path / "c.csv", np.stack([x, x]), delimiter=",")
+    out = tmp_path / "out.json"
+    res = runner.invoke(app, ["peaks", str(tmp_path / "a.npy"), str(tmp_path / "b.wav"), str(tmp_path / "c.csv"),
+                              "--k", "2", "--json", str(out), "--csv", str(tmp_path / "out.csv")])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    wav = data[str(tmp_path / "b.wav")]
+    assert wav["params"]["fs"] == fs  # from the file
+    np.testing.assert_allclose(np.array(wav["freqs"]), [[1000, 2000]] * 2, atol=5)
+    npy = welchpeaks.welch_peaks(np.stack([x, x[::-1]]), k=2)
+    assert data[str(tmp_path / "a.npy")]["bins"] == npy.bins.tolist()
+    lines = (tmp_path / "out.csv").read_text().splitlines()
+    assert lines[0] == "file,signal,rank,bin,freq,power" and len(lines) == 1 + 6 * 2
+
+
+def test_peaks_options_are_passed(tmp_path, tone):
+    fs, x = tone
+    np.save(tmp_path / "a.npy", x)
+    res = runner.invoke(app, ["peaks", str(tmp_path / "a.npy"), "--k", "3", "--n-fft", "128", "--segments", "fast",
+                              "--fs", "8000", "--mode", "bins", "--strategy", "numpy", "--json", str(tmp_path / "o.json")])
+    assert res.exit_code == 0, res.output
+    d = json.loads((tmp_path / "o.json").read_text())[str(tmp_path / "a.npy")]
+    assert d["strategy"] == "numpy" and d["params"]["segments"] == 2 and d["params"]["mode"] == "bins"
+    assert d["params"]["n_fft"] == 128 and len(d["bins"]) == 3
+
+
+@pytest.mark.parametrize(
+    "setup, match",
+    [
+        (lambda p: None, "no such file"),
+        (lambda p: p.write_bytes(b"not a numpy file"), "cannot read it as npy"),
+        (lambda p: np.save(p, np.ones(10)), "10 samples but 256 are needed"),
+    ],
+)
+def test_bad_files_are_one_line_errors(tmp_path, setup, match):
+    path = tmp_path / "x.npy"
+    setup(path)
+    res = runner.invoke(app, ["peaks", str(path)])
+    assert res.exit_code == 2
+    assert match in res.output and "Traceback" not in res.output
+
+
+def test_unsupported_suffix(tmp_path):
+    (tmp_path / "x.txt").write_text("1,2,3")
+    res = runner.invoke(app, ["peaks", str(tmp_path / "x.txt")])
+    assert res.exit_code == 2 and "unsupported file type" in res.output
+
+
+def test_demo_and_plot(tmp_path):
+    res = runner.invoke(app, ["demo", "--batch", "64", "--plot", str(tmp_path / "d.png")])
+    assert res.exit_code == 0, res.output
+    assert "recall 100.0%" in res.output
+    assert (tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_json(tmp_path):
+    out = tmp_path / "b.json"
+    res = runner.invoke(app, ["bench", "--batch", "8,16", "--n-fft", "64", "--k", "4", "--repeats", "3",
+                              "--mode", "peaks,bins", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["machine"]["versions"]["welchpeaks"] == welchpeaks.__version__
+    names = {r["execution"] for r in data["rows"]}
+    assert {"scipy", "fft-floor", "numpy", "fused-cpu", "auto", "auto-oneshot"} <= names
+    for r in data["rows"]:
+        assert r["min_ms"] <= r["median_ms"] <= r["max_ms"] and r["repeats"] == 3
+        assert set(r) >= {"batch", "n_fft", "k", "segments", "mode", "speedup_vs_scipy", "floor_ratio"}
+    assert len(data["rows"]) == 2 * 2 * len(names)
+
+
+def test_bench_rejects_bad_ranges():
+    res = runner.invoke(app, ["bench", "--batch", "a-b"])
+    assert res.exit_code == 2 and "--batch" in res.output
+
+
+def test_strategies_lists_executions():
+    res = runner.invoke(app, ["strategies"])
+    assert res.exit_code == 0 and "fused-cpu" in res.output and "available" in res.output

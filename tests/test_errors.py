@@ -1,0 +1,73 @@
+"""Bad input gets a clear error naming the parameter and the fix."""
+
+import numpy as np
+import pytest
+
+import welchpeaks
+
+X = np.random.default_rng(0).standard_normal((4, 1000))
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(n_fft=3), ValueError, r"n_fft=3 must be >= 4"),
+        (dict(n_fft=256.0), TypeError, r"n_fft=256.0 must be an integer"),
+        (dict(k=0), ValueError, r"k=0 must be >= 1"),
+        (dict(hop=0), ValueError, r"hop=0 must be >= 1"),
+        (dict(hop=300), ValueError, r"hop=300 is larger than n_fft=256"),
+        (dict(segments=0), ValueError, r"segments=0 must be >= 1"),
+        (dict(segments="turbo"), ValueError, r"segments='turbo' is not a preset.*'ultra' \(1\)"),
+        (dict(segments=20), ValueError, r"1000 samples but 2688 are needed.*fewer segments"),
+        (dict(n_fft=2048), ValueError, r"1000 samples but 2048 are needed"),
+        (dict(mode="max"), ValueError, r"mode='max' is unknown; use 'peaks'"),
+        (dict(window="nope"), ValueError, r"window='nope' is not a window"),
+        (dict(window=np.ones(10)), ValueError, r"length n_fft=256"),
+        (dict(detrend="quadratic"), ValueError, r"detrend='quadratic' is not supported"),
+        (dict(scaling="psd"), ValueError, r"scaling='psd' is unknown"),
+        (dict(strategy="gpu-magic"), ValueError, r"strategy='gpu-magic' is unknown.*'fused-cpu'"),
+        (dict(device="cuda"), ValueError, r"device='cuda' is not available"),
+        (dict(device="tpu"), ValueError, r"device='tpu' is not available"),
+        (dict(nan_policy="omit"), ValueError, r"nan_policy='omit' is unknown"),
+        (dict(min_distance=0), ValueError, r"min_distance=0 must be >= 1"),
+        (dict(fs=-5.0), ValueError, r"fs=-5.0 must be a positive"),
+        (dict(fs="44k"), TypeError, r"fs='44k' must be a positive number"),
+        (dict(dtype="float16"), ValueError, r"dtype='float16' is not a compute precision"),
+    ],
+)
+def test_bad_parameters(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        welchpeaks.welch_peaks(X, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "x, exc, match",
+    [
+        (np.ones((3, 300), complex), TypeError, r"complex.*not.*real|real signals"),
+        (np.zeros((0, 300)), ValueError, r"x is empty"),
+        (np.zeros((3, 0)), ValueError, r"x is empty"),
+        (np.float64(3.0), ValueError, r"scalar"),
+        (np.array(["a", "b"]), TypeError, r"dtype <U1"),
+        (np.ones(300, bool), TypeError, r"dtype bool"),
+        ([[1.0, 2.0], [3.0]], ValueError, r"equal-length rows"),
+        (np.ones((2, 100)), ValueError, r"100 samples but 256 are needed"),
+    ],
+)
+def test_bad_signals(x, exc, match):
+    with pytest.raises(exc, match=match):
+        welchpeaks.welch_peaks(x)
+
+
+def test_bad_input_never_changes_the_callers_array():
+    x = np.random.default_rng(1).standard_normal((3, 512))
+    x[1, 5] = np.nan
+    before = x.copy()
+    with pytest.raises(ValueError):
+        welchpeaks.welch_peaks(x)
+    welchpeaks.welch_peaks(x, nan_policy="propagate")
+    np.testing.assert_array_equal(x, before)
+
+
+def test_available_strategies_rejects_unknown_device():
+    with pytest.raises(ValueError, match="device='cuda' is not available"):
+        welchpeaks.available_strategies("cuda")

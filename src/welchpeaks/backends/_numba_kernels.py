@@ -66,13 +66,13 @@ def _refine(prow, j, n_bins):
     """Fractional bin of the peak at ``j``; ``prow[1 + j]`` holds the PSD (see select_into)."""
     if j <= 0 or j >= n_bins - 1:
         return float(j)
-    a = float(prow[j])
-    b = float(prow[j + 1])
-    c = float(prow[j + 2])
+    a = prow[j]
+    b = prow[j + 1]
+    c = prow[j + 2]
     if a <= 0.0 or b <= 0.0 or c <= 0.0:
         return float(j)
-    la = math.log(a / b)
-    lc = math.log(c / b)
+    la = float(math.log(a / b))  # in the compute dtype: logf for float32
+    lc = float(math.log(c / b))
     den = la + lc
     if den >= 0.0:
         return float(j)

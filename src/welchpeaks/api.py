@@ -18,7 +18,7 @@ from welchpeaks.result import PeakResult
 DEVICES = ("cpu",)
 
 #: How ``strategy='auto'`` chooses, until the cost-based planner replaces it. Measured on a
-#: 2-core x86 machine (docs/performance.md): fused-cpu is 5x to 7x faster than numpy at
+#: 2-core x86 machine (docs/performance.md): fused-cpu is 4x to 5x faster than numpy at
 #: every batch from 32 to 8192, so auto takes it whenever it is installed and computes the
 #: requested options, and numpy otherwise.
 AUTO_RULE = "fused-cpu when installed and it supports the options (measured faster at every batch), else numpy"

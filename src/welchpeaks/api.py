@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from welchpeaks import backends
-from welchpeaks.params import PeakParams, make_params
+from welchpeaks.params import PeakParams, is_int, make_params
 from welchpeaks.result import PeakResult
 
 DEVICES = ("cpu",)
@@ -134,15 +134,15 @@ def _welch_fast_args(x, fs, window, nperseg, noverlap, nfft, detrend, return_one
         return None
     if not (isinstance(fs, numbers.Real) and np.isfinite(fs) and fs > 0):
         return None
-    if not (_is_int(axis) and -arr.ndim <= axis < arr.ndim):
+    if not (is_int(axis) and -arr.ndim <= axis < arr.ndim):
         return None
     ax = axis % arr.ndim
     seg = 256 if nperseg is None else nperseg
-    if not (_is_int(seg) and 0 < seg <= arr.shape[ax]):
+    if not (is_int(seg) and 0 < seg <= arr.shape[ax]):
         return None
     ovl = seg // 2 if noverlap is None else noverlap
     n_out = seg if nfft is None else nfft
-    if not (_is_int(ovl) and 0 <= ovl < seg and _is_int(n_out) and n_out >= seg):
+    if not (is_int(ovl) and 0 <= ovl < seg and is_int(n_out) and n_out >= seg):
         return None
     try:
         win = scipy.signal.get_window(window, seg) if isinstance(window, (str, tuple)) else np.asarray(window)
@@ -153,10 +153,6 @@ def _welch_fast_args(x, fs, window, nperseg, noverlap, nfft, detrend, return_one
     if arr.dtype.kind in "iu":
         arr = arr.astype(np.result_type(arr.dtype, np.float32))  # scipy's promotion: int16 -> float32
     return arr, ax, win, int(seg), int(ovl), int(n_out)
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 # ------------------------------------------------------------------------------ peaks

@@ -20,18 +20,16 @@ SCALINGS = ("density", "spectrum")
 NAN_POLICIES = ("raise", "propagate")
 COMPUTE_DTYPES = ("float32", "float64")
 
-
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
+    """True for integers (numpy's too), False for bools."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
-
 def _require_int(name: str, value: Any, minimum: int, fix: str) -> int:
-    if not _is_int(value):
+    if not is_int(value):
         raise TypeError(f"{name}={value!r} must be an integer; {fix}")
     if value < minimum:
         raise ValueError(f"{name}={value} must be >= {minimum}; {fix}")
     return int(value)
-
 
 def resolve_segments(segments: int | str | None) -> int | None:
     """Return the number of segments for an int, a preset name or None (all that fit)."""
@@ -46,7 +44,6 @@ def resolve_segments(segments: int | str | None) -> int | None:
             )
         return PRESETS[key]
     return _require_int("segments", segments, 1, "pass segments=1 or more, a preset name, or None")
-
 
 def resolve_window(window: Any, n_fft: int) -> np.ndarray:
     """A float64 window of length ``n_fft`` from a name, a (name, param) tuple or an array.
@@ -77,7 +74,6 @@ def resolve_window(window: Any, n_fft: int) -> np.ndarray:
     if not np.any(arr):
         raise ValueError("window array is all zeros; its power would be zero")
     return arr
-
 
 @dataclass(frozen=True)
 class PeakParams:
@@ -146,7 +142,6 @@ class PeakParams:
             "dtype": self.dtype,
         }
 
-
 def make_params(
     *,
     k: int = 16,
@@ -195,7 +190,10 @@ def make_params(
     if not isinstance(nan_policy, str) or nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy={nan_policy!r} is unknown; use 'raise' or 'propagate'")
     if dtype is not None:
-        dtype = np.dtype(dtype).name if _dtype_ok(dtype) else dtype
+        try:
+            dtype = np.dtype(dtype).name
+        except TypeError:
+            pass
         if dtype not in COMPUTE_DTYPES:
             raise ValueError(f"dtype={dtype!r} is not a compute precision; use 'float32', 'float64' or None")
     return PeakParams(
@@ -214,10 +212,3 @@ def make_params(
         dtype=dtype,
     )
 
-
-def _dtype_ok(dtype: Any) -> bool:
-    try:
-        np.dtype(dtype)
-    except TypeError:
-        return False
-    return True

@@ -69,6 +69,19 @@ def test_float32_matches_reference(strategy, mode, n_fft, segments, rng):
     assert_matches_reference(res, reference_psd(x, p, segments), p, exact=False)
 
 
+@pytest.mark.parametrize("detrend", ["constant", "linear"])
+def test_long_frames_load_one_segment_at_a_time(detrend, rng):
+    # 80 segments of 256: a frame too long to transpose whole into fused-cpu's tile
+    x = rng.standard_normal((21, 256 + 79 * 128)) + 2.0
+    x[20, -5] = np.nan  # the last segment of the last row is not finite
+    p = make_params(k=8, n_fft=256, detrend=detrend)
+    res = welchpeaks.welch_peaks(x, k=8, n_fft=256, detrend=detrend, strategy="fused-cpu", dtype="float64",
+                                 nan_policy="propagate")
+    assert np.all(res.bins[20] == -1)
+    got = welchpeaks.PeakResult(res.bins[:20], res.power[:20], res.freqs[:20], res.strategy, res.params)
+    assert_matches_reference(got, reference_psd(x[:20], p, 80), p, exact=True)
+
+
 def test_fused_cpu_computes_float32_by_default_and_float64_on_request(rng):
     x = rng.standard_normal((40, 384))
     r32 = welchpeaks.welch_peaks(x, segments=2, strategy="fused-cpu")

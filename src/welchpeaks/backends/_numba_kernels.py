@@ -62,13 +62,10 @@ def _insert_desc(vals, idx, count, cap, p, j):
 
 
 @njit(**_INL)
-def _refine(prow, j, n_bins):
-    """Fractional bin of the peak at ``j``; ``prow[1 + j]`` holds the PSD (see select_into)."""
+def _refine(a, b, c, j, n_bins):
+    """Fractional bin of the peak at bin ``j`` of power ``b`` between ``a`` and ``c``."""
     if j <= 0 or j >= n_bins - 1:
         return float(j)
-    a = prow[j]
-    b = prow[j + 1]
-    c = prow[j + 2]
     if a <= 0.0 or b <= 0.0 or c <= 0.0:
         return float(j)
     la = float(math.log(a / b))  # in the compute dtype: logf for float32
@@ -125,7 +122,7 @@ def select_into(prow, n_bins, k, mode, min_distance, vals, idx, cand, out_bins, 
         j = idx[c]
         out_bins[r, c] = j
         out_power[r, c] = vals[c]
-        out_fbin[r, c] = _refine(prow, j, n_bins) if mode == MODE_PEAKS else float(j)
+        out_fbin[r, c] = _refine(prow[j], prow[j + 1], prow[j + 2], j, n_bins) if mode == MODE_PEAKS else float(j)
 
 
 @njit(**_INL)
@@ -182,6 +179,7 @@ def fused_pow2(
     min_distance,
     tile,
     stats,
+    sums,
     buf_re,
     buf_im,
     acc,
@@ -196,10 +194,14 @@ def fused_pow2(
 ):
     """The fused pass for power-of-two ``n_fft``; scratch arrays have a leading worker axis.
 
-    ``ramp[i] = i - (n_fft-1)/2`` (compute dtype) and ``consts = [1/n_fft, 1/sum(ramp**2)]``.
+    ``tile`` holds one frame of ``LANES`` rows (or one segment, for long frames), ``stats`` their segment's mean and slope (compute
+    dtype) and ``sums`` the float64 sums behind them. ``ramp[i] = i - (n_fft-1)/2`` (compute
+    dtype) and ``consts = [1/n_fft, 1/sum(ramp**2)]``.
     """
     m = n_fft // 2
     n_bins = m + 1
+    frame = n_fft + (n_seg - 1) * hop
+    whole = tile.shape[1] >= frame
     n_workers = buf_re.shape[0]
     n_blocks = (n_rows + LANES - 1) // LANES
     per = (n_blocks + n_workers - 1) // n_workers
@@ -217,39 +219,51 @@ def fused_pow2(
         tc = cand[t]
         mean = st[0]
         slope = st[1]
+        s_fin = sums[t, 0]
+        s_sum = sums[t, 1]
+        s_ramp = sums[t, 2]
         for blk in range(t * per, min(n_blocks, (t + 1) * per)):
             r0 = blk * LANES
             nl = min(LANES, n_rows - r0)
-            for q in range(n_bins):
+            for q in range(1, n_bins + 1):
                 for lane in range(LANES):
                     ac[q, lane] = 0.0
-            for lane in range(nl, LANES):  # lanes past the last row stay zero
-                mean[lane] = 0.0
-                slope[lane] = 0.0
-                for i in range(n_fft):
-                    tl[i, lane] = 0.0
             for lane in range(nl):
                 bad[r0 + lane] = False
+            for lane in range(nl, LANES):  # lanes past the last row stay zero
+                for i in range(tl.shape[0]):
+                    tl[i, lane] = 0.0
+            if whole:
+                # the frame of every row of the block, transposed once (rows become lanes), so
+                # overlapping segments are read from the tile, not from memory again
+                for lane in range(nl):
+                    for i in range(frame):
+                        tl[i, lane] = x[r0 + lane, i]
             for s in range(n_seg):
                 off = s * hop
-                # copy the segment of every row into the tile (rows become lanes), with its
-                # finiteness, mean and slope (float64 sums over the contiguous row)
+                if not whole:  # long frames: one segment at a time
+                    for lane in range(nl):
+                        for i in range(n_fft):
+                            tl[i, lane] = x[r0 + lane, off + i]
+                    off = 0
+                # finiteness, mean and slope of the segment of every lane, in float64
+                for lane in range(LANES):
+                    s_fin[lane] = 0.0
+                    s_sum[lane] = 0.0
+                    s_ramp[lane] = 0.0
+                for i in range(n_fft):
+                    ri = float(ramp[i])
+                    for lane in range(LANES):
+                        v = float(tl[off + i, lane])
+                        s_fin[lane] += v - v
+                        s_sum[lane] += v
+                        s_ramp[lane] += ri * v
+                for lane in range(LANES):
+                    mean[lane] = s_sum[lane] * inv_n if detrend != DETREND_NONE else 0.0
+                    slope[lane] = s_ramp[lane] * inv_ramp2 if detrend == DETREND_LINEAR else 0.0
                 for lane in range(nl):
-                    r = r0 + lane
-                    fin = 0.0
-                    sm = 0.0
-                    sl = 0.0
-                    for i in range(n_fft):
-                        v = float(x[r, off + i])
-                        fin += v - v
-                        sm += v
-                        sl += float(ramp[i]) * v
-                    if fin != 0.0:
-                        bad[r] = True
-                    mean[lane] = sm * inv_n if detrend != DETREND_NONE else 0.0
-                    slope[lane] = sl * inv_ramp2 if detrend == DETREND_LINEAR else 0.0
-                    for i in range(n_fft):
-                        tl[i, lane] = x[r, off + i]
+                    if s_fin[lane] != 0.0:
+                        bad[r0 + lane] = True
                 # detrend, window and store bit-reversed as the complex sequence x[2i] + i x[2i+1]
                 for i in range(m):
                     d = rev[i]
@@ -258,8 +272,8 @@ def fused_pow2(
                     t0 = ramp[2 * i]
                     t1 = ramp[2 * i + 1]
                     for lane in range(LANES):
-                        re[d, lane] = (tl[2 * i, lane] - mean[lane] - slope[lane] * t0) * w0
-                        im[d, lane] = (tl[2 * i + 1, lane] - mean[lane] - slope[lane] * t1) * w1
+                        re[d, lane] = (tl[off + 2 * i, lane] - mean[lane] - slope[lane] * t0) * w0
+                        im[d, lane] = (tl[off + 2 * i + 1, lane] - mean[lane] - slope[lane] * t1) * w1
                 # radix-2 decimation-in-time FFT of size m over all lanes
                 size = 2
                 while size <= m:
@@ -297,16 +311,22 @@ def fused_pow2(
                         di = zi - ci
                         xr = zr + cr + pr * di + pi * dr
                         xi = zi + ci - pr * dr + pi * di
-                        ac[q, lane] += xr * xr + xi * xi
+                        ac[q + 1, lane] += xr * xr + xi * xi
+            # the PSD tile, between -inf sentinel rows for the local-maximum test
+            for q in range(n_bins):
+                sq = scale[q]
+                for lane in range(LANES):
+                    ac[q + 1, lane] *= sq
+            for lane in range(LANES):
+                ac[0, lane] = -np.inf
+                ac[n_bins + 1, lane] = -np.inf
             for lane in range(nl):
                 r = r0 + lane
                 _clear_row(out_bins, out_power, out_fbin, r)
                 if bad[r]:
                     continue
-                prow[0] = -np.inf
-                prow[n_bins + 1] = -np.inf
-                for q in range(n_bins):
-                    prow[q + 1] = ac[q, lane] * scale[q]
+                for q in range(n_bins + 2):
+                    prow[q] = ac[q, lane]
                 select_into(prow, n_bins, k, mode, min_distance, tv, ti, tc, out_bins, out_power, out_fbin, r)
 
 

@@ -22,6 +22,10 @@ NAME = "fused-cpu"
 # a kernel already uses every core, so serialising launches costs no throughput.
 _KERNEL_LOCK = threading.Lock()
 
+# A block's whole frame is transposed into the tile once when it fits in L2 like this; longer
+# frames are loaded one segment at a time.
+_WHOLE_FRAME_BYTES = 512 * 1024
+
 
 def _kernels():
     from welchpeaks.backends import _numba_kernels
@@ -72,11 +76,14 @@ class FusedCpuPlan:
         self.workers = _numba_threads()
         w, lanes = self.workers, kern.LANES
         if self.pow2:
-            self.tile = np.zeros((w, n, lanes), self.compute)
+            frame = n + (n_seg - 1) * params.hop
+            tile_rows = frame if frame * lanes * self.compute.itemsize <= _WHOLE_FRAME_BYTES else n
+            self.tile = np.zeros((w, tile_rows, lanes), self.compute)
             self.stats = np.zeros((w, 2, lanes), self.compute)
+            self.sums = np.zeros((w, 3, lanes), np.float64)
             self.buf_re = np.zeros((w, n // 2, lanes), self.compute)
             self.buf_im = np.zeros((w, n // 2, lanes), self.compute)
-            self.acc = np.zeros((w, nb, lanes), self.compute)
+            self.acc = np.zeros((w, nb + 2, lanes), self.compute)
         self.psd = np.zeros((w, nb + 2), self.compute)
         self.vals = np.zeros((w, max(k, 1)), self.compute)
         self.idx = np.zeros((w, max(k, 1)), np.int64)
@@ -103,9 +110,8 @@ class FusedCpuPlan:
                 kern.fused_pow2(
                     x2d, rows, p.n_fft, p.hop, self.n_seg, self.window, self.ramp, self.consts,
                     self.detrend, self.rev, self.tw_re, self.tw_im, self.post_re, self.post_im,
-                    self.scale, p.k, self.mode, p.min_distance, self.tile, self.stats,
-                    self.buf_re, self.buf_im, self.acc, self.psd, self.vals, self.idx, self.cand,
-                    bad, bins, power, fbin,
+                    self.scale, p.k, self.mode, p.min_distance, self.tile, self.stats, self.sums,
+                    self.buf_re, self.buf_im, self.acc, self.psd, self.vals, self.idx, self.cand, bad, bins, power, fbin,
                 )
             else:
                 import scipy.fft

@@ -14,3 +14,17 @@ settings.load_profile("ci")
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture(autouse=True)
+def synthetic_cost_model(tmp_path_factory, monkeypatch):
+    """Every test sees the same synthetic CPU cost model and a private cache directory, so
+    no test measures the machine (tests that do calibration set their own)."""
+    from welchpeaks.plan import set_cost_model
+
+    from helpers import synthetic_cpu_model
+
+    monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    set_cost_model(synthetic_cpu_model())
+    yield
+    set_cost_model(None, "cpu")

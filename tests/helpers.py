@@ -41,3 +41,23 @@ def assert_matches_reference(res, psd, p, exact=True):
     assert np.all(np.abs(np.nan_to_num(got_p[rows] - power[rows])) <= tol[rows])
     np.testing.assert_array_equal(np.isnan(got_p[rows]), np.isnan(power[rows]))
     np.testing.assert_allclose(got_f[rows], fbins[rows], rtol=0, atol=5e-2, equal_nan=True)
+
+
+def synthetic_cpu_model(fused_ns_per_row=1000.0, fft_ns_per_row=200.0, select_ns_per_row=2000.0, **kw):
+    """A CPU cost model with round numbers: time proportional to rows, flat in n_fft/n_bins."""
+    from welchpeaks.plan.cost import CpuCostModel, LogLogTable
+
+    def flat(per_row):
+        return LogLogTable([64.0, 4096.0], [1.0, 1e6], [[per_row, per_row * 1e6]] * 2)
+
+    tables = {
+        "fft:float32": flat(fft_ns_per_row), "fft:float64": flat(2 * fft_ns_per_row),
+        "select:peaks": flat(select_ns_per_row), "select:bins": flat(select_ns_per_row),
+        "fused:float32:s1": flat(fused_ns_per_row), "fused:float32:s2": flat(2 * fused_ns_per_row),
+        "fused:float64:s1": flat(2 * fused_ns_per_row), "fused:float64:s2": flat(4 * fused_ns_per_row),
+        "sgemm": LogLogTable([1e3, 1e9], [1.0], [[1e3], [1e9]]),
+    }
+    args = dict(status="measured", dispatch_ns=1000.0, roundtrip_ns=10_000.0, memory_bw=10.0, h2d_bw=10.0,
+                d2h_bw=10.0, threads=2, tables=tables, min_gain_ns=1000.0)
+    args.update(kw)
+    return CpuCostModel(**args)

@@ -21,7 +21,6 @@ DEVICES = ("cpu",)
 #: 2-core x86 machine (docs/performance.md): fused-cpu is 4x to 5x faster than numpy at
 #: every batch from 32 to 8192, so auto takes it whenever it is installed and computes the
 #: requested options, and numpy otherwise.
-AUTO_RULE = "fused-cpu when installed and it supports the options (measured faster at every batch), else numpy"
 
 
 # ------------------------------------------------------------------------------ input
@@ -174,16 +173,12 @@ def _check_device(device: str) -> None:
         raise ValueError(f"device={device!r} is not available; devices here: {list(DEVICES)} ({hint})")
 
 
-def _resolve_strategy(strategy: str, device: str, params: PeakParams) -> tuple[backends.Execution, str]:
-    """(execution, why) for a strategy name."""
+def _resolve_strategy(strategy: str, device: str, params: PeakParams) -> backends.Execution | None:
+    """The execution a strategy name asks for; None for 'auto' (the planner picks per call)."""
     if not isinstance(strategy, str):
         raise TypeError(f"strategy={strategy!r} must be a string: 'auto' or one of {backends.names()}")
     if strategy == "auto":
-        for name in ("fused-cpu", "numpy"):
-            ex = backends.get(name)
-            if ex.unavailable_reason() is None and ex.unsupported_reason(params) is None:
-                return ex, f"auto: {AUTO_RULE}"
-        raise RuntimeError("no execution is available; reinstall welchpeaks")  # numpy always is
+        return None
     if strategy not in backends.names():
         raise ValueError(f"strategy={strategy!r} is unknown; use 'auto' or one of {backends.names()}")
     ex = backends.get(strategy)
@@ -193,7 +188,7 @@ def _resolve_strategy(strategy: str, device: str, params: PeakParams) -> tuple[b
     why = ex.unsupported_reason(params)
     if why is not None:
         raise ValueError(f"strategy={strategy!r} cannot compute these options: {why}; use strategy='auto'")
-    return ex, "requested"
+    return ex
 
 
 class WelchPeaks:
@@ -240,42 +235,93 @@ class WelchPeaks:
         _check_device(device)
         self.device = device
         self.requested = strategy
-        self._execution, self._why = _resolve_strategy(strategy, device, self.params)
-        self._plans: dict[tuple[int, str], Any] = {}
+        self._forced = _resolve_strategy(strategy, device, self.params)
+        self._plans: dict[tuple[str, int, str], Any] = {}
+        self._picks: dict[tuple[int, int, int, str], str] = {}
+        self._last: tuple[int, int, int, str] | None = None
         self._lock = threading.Lock()
 
     @property
     def strategy(self) -> str:
-        """Name of the execution that runs."""
-        return self._execution.name
+        """Name of the execution that ran last ('auto' before the first call under auto)."""
+        if self._forced is not None:
+            return self._forced.name
+        return self._picks[self._last] if self._last in self._picks else "auto"
 
-    def explain(self) -> dict[str, Any]:
-        """Why this execution runs, and what else was possible here."""
+    def _pick(self, rows: int, n_seg: int, length: int, compute: np.dtype) -> backends.Execution:
+        if self._forced is not None:
+            return self._forced
+        key = (rows, n_seg, length, compute.name)
+        name = self._picks.get(key)
+        if name is None:
+            from welchpeaks.plan.picker import pick_for
+
+            name = pick_for(self.params, n_seg, rows, length, compute, self.device)[0]
+            with self._lock:
+                if len(self._picks) > 256:
+                    self._picks.clear()
+                self._picks[key] = name
+        self._last = key
+        return backends.get(name)
+
+    def explain(self, batch: int | None = None, length: int | None = None) -> dict[str, Any]:
+        """Why the execution runs: per execution, its IO profile, every cost term (ns) and total,
+        and the fusion gate's score, for ``batch`` signals of ``length`` samples (default: the
+        last call's, else one signal of exactly one frame)."""
+        from welchpeaks.plan.cost import cost_model_for
+        from welchpeaks.plan.picker import legacy_mode, strategy_breakdown
+
+        p = self.params
+        if batch is None or length is None:
+            last = self._last or (1, p.segments or 1, p.n_fft + ((p.segments or 1) - 1) * p.hop, "float32")
+            batch = last[0] if batch is None else batch
+            length = last[2] if length is None else length
+        p.check_length(length)
+        n_seg = p.n_segments_for(length)
+        compute = np.dtype(p.dtype or (self._last[3] if self._last else "float32"))
+        model = cost_model_for(self.device)
+        costs = strategy_breakdown(p, n_seg, batch, length, compute, self.device, model)
+        finite = {n: v["total_ns"] for n, v in costs.items() if np.isfinite(v["total_ns"])}
+        if self._forced is not None:
+            chosen, why = self._forced.name, "requested"
+        elif legacy_mode():
+            from welchpeaks.plan.picker import pick_for
+
+            chosen, why = pick_for(p, n_seg, batch, length, compute, self.device)[0], "legacy rule (WELCHPEAKS_PICKER=legacy)"
+        else:
+            chosen = min(finite, key=finite.get)
+            why = f"auto: lowest predicted time on {self.device} ({model.status} cost model)"
         return {
-            "strategy": self.strategy,
+            "strategy": chosen,
             "requested": self.requested,
             "device": self.device,
-            "why": self._why,
-            "description": self._execution.description,
+            "why": why,
+            "batch": batch,
+            "length": length,
+            "segments": n_seg,
+            "compute_dtype": compute.name,
+            "cost_model": {"status": model.status, "dispatch_ns": model.dispatch_ns, "roundtrip_ns": model.roundtrip_ns,
+                           "memory_bw_gbps": model.memory_bw, "threads": model.threads},
+            "costs": costs,
             "available": available_strategies(self.device),
-            "params": self.params.to_dict(),
+            "params": p.to_dict(),
         }
 
     def _compute_dtype(self, input_dtype: np.dtype) -> np.dtype:
         if self.params.dtype is not None:
             return np.dtype(self.params.dtype)
-        if self.requested == "auto":
+        if self._forced is None:
             return np.dtype(input_dtype)  # auto never lowers the input's precision
-        return self._execution.default_dtype(input_dtype)
+        return self._forced.default_dtype(input_dtype)
 
-    def _plan(self, n_seg: int, compute: np.dtype) -> Any:
-        key = (n_seg, compute.name)
+    def _plan(self, ex: backends.Execution, n_seg: int, compute: np.dtype) -> Any:
+        key = (ex.name, n_seg, compute.name)
         plan = self._plans.get(key)
         if plan is None:
             with self._lock:
                 plan = self._plans.get(key)
                 if plan is None:
-                    plan = self._execution.make_plan(self.params, n_seg, compute)
+                    plan = ex.make_plan(self.params, n_seg, compute)
                     self._plans[key] = plan
         return plan
 
@@ -291,7 +337,8 @@ class WelchPeaks:
         if not rows.flags.c_contiguous:
             rows = np.ascontiguousarray(rows[:, :frame])
         compute = self._compute_dtype(arr.dtype)
-        out = self._execution.run_plan(self._plan(n_seg, compute), rows, arr.dtype)
+        ex = self._pick(rows.shape[0], n_seg, rows.shape[1], compute)
+        out = ex.run_plan(self._plan(ex, n_seg, compute), rows, arr.dtype)
         if out.bad_rows.size and p.nan_policy == "raise":
             first = int(out.bad_rows[0])
             where = np.unravel_index(first, lead) if lead else ()
@@ -308,7 +355,7 @@ class WelchPeaks:
             bins=out.bins.reshape(shape),
             power=out.power.reshape(shape),
             freqs=(out.fbins * p.freq_scale()).reshape(shape),
-            strategy=self.strategy,
+            strategy=ex.name,
             params=info,
         )
 

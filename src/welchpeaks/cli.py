@@ -234,6 +234,78 @@ def bench(
 
 
 @app.command()
+def explain(
+    batch: int = typer.Option(8192, help="Signals per call."),
+    n_fft: int = typer.Option(256, "--n-fft", help="Segment length."),
+    k: int = typer.Option(16, help="Peaks per signal."),
+    segments: str = typer.Option("2", help="Segments per signal, or ultra/fast/reference."),
+    mode: str = typer.Option("peaks", help="peaks or bins."),
+    dtype: str = typer.Option("float32", help="Compute precision: float32 or float64."),
+    device: str = typer.Option("cpu", help="Device to plan for."),
+    as_json: bool = typer.Option(False, "--json", help="Print the full breakdown as JSON."),
+) -> None:
+    """Show how strategy='auto' would run a call, and the cost terms behind the choice."""
+    import welchpeaks
+
+    try:
+        wp = welchpeaks.WelchPeaks(n_fft=n_fft, k=k, segments=_parse_segments(segments), mode=mode, device=device,
+                                   dtype=dtype)
+        seg = wp.params.segments or 1
+        info = wp.explain(batch=batch, length=n_fft + (seg - 1) * wp.params.hop)
+    except (ValueError, TypeError) as exc:
+        _fail(str(exc))
+    if as_json:
+        console.print_json(json.dumps(info, default=str))
+        return
+    cm = info["cost_model"]
+    table = Table(title=f"batch {batch}, n_fft {n_fft}, k {k}, {info['segments']} segment(s), {mode}, {dtype} on "
+                        f"{device} ({cm['status']} cost model)")
+    for col in ("execution", "launches", "syncs", "host bytes", "traffic bytes", "nodes us", "round trip us",
+                "readback us", "total ms", "gate score us", "min gain us"):
+        table.add_column(col, justify="right")
+    for name, c in info["costs"].items():
+        if not np.isfinite(c["total_ns"]):
+            table.add_row(name, *["-"] * 7, "unavailable", "", "")
+            continue
+        io = c["io"]
+        table.add_row(
+            ("* " if name == info["strategy"] else "") + name, str(io["kernel_launches"]), str(io["sync_points"]),
+            f"{io['host_output_bytes']:,}", f"{io['device_traffic_bytes']:,}",
+            f"{sum(c['nodes_ns'].values()) / 1e3:,.1f}", f"{c['roundtrip_ns'] / 1e3:,.1f}",
+            f"{c['readback_ns'] / 1e3:,.1f}", f"{c['total_ns'] / 1e6:.3f}",
+            f"{c['gate']['score_ns'] / 1e3:,.1f}", f"{c['gate']['min_gain_ns'] / 1e3:,.1f}",
+        )
+    console.print(table)
+    console.print(f"picked [bold]{info['strategy']}[/]: {info['why']}")
+
+
+@app.command()
+def calibrate(
+    device: str = typer.Option("cpu", help="Device to measure (cpu; cuda needs the gpu extra and a GPU)."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid: a few seconds."),
+) -> None:
+    """Measure this machine's cost model and cache it for the picker."""
+    from rich.progress import Progress
+
+    from welchpeaks.plan import calibrate as cal
+    from welchpeaks.plan.cost import set_cost_model
+
+    if device != "cpu":
+        _fail(f"device={device!r} cannot be measured in this version; use --device cpu")
+    t0 = time.perf_counter()
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("calibrating cpu", total=cal.steps(quick))
+        model = cal.measure_cpu(quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
+    path = cal.save(model)
+    set_cost_model(model)
+    console.print(
+        f"measured the cpu cost model in {time.perf_counter() - t0:.1f} s: launch {model.dispatch_ns:,.0f} ns, "
+        f"round trip {model.roundtrip_ns:,.0f} ns, memory {model.memory_bw:.1f} GB/s, {model.threads} threads; "
+        f"cached in {path}"
+    )
+
+
+@app.command()
 def strategies() -> None:
     """List the executions and whether each is usable here."""
     from welchpeaks import backends

@@ -45,6 +45,11 @@ class Execution:
         """Compute precision when the user does not choose one."""
         return np.dtype(input_dtype)
 
+    def graph(self, params: PeakParams, n_seg: int, rows: int, length: int, compute: np.dtype):
+        """The graph this execution runs for ``rows`` signals of ``length`` samples (a
+        :class:`welchpeaks.ir.Graph` with input ``"x"`` and one peak-records output)."""
+        raise NotImplementedError
+
     def make_plan(self, params: PeakParams, n_seg: int, compute: np.dtype) -> Any:
         raise NotImplementedError
 

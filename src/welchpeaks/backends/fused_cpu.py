@@ -143,6 +143,18 @@ class FusedCpu(Execution):
     def default_dtype(self, input_dtype: np.dtype) -> np.dtype:
         return np.dtype(np.float32)
 
+    def graph(self, params: PeakParams, n_seg: int, rows: int, length: int, compute: np.dtype):
+        """Power-of-two n_fft: one fused node on the raw rows. Otherwise a window pass, the
+        scipy.fft transform, and one pass for power, mean and selection."""
+        from welchpeaks.ir.graph import Graph
+
+        g = Graph(NAME)
+        x = g.input("x", (rows, length), compute)
+        if not _is_pow2(params.n_fft):
+            seg = g.frames(x, params.n_fft, params.hop, n_seg)
+            x = g.rfft(g.window(seg, params.window_array.astype(compute), params.detrend))
+        return g.set_outputs([g.welch_peaks(x, params.k, n_seg, params=params)])
+
     def make_plan(self, params: PeakParams, n_seg: int, compute: np.dtype) -> FusedCpuPlan:
         return FusedCpuPlan(params, n_seg, compute)
 
@@ -151,3 +163,53 @@ class FusedCpu(Execution):
 
 
 register(FusedCpu())
+
+
+# ---------------------------------------------------------------------------- graph kernels
+
+_PLANS: dict[tuple, FusedCpuPlan] = {}
+
+
+def _plan_for(params: PeakParams, n_seg: int, compute: np.dtype) -> FusedCpuPlan:
+    key = (params, n_seg, np.dtype(compute).name)
+    if key not in _PLANS:
+        if len(_PLANS) > 16:
+            _PLANS.clear()
+        _PLANS[key] = FusedCpuPlan(params, n_seg, compute)
+    return _PLANS[key]
+
+
+def _records(res: RowResult) -> np.ndarray:
+    return np.stack([res.bins.astype(np.float64), res.power.astype(np.float64), res.fbins], axis=-1)
+
+
+def _welch_peaks_kernel(node, args):
+    """The numba kernel of a ``welch_peaks`` node: the fused pass on rows, or the spectrum pass."""
+    from welchpeaks.ir.run import _KERNELS
+    from welchpeaks.ir.graph import Op
+
+    p, n_seg, x = node.attrs["params"], node.attrs["n_segments"], args[0]
+    if node.attrs["source"] == "rows" and _is_pow2(p.n_fft):
+        plan = _plan_for(p, n_seg, x.dtype)
+        return _records(plan.run(np.ascontiguousarray(x), x.dtype))
+    if node.attrs["source"] == "spectrum" and not _is_pow2(p.n_fft):  # pow2 plans fold a 1/4 into scale
+        kern = _kernels()
+        plan = _plan_for(p, n_seg, x.real.dtype)
+        rows = x.shape[0]
+        out = (np.empty((rows, p.k), np.int32), np.empty((rows, p.k), x.real.dtype), np.empty((rows, p.k)))
+        bad = ~np.isfinite(x).all(axis=(1, 2))
+        with _KERNEL_LOCK:
+            kern.power_select_spectrum(x, rows, plan.scale, p.k, plan.mode, p.min_distance, plan.psd, plan.vals,
+                                       plan.idx, plan.cand, bad, *out)
+        return _records(RowResult(*out, np.flatnonzero(bad)))
+    return _KERNELS["numpy"][Op.welch_peaks](node, args)
+
+
+def _register_graph_kernels() -> None:
+    from welchpeaks.ir.graph import Op
+    from welchpeaks.ir.run import register_kernel
+
+    register_kernel("numba", Op.welch_peaks, _welch_peaks_kernel)
+
+
+_register_graph_kernels()

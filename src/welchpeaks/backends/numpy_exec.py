@@ -103,6 +103,11 @@ class NumpyExecution(Execution):
     name = NAME
     description = "vectorised NumPy: strided segment views, scipy.fft on all cores, array selection"
 
+    def graph(self, params: PeakParams, n_seg: int, rows: int, length: int, compute: np.dtype):
+        from welchpeaks.ir.graph import welch_chain_graph
+
+        return welch_chain_graph(params, rows, length, n_seg, compute, name="numpy")
+
     def make_plan(self, params: PeakParams, n_seg: int, compute: np.dtype) -> NumpyPlan:
         return NumpyPlan(params, n_seg, compute)
 

@@ -1,0 +1,223 @@
+"""Measure a device's cost model and cache it on disk.
+
+``welchpeaks calibrate`` runs :func:`measure` in full; the picker, finding no cache, runs the
+quick variant once and says so. The cache is JSON in the user cache directory (platformdirs;
+``WELCHPEAKS_CACHE_DIR`` overrides), one file per device and key, where the key covers the
+machine, the device name, the thread count and the library versions. Writes are atomic; a
+file that cannot be read back as a model is re-measured with a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from welchpeaks.plan.cost import BackendCostModel, CpuCostModel, LogLogTable
+
+FORMAT = 1
+QUICK_GRID = {"n_fft": [64, 1024], "rows": [16, 2048], "bins": [33, 513], "sgemm": [64, 256], "repeats": 3}
+FULL_GRID = {"n_fft": [64, 256, 1024, 4096], "rows": [16, 512, 8192], "bins": [33, 129, 513, 2049],
+             "sgemm": [64, 256, 1024], "repeats": 5}
+
+
+class CalibrationNotice(UserWarning):
+    """Said once when the picker measures a quick cost model because none was cached."""
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("WELCHPEAKS_CACHE_DIR")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("welchpeaks"))
+
+
+def machine_key(device: str) -> dict[str, Any]:
+    import numba
+    import scipy
+
+    import welchpeaks
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {
+        "device": device, "cpu": cpu, "cores": os.cpu_count(), "threads": numba.get_num_threads(),
+        "node": platform.node(), "python": platform.python_version(), "welchpeaks": welchpeaks.__version__,
+        "numpy": np.__version__, "scipy": scipy.__version__, "numba": numba.__version__,
+    }
+
+
+def cache_path(device: str) -> Path:
+    digest = hashlib.sha256(json.dumps(machine_key(device), sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir() / f"cost-{device}-{digest}.json"
+
+
+def save(model: BackendCostModel) -> Path:
+    """Write the model atomically (temporary file, then rename)."""
+    path = cache_path(model.device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"format": FORMAT, "key": machine_key(model.device), "model": model.to_dict()}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load(device: str) -> BackendCostModel | None:
+    """The cached model, or None (missing). A corrupt or mismatched file warns and gives None."""
+    path = cache_path(device)
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("format") != FORMAT or doc.get("key") != machine_key(device):
+            raise ValueError("it was written for another format, machine or library version")
+        return BackendCostModel.from_dict(doc["model"])
+    except Exception as exc:  # corrupt JSON, missing fields, bad values
+        warnings.warn(f"welchpeaks: cost-model cache {path} is unusable ({exc}); measuring again", stacklevel=3)
+        return None
+
+
+def load_or_measure(device: str, measure: bool = True) -> BackendCostModel | None:
+    model = load(device)
+    if model is not None or not measure:
+        return model
+    if device != "cpu":
+        return None  # a device this build cannot measure: the picker has no model for it
+    t0 = time.perf_counter()
+    model = measure_cpu(quick=True)
+    warnings.warn(
+        f"welchpeaks: no cost model cached for {device!r}; measured a quick one in {time.perf_counter() - t0:.1f} s "
+        "(run `welchpeaks calibrate` for a full one)", CalibrationNotice, stacklevel=3)
+    try:
+        save(model)
+    except OSError as exc:
+        warnings.warn(f"welchpeaks: could not cache the cost model ({exc})", stacklevel=3)
+    return model
+
+
+# ---------------------------------------------------------------------------- measuring
+
+
+def _median_ns(fn: Callable[[], Any], repeats: int, inner: int = 1) -> float:
+    fn()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        for _ in range(inner):
+            fn()
+        ts.append((time.perf_counter_ns() - t0) / inner)
+    return float(max(np.median(ts), 1.0))
+
+
+def _steps(grid: dict) -> int:
+    n, r, b = len(grid["n_fft"]), len(grid["rows"]), len(grid["bins"])
+    return 3 + 2 * n * r + 2 * b * r + 4 * n * r + 3 + len(grid["sgemm"])
+
+
+def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = None) -> BackendCostModel:
+    """Measure this machine's CPU cost model (``quick``: a small grid, a few seconds)."""
+    import numba
+    import scipy.fft
+
+    from welchpeaks.backends.fused_cpu import FusedCpuPlan
+    from welchpeaks.backends.numpy_exec import select
+    from welchpeaks.params import make_params
+
+    grid = QUICK_GRID if quick else FULL_GRID
+    reps = grid["repeats"]
+    tick = progress or (lambda what: None)
+    rng = np.random.default_rng(0)
+
+    a = np.ones(8), np.ones(8), np.empty(8)
+    dispatch = _median_ns(lambda: np.add(a[0], a[1], out=a[2]), reps, inner=200)
+    tick("launch cost")
+    big = np.ones(4 << 20, np.float32)
+    out = np.empty_like(big)
+    bw = 2 * big.nbytes / _median_ns(lambda: np.multiply(big, 2, out=out), reps)
+    tick("memory bandwidth")
+    p1 = make_params(n_fft=64, k=1, segments=1)
+    tiny = FusedCpuPlan(p1, 1, np.dtype(np.float32))
+    x1 = np.ones((1, 64), np.float32)
+    roundtrip = _median_ns(lambda: tiny.run(x1, np.dtype(np.float32)), reps, inner=20)
+    tick("round trip")
+
+    tables: dict[str, LogLogTable] = {}
+    ns_, rows_ = grid["n_fft"], grid["rows"]
+    for dt in ("float32", "float64"):
+        vals = []
+        for n in ns_:
+            row = []
+            for r in rows_:
+                x = rng.standard_normal((r, n)).astype(dt)
+                row.append(_median_ns(lambda x=x: scipy.fft.rfft(x, axis=-1, workers=-1), reps))
+                tick(f"fft {dt} n_fft {n} x {r}")
+            vals.append(row)
+        tables[f"fft:{dt}"] = LogLogTable(ns_, rows_, vals)
+    for mode in ("peaks", "bins"):
+        vals = []
+        for nb in grid["bins"]:
+            row = []
+            for r in rows_:
+                psd = rng.chisquare(4, (r, nb)).astype(np.float32)
+                row.append(_median_ns(lambda psd=psd: select(psd, 16, mode, 1), reps))
+                tick(f"select {mode} {nb} bins x {r}")
+            vals.append(row)
+        tables[f"select:{mode}"] = LogLogTable(grid["bins"], rows_, vals)
+    for dt in ("float32", "float64"):
+        for s in (1, 2):
+            vals = []
+            for n in ns_:
+                p = make_params(n_fft=n, k=16, segments=s)
+                plan = FusedCpuPlan(p, s, np.dtype(dt))
+                row = []
+                for r in rows_:
+                    x = rng.standard_normal((r, n + (s - 1) * (n // 2))).astype(dt)
+                    row.append(_median_ns(lambda x=x: plan.run(x, np.dtype(dt)), reps))
+                    tick(f"fused-cpu {dt} {s} seg n_fft {n} x {r}")
+                vals.append(row)
+            tables[f"fused:{dt}:s{s}"] = LogLogTable(ns_, rows_, vals)
+    per_row = []
+    rows_k = rows_[-1]
+    x = rng.standard_normal((rows_k, 384)).astype(np.float32)
+    for k in (4, 16, 64):
+        plan = FusedCpuPlan(make_params(n_fft=256, k=k, segments=2), 2, np.dtype(np.float32))
+        per_row.append(_median_ns(lambda plan=plan: plan.run(x, np.dtype(np.float32)), reps) / rows_k)
+        tick(f"fused-cpu k {k}")
+    tables["fused-k"] = LogLogTable([4, 16, 64], [1], [[v] for v in per_row])
+    flops, times = [], []
+    for m in grid["sgemm"]:
+        am = rng.standard_normal((m, m)).astype(np.float32)
+        flops.append(2.0 * m ** 3)
+        times.append([_median_ns(lambda am=am: am @ am, reps)])
+        tick(f"sgemm {m}")
+    tables["sgemm"] = LogLogTable(flops, [1], times)
+    return CpuCostModel(
+        status="measured", dispatch_ns=dispatch, roundtrip_ns=roundtrip, memory_bw=bw, h2d_bw=bw, d2h_bw=bw,
+        threads=numba.get_num_threads(), tables=tables, min_gain_ns=dispatch, host_thunk_penalty_ns=0.0,
+        meta={"quick": quick, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "grid": grid},
+    )
+
+
+def steps(quick: bool) -> int:
+    """How many progress ticks :func:`measure_cpu` makes (for a progress bar)."""
+    return _steps(QUICK_GRID if quick else FULL_GRID)

@@ -1,0 +1,242 @@
+"""Cost models: what each kind of node costs on a device, from numbers measured there.
+
+A :class:`BackendCostModel` holds scalars (launch cost, round trip, bandwidths) and measured
+curves (:class:`LogLogTable`) for the terms the original system lacked: the FFT, the
+selection, and each fused kernel. :func:`estimate_graph_cost` walks a graph and prices every
+node; :func:`estimate_graph_cost_with_io` adds round trips, syncs and readback.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from welchpeaks.ir.graph import METADATA_OPS, Graph, Node, Op
+from welchpeaks.plan.io import CPU_SYNC_OPS, RLX_SYNC_OPS, GraphIoProfile, host_readback_bytes, profile_graph_io
+
+
+@dataclass
+class LogLogTable:
+    """ns measured on a grid ``x1 x x2``, interpolated bilinearly in log-log space.
+
+    Outside the grid the end segments are extended (linear in log-log), so a power law
+    continues; a one-point axis is treated as proportional (``x2`` = rows: time ~ rows).
+    """
+
+    x1: list[float]
+    x2: list[float]
+    ns: list[list[float]]  # [len(x1)][len(x2)]
+
+    def __post_init__(self) -> None:
+        a = np.asarray(self.ns, float)
+        if a.shape != (len(self.x1), len(self.x2)) or not np.all(a > 0) or not np.all(np.isfinite(a)):
+            raise ValueError(f"LogLogTable: ns must be positive and finite, shape {(len(self.x1), len(self.x2))}")
+
+    @staticmethod
+    def _axis(grid: list[float], x: float) -> tuple[int, int, float]:
+        lg = np.log(np.asarray(grid, float))
+        if len(lg) == 1:
+            return 0, 0, 0.0
+        lx = math.log(max(x, 1e-30))
+        i = int(np.clip(np.searchsorted(lg, lx) - 1, 0, len(lg) - 2))
+        return i, i + 1, (lx - lg[i]) / (lg[i + 1] - lg[i])
+
+    def __call__(self, x1: float, x2: float) -> float:
+        lv = np.log(np.asarray(self.ns, float))
+        i0, i1, t = self._axis(self.x1, x1)
+        j0, j1, u = self._axis(self.x2, x2)
+        v = (1 - t) * ((1 - u) * lv[i0, j0] + u * lv[i0, j1]) + t * ((1 - u) * lv[i1, j0] + u * lv[i1, j1])
+        out = math.exp(v)
+        if len(self.x2) == 1:
+            out *= x2 / self.x2[0]
+        return out
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class BackendCostModel:
+    """Measured (or default) costs of one device. Bandwidths in bytes/ns (= GB/s), times in ns.
+
+    ``tables`` keys: ``fft:<dtype>`` (n_fft x transforms), ``select:<mode>`` (n_bins x rows),
+    ``fused:<dtype>:s<S>`` (n_fft x rows: the whole fused kernel for S segments, k 16),
+    ``fused-k`` (k x 1: extra ns per row against k 16), ``sgemm`` (flops x 1: ns).
+    """
+
+    device: str
+    status: str  # "measured" or "default"
+    dispatch_ns: float
+    roundtrip_ns: float
+    memory_bw: float
+    h2d_bw: float
+    d2h_bw: float
+    unified_memory: bool
+    threads: int
+    tables: dict[str, LogLogTable] = field(default_factory=dict)
+    min_gain_ns: float = 0.0
+    host_thunk_penalty_ns: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def on_host(self) -> bool:
+        return self.device == "cpu"
+
+    @property
+    def sync_ops(self) -> frozenset:
+        return CPU_SYNC_OPS if self.on_host else RLX_SYNC_OPS
+
+    def _table(self, key: str) -> LogLogTable:
+        if key not in self.tables:
+            raise KeyError(f"the {self.status} cost model of {self.device!r} has no {key!r} curve; run `welchpeaks calibrate`")
+        return self.tables[key]
+
+    def fft_ns(self, n_fft: int, rows: int, dtype: str = "float32") -> float:
+        return self._table(f"fft:{dtype}")(n_fft, rows)
+
+    def select_ns(self, n_bins: int, k: int, rows: int, mode: str) -> float:
+        return self._table(f"select:{mode}")(n_bins, rows)
+
+    def fused_ns(self, n_fft: int, rows: int, n_segments: int, k: int, dtype: str = "float32") -> float:
+        """The fused kernel: measured at 1 and 2 segments (time is linear in S), plus the k term."""
+        t1 = self._table(f"fused:{dtype}:s1")(n_fft, rows)
+        t2 = self._table(f"fused:{dtype}:s2")(n_fft, rows)
+        t = max(t1 + (n_segments - 1) * (t2 - t1), t1)
+        if "fused-k" in self.tables and k != 16:
+            t += rows * (self.tables["fused-k"](k, 1) - self.tables["fused-k"](16, 1))
+        return max(t, 1.0)
+
+    def sgemm_gflops(self, m: int, k: int, n: int) -> float:
+        flops = 2.0 * m * k * n
+        return flops / self._table("sgemm")(flops, 1)
+
+    def gate(self):
+        from welchpeaks.plan.fusion import IoFusionGate
+
+        return IoFusionGate(self.dispatch_ns, self.roundtrip_ns, self.memory_bw, self.h2d_bw, self.d2h_bw,
+                            self.unified_memory, self.host_thunk_penalty_ns, self.min_gain_ns,
+                            device=self.device, status=self.status)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["tables"] = {k: v.to_dict() for k, v in self.tables.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BackendCostModel":
+        d = dict(d)
+        d["tables"] = {k: LogLogTable(**v) for k, v in d.get("tables", {}).items()}
+        return cls(**d)
+
+
+def CpuCostModel(**kw: Any) -> BackendCostModel:
+    return BackendCostModel(device="cpu", unified_memory=True, **kw)
+
+
+def CudaCostModel(**kw: Any) -> BackendCostModel:
+    return BackendCostModel(device="cuda", unified_memory=False, **kw)
+
+
+# ---------------------------------------------------------------------------- node costs
+
+
+def _dtype_name(node: Node) -> str:
+    return "float64" if node.dtype.real.nbytes == 8 else "float32"
+
+
+def node_cost_ns(graph: Graph, node: Node, model: BackendCostModel) -> float:
+    """Compute and memory time of one node (launch included); 0 for metadata ops."""
+    if node.op in METADATA_OPS:
+        return 0.0
+    moved = sum(graph.node(i).nbytes for i in node.inputs) + node.nbytes
+    base = model.dispatch_ns + moved / model.memory_bw
+    src = graph.node(node.inputs[0]) if node.inputs else None
+    if node.op is Op.rfft:
+        n = node.attrs["n"]
+        return model.dispatch_ns + model.fft_ns(n, src.numel // n, _dtype_name(src))
+    if node.op is Op.fft:
+        n = node.shape[1] // 2
+        return model.dispatch_ns + model.fft_ns(n, node.shape[0], _dtype_name(node))
+    if node.op is Op.topk:
+        return base + model.select_ns(src.shape[1], node.attrs["k"], src.shape[0], node.attrs["mode"])
+    if node.op is Op.welch_peaks and node.attrs["source"] == "rows":
+        p = node.attrs["params"]
+        return model.dispatch_ns + model.fused_ns(p.n_fft, node.shape[0], node.attrs["n_segments"], p.k, _dtype_name(src))
+    if node.op is Op.welch_peaks and node.attrs["source"] == "spectrum":
+        return base + model.select_ns(src.shape[2], node.attrs["k"], src.shape[0], node.attrs["mode"])
+    if node.op is Op.matmul:
+        a, b = graph.node(node.inputs[0]), graph.node(node.inputs[1])
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        batch = node.numel // (m * n)
+        return model.dispatch_ns + batch * 2.0 * m * k * n / model.sgemm_gflops(m, k, n)
+    if node.op is Op.attention:
+        q, v = graph.node(node.inputs[0]), graph.node(node.inputs[2])
+        t, d = q.shape[-2], q.shape[-1]
+        s = graph.node(node.inputs[1]).shape[-2]
+        batch = q.numel // (t * d)
+        flops = 2.0 * batch * t * s * (d + v.shape[-1])
+        return base + flops / model.sgemm_gflops(t, d, s)
+    return base
+
+
+def estimate_graph_cost(graph: Graph, model: BackendCostModel) -> float:
+    """Sum of the node costs (ns)."""
+    return sum(node_cost_ns(graph, n, model) for n in graph.nodes)
+
+
+def estimate_graph_cost_with_io(graph: Graph, model: BackendCostModel, io: GraphIoProfile | None = None) -> float:
+    """Node costs plus one round trip per run and per sync point, plus readback of the outputs."""
+    io = io or profile_graph_io(graph, sync_ops=model.sync_ops)
+    readback = host_readback_bytes(io, on_host=model.on_host)
+    return (
+        estimate_graph_cost(graph, model)
+        + model.roundtrip_ns * (1 + io.sync_points)
+        + readback / (model.memory_bw if model.unified_memory else model.d2h_bw)
+    )
+
+
+def cost_breakdown(graph: Graph, model: BackendCostModel) -> dict[str, Any]:
+    """Every term of :func:`estimate_graph_cost_with_io`, for explanations."""
+    io = profile_graph_io(graph, sync_ops=model.sync_ops)
+    nodes = {f"%{n.id} {n.op.value}": node_cost_ns(graph, n, model) for n in graph.nodes if n.op not in METADATA_OPS}
+    readback = host_readback_bytes(io, on_host=model.on_host)
+    terms = {
+        "nodes_ns": nodes,
+        "roundtrip_ns": model.roundtrip_ns,
+        "sync_ns": model.roundtrip_ns * io.sync_points,
+        "readback_ns": readback / (model.memory_bw if model.unified_memory else model.d2h_bw),
+    }
+    total = sum(nodes.values()) + terms["roundtrip_ns"] + terms["sync_ns"] + terms["readback_ns"]
+    return {"io": io.to_dict(), **terms, "total_ns": total}
+
+
+# ---------------------------------------------------------------------------- model registry
+
+_MODELS: dict[str, BackendCostModel] = {}
+_LOCK = threading.Lock()
+
+
+def set_cost_model(model: BackendCostModel | None, device: str = "cpu") -> None:
+    """Use ``model`` for ``device`` from now on (None forgets it: the next use loads or measures)."""
+    with _LOCK:
+        if model is None:
+            _MODELS.pop(device, None)
+        else:
+            _MODELS[model.device] = model
+
+
+def cost_model_for(device: str, calibrate: bool = True) -> BackendCostModel | None:
+    """The model of ``device``: set, cached on disk, or (``calibrate``) measured now, quickly."""
+    with _LOCK:
+        if device in _MODELS:
+            return _MODELS[device]
+        from welchpeaks.plan.calibrate import load_or_measure
+
+        model = load_or_measure(device, measure=calibrate)
+        if model is not None:
+            _MODELS[device] = model
+        return model

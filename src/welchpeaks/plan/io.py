@@ -1,0 +1,57 @@
+"""Static IO profile of a graph: launches, host syncs, bytes returned, bytes moved."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Iterable
+
+from welchpeaks.ir.graph import METADATA_OPS, Graph, Op
+
+#: Ops the original system ran as host thunks behind a device sync, on every backend.
+RLX_SYNC_OPS = frozenset({Op.log_mel, Op.custom, Op.welch_peaks})
+#: On the CPU nothing waits for a device: no op is a sync point.
+CPU_SYNC_OPS: frozenset = frozenset()
+
+
+@dataclass(frozen=True)
+class GraphIoProfile:
+    kernel_launches: int
+    sync_points: int
+    host_output_bytes: int
+    device_traffic_bytes: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def profile_graph_io(
+    graph: Graph,
+    outputs: Iterable[int] | None = None,
+    fft_host_sync: bool = False,
+    sync_ops: frozenset = RLX_SYNC_OPS,
+) -> GraphIoProfile:
+    """Count what one run of ``graph`` does.
+
+    Every node that is not a metadata op is one launch and moves the bytes of its inputs plus
+    its output. A node whose op is in ``sync_ops`` (a property of the backend that runs it;
+    the default is the original system's list) is a host sync point, and so is every ``fft``
+    when ``fft_host_sync``. ``outputs`` (node ids, default the graph's) are returned to the
+    caller.
+    """
+    outs = set(graph.outputs if outputs is None else outputs)
+    launches = syncs = host = traffic = 0
+    for n in graph.nodes:
+        if n.id in outs:
+            host += n.nbytes
+        if n.op in METADATA_OPS:
+            continue
+        launches += 1
+        traffic += sum(graph.node(i).nbytes for i in n.inputs) + n.nbytes
+        if n.op in sync_ops or (fft_host_sync and n.op is Op.fft):
+            syncs += 1
+    return GraphIoProfile(launches, syncs, host, traffic)
+
+
+def host_readback_bytes(profile: GraphIoProfile, *, on_host: bool) -> int:
+    """Bytes copied back to host memory after a run: the outputs, or nothing on the host itself."""
+    return 0 if on_host else profile.host_output_bytes

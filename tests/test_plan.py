@@ -1,0 +1,250 @@
+"""The planner: graph IR, IO profiles, fusion gate, cost models, calibration cache, picker."""
+
+import json
+
+import numpy as np
+import pytest
+
+import welchpeaks
+from welchpeaks import backends, ir, plan
+from welchpeaks.ir.graph import welch_chain_graph
+from welchpeaks.params import make_params
+from welchpeaks.plan import calibrate
+from welchpeaks.plan.cost import LogLogTable, set_cost_model
+from welchpeaks.plan.fusion import DEFAULT_GATES, IoFusionGate, fusion_benefit
+from welchpeaks.plan.io import CPU_SYNC_OPS
+
+from helpers import synthetic_cpu_model
+
+
+def test_original_graphs_have_the_closed_form_profiles():
+    assert plan.profile_graph_io(ir.original_fft_graph(8192, 256)) == plan.GraphIoProfile(3, 0, 33_554_432, 184_549_376)
+    assert plan.profile_graph_io(ir.original_fused_graph(8192, 256, 16)) == plan.GraphIoProfile(4, 1, 1_048_576, 219_152_384)
+    for b, n, k in [(1, 64, 1), (300, 1024, 7)]:
+        u = b * 2 * n * 4
+        assert plan.profile_graph_io(ir.original_fft_graph(b, n)) == plan.GraphIoProfile(3, 0, 2 * u, 11 * u)
+        assert plan.profile_graph_io(ir.original_fused_graph(b, n, k)) == plan.GraphIoProfile(4, 1, 8 * b * k, 13 * u + 8 * b * k)
+    assert plan.profile_graph_io(ir.original_fft_graph(8, 64), fft_host_sync=True).sync_points == 1
+
+
+def test_our_graphs_profiles():
+    p = make_params(n_fft=256, k=16, segments=2)
+    b, length = 1000, 384
+    fused = backends.get("fused-cpu").graph(p, 2, b, length, np.dtype(np.float32))
+    assert plan.profile_graph_io(fused, sync_ops=CPU_SYNC_OPS) == plan.GraphIoProfile(1, 0, b * 16 * 24, b * length * 4 + b * 16 * 24)
+    chain = backends.get("numpy").graph(p, 2, b, length, np.dtype(np.float32))
+    prof = plan.profile_graph_io(chain, sync_ops=CPU_SYNC_OPS)
+    assert prof.kernel_launches == 6 and prof.sync_points == 0  # window, rfft, power, mean, scale, topk
+    assert prof.host_output_bytes == b * 16 * 24
+    seg = b * 2 * 256 * 4
+    spec = b * 2 * 129 * 8
+    psd = b * 129 * 4
+    assert prof.device_traffic_bytes == 2 * seg + (seg + spec) + (spec + spec // 2) + (spec // 2 + psd) \
+        + (psd + 129 * 4 + psd) + (psd + b * 16 * 24)
+
+
+def test_graph_builders_reject_mismatches():
+    g = ir.Graph()
+    x = g.input("x", (4, 8))
+    y = g.input("y", (3, 8))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        g.add(x, y)
+    with pytest.raises(ValueError, match="cannot become"):
+        g.reshape(x, (5, 7))
+    with pytest.raises(ValueError, match="outside axis"):
+        g.narrow(x, 1, 4, 5)
+    with pytest.raises(ValueError, match="inner dimensions"):
+        g.matmul(x, y)
+    with pytest.raises(ValueError, match="real rows"):
+        g.fft(g.input("odd", (2, 7)))
+    with pytest.raises(ValueError, match="need 12 samples"):
+        g.frames(x, 8, 4, 2)
+    with pytest.raises(ValueError, match="already exists"):
+        g.input("x", (1,))
+
+
+def test_interpreter_runs_the_original_graphs_against_numpy_fft(rng):
+    x = rng.standard_normal((6, 32)).astype(np.float32)
+    (block,) = ir.run(ir.original_fft_graph(3, 32), {"signal": x})
+    ref = np.fft.fft(x.astype(np.float64), axis=1)
+    np.testing.assert_allclose(block[:, :32], ref.real, atol=1e-4)
+    np.testing.assert_allclose(block[:, 32:], ref.imag, atol=1e-4)
+    (packed,) = ir.run(ir.original_fused_graph(3, 32, 4), {"segs": x})
+    pw = np.abs(ref[:, :17]) ** 2
+    pw[:, 1:16] *= 2
+    psd = pw.reshape(3, 2, 17).mean(axis=1)
+    order = np.argsort(-psd, axis=1, kind="stable")[:, :4]
+    np.testing.assert_array_equal(packed.reshape(3, 4, 2)[..., 0], order)
+    np.testing.assert_allclose(packed.reshape(3, 4, 2)[..., 1], np.take_along_axis(psd, order, 1), rtol=1e-4)
+
+
+def test_interpreter_general_ops(rng):
+    g = ir.Graph()
+    a = g.input("a", (2, 3, 4), np.float64)
+    b = g.input("b", (2, 4, 5), np.float64)
+    m = g.matmul(a, b)
+    t = g.transpose(m, (0, 2, 1))
+    att = g.attention(a, a, a)
+    g.set_outputs([t, att, g.concat([a, a], axis=1)])
+    av, bv = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4, 5))
+    tt, at, cc = ir.run(g, {"a": av, "b": bv})
+    np.testing.assert_allclose(tt, (av @ bv).transpose(0, 2, 1))
+    s = av @ av.transpose(0, 2, 1) / 2.0
+    w = np.exp(s) / np.exp(s).sum(-1, keepdims=True)
+    np.testing.assert_allclose(at, w @ av)
+    assert cc.shape == (2, 6, 4)
+
+
+@pytest.mark.parametrize("n_fft,segments", [(128, 2), (96, 3)])
+@pytest.mark.parametrize("mode", ["peaks", "bins"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_ir_run_of_each_execution_graph_equals_the_execution(n_fft, segments, mode, dtype, rng):
+    p = make_params(n_fft=n_fft, k=6, segments=segments, mode=mode)
+    length = n_fft + (segments - 1) * (n_fft // 2)
+    x = rng.standard_normal((37, length)).astype(dtype)
+    x[5, 3] = np.nan
+    for name, backend in [("numpy", "numpy"), ("fused-cpu", "numba")]:
+        ex = backends.get(name)
+        res = ex.run_plan(ex.make_plan(p, segments, np.dtype(dtype)), x, np.dtype(dtype))
+        (rec,) = ir.run(ex.graph(p, segments, 37, length, np.dtype(dtype)), {"x": x}, backend=backend)
+        assert rec.shape == (37, 6, 3)
+        exact = name == "numpy" or (n_fft & (n_fft - 1)) == 0
+        same = np.all(rec[..., 0] == res.bins, axis=1)
+        assert same.all() if exact else same.mean() > 0.9
+        np.testing.assert_allclose(rec[same, :, 1], res.power[same], rtol=0 if exact else 1e-5, equal_nan=True)
+        np.testing.assert_allclose(rec[same, :, 2], res.fbins[same], rtol=0, atol=0 if exact else 1e-3, equal_nan=True)
+        assert np.all(rec[5, :, 0] == -1) and 5 in res.bad_rows
+
+
+def test_fusion_pass_rewrites_the_chain_and_keeps_results(rng):
+    p = make_params(n_fft=64, k=5, segments=3)
+    g = welch_chain_graph(p, 9, 128, 3, np.float64)
+    fused, info = ir.fuse_welch_chain(g)
+    assert info["fused"] and [n.op for n in fused.nodes] == [ir.Op.input, ir.Op.welch_peaks]
+    assert info["benefit"].launches_saved == 5
+    x = rng.standard_normal((9, 128))
+    (a,), (b,) = ir.run(g, {"x": x}), ir.run(fused, {"x": x})
+    np.testing.assert_array_equal(a[..., 0], b[..., 0])
+    np.testing.assert_allclose(a[..., 1:], b[..., 1:], rtol=1e-12)
+    refuse = IoFusionGate(1, 1, 1, 1, 1, True, 0, min_gain_ns=1e18)
+    kept, info = ir.fuse_welch_chain(g, refuse)
+    assert kept is g and not info["fused"] and info["score_ns"] < info["min_gain_ns"]
+
+
+def test_peaks_only_outputs_pass():
+    g = ir.Graph()
+    x = g.input("segs", (64, 256))
+    spec = g.fft(g.concat([x, g.sub(x, x)], axis=1))
+    peaks = g.welch_peaks(spec, 16, 2)
+    g.set_outputs([spec, peaks])
+    out, info = ir.select_peaks_only_outputs(g)
+    assert info["fused"] and out.outputs == [peaks]  # peaks already out: spectrum dropped
+    g.set_outputs([spec])
+    cpu_like = IoFusionGate(50, 0, 50, 50, 50, True, 0, 0)
+    out, info = ir.select_peaks_only_outputs(g, cpu_like)
+    assert info["fused"] and out.outputs == [peaks]
+    out, info = ir.select_peaks_only_outputs(g, DEFAULT_GATES["wgpu"])  # adds a sync: 25 ms penalty
+    assert not info["fused"] and out.outputs == [spec]
+
+
+def test_gate_fuses_when_readback_dominates_and_refuses_when_a_sync_costs_more():
+    metal, cuda = DEFAULT_GATES["metal"], DEFAULT_GATES["cuda"]
+    assert metal.status == "default"
+
+    def score(gate, b):
+        return gate.score_ns(fusion_benefit(plan.profile_graph_io(ir.original_fft_graph(b, 256)),
+                                            plan.profile_graph_io(ir.original_fused_graph(b, 256, 16))))
+
+    assert score(cuda, 8192) < 0  # one added sync at 15 ms outweighs 32 MB of readback at 50 GB/s
+    assert not cuda.should_fuse(plan.profile_graph_io(ir.original_fft_graph(8192, 256)),
+                                plan.profile_graph_io(ir.original_fused_graph(8192, 256, 16)))
+    # Metal with readback priced at its copy bandwidth (not at 1 byte/ns as the original did):
+    # the fused graph adds as much traffic as it saves readback, so it never pays.
+    assert all(score(metal, 2 ** i) < 0 for i in range(6, 20))
+    # A discrete device, readback at 10 B/ns, 1 ms per added sync: the crossover is where
+    # (4096 - 128) B / 10 - 4224 B / 1000 = 1e6 ns, i.e. B = 2548.
+    gate = IoFusionGate(0, 0, 1000, 10, 10, False, 1e6, 0)
+    assert score(gate, 2548) >= 0 > score(gate, 2547)
+    no_penalty = IoFusionGate(0, 0, 1e9, 1.0, 1.0, False, 0, 0)  # only readback counts: 1 ns per byte
+    b = fusion_benefit(plan.GraphIoProfile(3, 0, 5000, 0), plan.GraphIoProfile(4, 0, 1000, 0))
+    assert no_penalty.score_ns(b) == pytest.approx(4000)
+
+
+def test_loglog_table_interpolates_power_laws_exactly():
+    t = LogLogTable([64, 256, 1024], [10, 1000], [[64 ** 1.5 * r for r in (10, 1000)] for _ in [0]]
+                    + [[256 ** 1.5 * r for r in (10, 1000)], [1024 ** 1.5 * r for r in (10, 1000)]])
+    for n, r in [(128, 100), (512, 31), (4096, 5000), (32, 2)]:
+        assert t(n, r) == pytest.approx(n ** 1.5 * r, rel=1e-9)
+    one = LogLogTable([4, 16], [1], [[2.0], [8.0]])
+    assert one(8, 3) == pytest.approx(3 * 4.0)
+    with pytest.raises(ValueError, match="positive"):
+        LogLogTable([1, 2], [1], [[1.0], [0.0]])
+
+
+def test_picker_follows_the_injected_model():
+    set_cost_model(synthetic_cpu_model(fused_ns_per_row=100.0))
+    assert plan.pick_strategy("cpu", batch=4096, n_fft=256, k=16, segments=2) == "fused-cpu"
+    set_cost_model(synthetic_cpu_model(fused_ns_per_row=1e7))  # a (fake) machine where fusing loses
+    assert plan.pick_strategy("cpu", batch=4096, n_fft=256, k=16, segments=2) == "numpy"
+    costs = plan.estimate_costs("cpu", batch=4096, n_fft=256, k=16, segments=2)
+    assert set(costs) == set(backends.names()) and costs["numpy"] < costs["fused-cpu"]
+    x = np.random.default_rng(0).standard_normal((3, 384))
+    assert welchpeaks.welch_peaks(x, segments=2).strategy == "numpy"
+    exp = welchpeaks.WelchPeaks(segments=2).explain(batch=4096)
+    assert exp["strategy"] == "numpy" and exp["costs"]["fused-cpu"]["gate"]["launches_saved"] == 5
+    terms = exp["costs"]["numpy"]
+    assert terms["total_ns"] == pytest.approx(sum(terms["nodes_ns"].values()) + terms["roundtrip_ns"]
+                                              + terms["sync_ns"] + terms["readback_ns"])
+
+
+def test_legacy_picker_rules(monkeypatch):
+    set_cost_model(synthetic_cpu_model(fused_ns_per_row=1e7))
+    monkeypatch.setenv("WELCHPEAKS_PICKER", "legacy")
+    assert plan.pick_strategy("cpu", batch=16, n_fft=256) == "fused-cpu"  # host streaming path, whatever the cost
+    assert plan.pick_strategy("cpu", batch=16384, n_fft=256) == "fused-cpu"
+
+
+def test_trace_logs_each_pick(monkeypatch, caplog):
+    monkeypatch.setenv("WELCHPEAKS_TRACE", "1")
+    with caplog.at_level("WARNING", logger="welchpeaks.plan"):
+        plan.pick_strategy("cpu", batch=64, n_fft=128)
+    assert "pick fused-cpu for batch 64" in caplog.text
+
+
+def test_calibration_cache_round_trip_corruption_and_versions(monkeypatch, tmp_path):
+    monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path))
+    m = synthetic_cpu_model(dispatch_ns=1234.0)
+    path = calibrate.save(m)
+    assert path.parent == tmp_path and not list(tmp_path.glob("*.tmp"))
+    back = calibrate.load("cpu")
+    assert back.to_dict() == m.to_dict()
+    assert back.fused_ns(256, 1000, 2, 16) == m.fused_ns(256, 1000, 2, 16)
+    path.write_text(path.read_text()[:50])  # a partial write
+    with pytest.warns(UserWarning, match="unusable"):
+        assert calibrate.load("cpu") is None
+    doc = {"format": calibrate.FORMAT, "key": calibrate.machine_key("cpu"), "model": {"device": "cpu"}}
+    path.write_text(json.dumps(doc))  # valid JSON, missing fields
+    with pytest.warns(UserWarning, match="unusable"):
+        assert calibrate.load("cpu") is None
+    calibrate.save(m)
+    real_key = calibrate.machine_key
+    monkeypatch.setattr(calibrate, "machine_key", lambda d: {**real_key(d), "numpy": "0.0"})
+    assert calibrate.load("cpu") is None  # another version: another file, measured afresh
+    calibrate.save(m)
+    p2 = calibrate.cache_path("cpu")
+    doc = json.loads(p2.read_text())
+    doc["key"]["numpy"] = "9.9"  # a file whose content does not match its key
+    p2.write_text(json.dumps(doc))
+    with pytest.warns(UserWarning, match="another format, machine or library version"):
+        assert calibrate.load("cpu") is None
+
+
+def test_default_cuda_gate_is_labelled_and_unknown_devices_are_refused():
+    assert plan.io_fusion_gate_for("cuda").status == "default"
+    assert plan.io_fusion_gate_for("cpu").status == "measured"
+    with pytest.raises(ValueError, match="no fusion gate"):
+        plan.io_fusion_gate_for("abacus")
+    g = backends.get("numpy").graph(make_params(), 1, 8, 256, np.dtype(np.float32))
+    assert plan.pick_best_device(g, [synthetic_cpu_model()]) == "cpu"
+    with pytest.raises(ValueError, match="no measured cost model"):
+        plan.pick_best_device(g, [synthetic_cpu_model(status="default")])

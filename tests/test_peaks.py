@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import welchpeaks
 from welchpeaks.params import make_params
-from welchpeaks.spectral import local_maxima, reference_peaks, thin
+from welchpeaks.spectral import local_maxima, thin
 
 from helpers import assert_matches_reference, reference_psd
 

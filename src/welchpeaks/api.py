@@ -17,11 +17,6 @@ from welchpeaks.result import PeakResult
 
 DEVICES = ("cpu",)
 
-#: How ``strategy='auto'`` chooses, until the cost-based planner replaces it. Measured on a
-#: 2-core x86 machine (docs/performance.md): fused-cpu is 4x to 5x faster than numpy at
-#: every batch from 32 to 8192, so auto takes it whenever it is installed and computes the
-#: requested options, and numpy otherwise.
-
 
 # ------------------------------------------------------------------------------ input
 
@@ -269,7 +264,7 @@ class WelchPeaks:
         and the fusion gate's score, for ``batch`` signals of ``length`` samples (default: the
         last call's, else one signal of exactly one frame)."""
         from welchpeaks.plan.cost import cost_model_for
-        from welchpeaks.plan.picker import legacy_mode, strategy_breakdown
+        from welchpeaks.plan.picker import pick_for
 
         p = self.params
         if batch is None or length is None:
@@ -280,17 +275,9 @@ class WelchPeaks:
         n_seg = p.n_segments_for(length)
         compute = np.dtype(p.dtype or (self._last[3] if self._last else "float32"))
         model = cost_model_for(self.device)
-        costs = strategy_breakdown(p, n_seg, batch, length, compute, self.device, model)
-        finite = {n: v["total_ns"] for n, v in costs.items() if np.isfinite(v["total_ns"])}
+        chosen, costs, why = pick_for(p, n_seg, batch, length, compute, self.device, model)
         if self._forced is not None:
             chosen, why = self._forced.name, "requested"
-        elif legacy_mode():
-            from welchpeaks.plan.picker import pick_for
-
-            chosen, why = pick_for(p, n_seg, batch, length, compute, self.device)[0], "legacy rule (WELCHPEAKS_PICKER=legacy)"
-        else:
-            chosen = min(finite, key=finite.get)
-            why = f"auto: lowest predicted time on {self.device} ({model.status} cost model)"
         return {
             "strategy": chosen,
             "requested": self.requested,

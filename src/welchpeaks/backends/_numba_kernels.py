@@ -194,9 +194,9 @@ def fused_pow2(
 ):
     """The fused pass for power-of-two ``n_fft``; scratch arrays have a leading worker axis.
 
-    ``tile`` holds one frame of ``LANES`` rows (or one segment, for long frames), ``stats`` their segment's mean and slope (compute
-    dtype) and ``sums`` the float64 sums behind them. ``ramp[i] = i - (n_fft-1)/2`` (compute
-    dtype) and ``consts = [1/n_fft, 1/sum(ramp**2)]``.
+    ``tile`` holds the frame of ``LANES`` rows (or one segment, for long frames), ``stats``
+    their segment's mean and slope (compute dtype) and ``sums`` the float64 sums behind them.
+    ``ramp[i] = i - (n_fft-1)/2`` (compute dtype) and ``consts = [1/n_fft, 1/sum(ramp**2)]``.
     """
     m = n_fft // 2
     n_bins = m + 1

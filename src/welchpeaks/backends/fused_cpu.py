@@ -179,19 +179,15 @@ def _plan_for(params: PeakParams, n_seg: int, compute: np.dtype) -> FusedCpuPlan
     return _PLANS[key]
 
 
-def _records(res: RowResult) -> np.ndarray:
-    return np.stack([res.bins.astype(np.float64), res.power.astype(np.float64), res.fbins], axis=-1)
-
-
 def _welch_peaks_kernel(node, args):
     """The numba kernel of a ``welch_peaks`` node: the fused pass on rows, or the spectrum pass."""
-    from welchpeaks.ir.run import _KERNELS
     from welchpeaks.ir.graph import Op
+    from welchpeaks.ir.run import numpy_kernel, records
 
     p, n_seg, x = node.attrs["params"], node.attrs["n_segments"], args[0]
     if node.attrs["source"] == "rows" and _is_pow2(p.n_fft):
         plan = _plan_for(p, n_seg, x.dtype)
-        return _records(plan.run(np.ascontiguousarray(x), x.dtype))
+        return records(*plan.run(np.ascontiguousarray(x), x.dtype)[:3])
     if node.attrs["source"] == "spectrum" and not _is_pow2(p.n_fft):  # pow2 plans fold a 1/4 into scale
         kern = _kernels()
         plan = _plan_for(p, n_seg, x.real.dtype)
@@ -201,8 +197,8 @@ def _welch_peaks_kernel(node, args):
         with _KERNEL_LOCK:
             kern.power_select_spectrum(x, rows, plan.scale, p.k, plan.mode, p.min_distance, plan.psd, plan.vals,
                                        plan.idx, plan.cand, bad, *out)
-        return _records(RowResult(*out, np.flatnonzero(bad)))
-    return _KERNELS["numpy"][Op.welch_peaks](node, args)
+        return records(*out)
+    return numpy_kernel(Op.welch_peaks)(node, args)
 
 
 def _register_graph_kernels() -> None:

@@ -30,7 +30,7 @@ def _kernel(backend: str, op: Op) -> Kernel:
         importlib.import_module(_BACKEND_MODULES[backend])
     if backend not in _KERNELS:
         raise ValueError(f"backend={backend!r} is unknown; use one of {sorted(set(_KERNELS) | set(_BACKEND_MODULES))}")
-    return _KERNELS[backend].get(op) or _KERNELS["numpy"][op]
+    return _KERNELS[backend].get(op) or numpy_kernel(op)
 
 
 def run(graph: Graph, inputs: Mapping[str, Any], backend: str = "numpy") -> tuple:
@@ -141,13 +141,22 @@ def _power(n, a):
 _np(Op.segment_mean)(lambda n, a: a[0].mean(axis=-2, dtype=a[0].dtype))
 
 
+def records(bins: np.ndarray, power: np.ndarray, fbins: np.ndarray) -> np.ndarray:
+    """Peak records ``[rows, k, 3]`` float64 of (bin, power, fractional bin)."""
+    return np.stack([bins.astype(np.float64), power.astype(np.float64), fbins], axis=-1)
+
+
+def numpy_kernel(op: Op) -> Kernel:
+    """The NumPy kernel of ``op`` (what other backends fall back to)."""
+    return _KERNELS["numpy"][op]
+
+
 def _select_records(psd: np.ndarray, k: int, mode: str, min_distance: int) -> np.ndarray:
-    """Peak records [rows, k, 3]; rows with a non-finite value are left empty."""
+    """Peak records of PSD rows; rows with a non-finite value are left empty."""
     from welchpeaks.backends.numpy_exec import select
 
     bad = ~np.isfinite(psd).all(axis=1)
-    bins, power, fbins = select(np.where(bad[:, None], 0, psd), k, mode, min_distance)
-    out = np.stack([bins.astype(np.float64), power.astype(np.float64), fbins], axis=-1)
+    out = records(*select(np.where(bad[:, None], 0, psd), k, mode, min_distance))
     out[bad] = [-1, np.nan, np.nan]
     return out
 

@@ -129,11 +129,6 @@ def _median_ns(fn: Callable[[], Any], repeats: int, inner: int = 1) -> float:
     return float(max(np.median(ts), 1.0))
 
 
-def _steps(grid: dict) -> int:
-    n, r, b = len(grid["n_fft"]), len(grid["rows"]), len(grid["bins"])
-    return 3 + 2 * n * r + 2 * b * r + 4 * n * r + 3 + len(grid["sgemm"])
-
-
 def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = None) -> BackendCostModel:
     """Measure this machine's CPU cost model (``quick``: a small grid, a few seconds)."""
     import numba
@@ -220,4 +215,6 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
 
 def steps(quick: bool) -> int:
     """How many progress ticks :func:`measure_cpu` makes (for a progress bar)."""
-    return _steps(QUICK_GRID if quick else FULL_GRID)
+    grid = QUICK_GRID if quick else FULL_GRID
+    n, r, b = len(grid["n_fft"]), len(grid["rows"]), len(grid["bins"])
+    return 3 + 2 * n * r + 2 * b * r + 4 * n * r + 3 + len(grid["sgemm"])

@@ -188,30 +188,27 @@ def estimate_graph_cost(graph: Graph, model: BackendCostModel) -> float:
     return sum(node_cost_ns(graph, n, model) for n in graph.nodes)
 
 
+def _io_terms(io: GraphIoProfile, model: BackendCostModel) -> dict[str, float]:
+    readback = host_readback_bytes(io, on_host=model.on_host)
+    return {
+        "roundtrip_ns": model.roundtrip_ns,
+        "sync_ns": model.roundtrip_ns * io.sync_points,
+        "readback_ns": readback / (model.memory_bw if model.unified_memory else model.d2h_bw),
+    }
+
+
 def estimate_graph_cost_with_io(graph: Graph, model: BackendCostModel, io: GraphIoProfile | None = None) -> float:
     """Node costs plus one round trip per run and per sync point, plus readback of the outputs."""
     io = io or profile_graph_io(graph, sync_ops=model.sync_ops)
-    readback = host_readback_bytes(io, on_host=model.on_host)
-    return (
-        estimate_graph_cost(graph, model)
-        + model.roundtrip_ns * (1 + io.sync_points)
-        + readback / (model.memory_bw if model.unified_memory else model.d2h_bw)
-    )
+    return estimate_graph_cost(graph, model) + sum(_io_terms(io, model).values())
 
 
 def cost_breakdown(graph: Graph, model: BackendCostModel) -> dict[str, Any]:
     """Every term of :func:`estimate_graph_cost_with_io`, for explanations."""
     io = profile_graph_io(graph, sync_ops=model.sync_ops)
     nodes = {f"%{n.id} {n.op.value}": node_cost_ns(graph, n, model) for n in graph.nodes if n.op not in METADATA_OPS}
-    readback = host_readback_bytes(io, on_host=model.on_host)
-    terms = {
-        "nodes_ns": nodes,
-        "roundtrip_ns": model.roundtrip_ns,
-        "sync_ns": model.roundtrip_ns * io.sync_points,
-        "readback_ns": readback / (model.memory_bw if model.unified_memory else model.d2h_bw),
-    }
-    total = sum(nodes.values()) + terms["roundtrip_ns"] + terms["sync_ns"] + terms["readback_ns"]
-    return {"io": io.to_dict(), **terms, "total_ns": total}
+    terms = _io_terms(io, model)
+    return {"io": io.to_dict(), "nodes_ns": nodes, **terms, "total_ns": sum(nodes.values()) + sum(terms.values())}
 
 
 # ---------------------------------------------------------------------------- model registry

@@ -37,14 +37,6 @@ def _model(device: str, model: BackendCostModel | None) -> BackendCostModel:
     return m
 
 
-def _candidates(params: PeakParams, device: str) -> list[str]:
-    out = []
-    for name in backends.available(device):
-        if backends.get(name).unsupported_reason(params) is None:
-            out.append(name)
-    return out
-
-
 def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, compute: Any,
                        device: str = "cpu", model: BackendCostModel | None = None) -> dict[str, dict]:
     """Per execution: IO profile, every cost term (ns), total, and the fusion gate's view of it.
@@ -95,39 +87,36 @@ def estimate_costs(device: str = "cpu", batch: int = 1, n_fft: int = 256, k: int
     return {name: v["total_ns"] for name, v in b.items()}
 
 
-def _legacy_pick(costs_or_names: list[str], batch: int, device: str) -> str:
+def _legacy_pick(names: list[str], batch: int, device: str) -> str:
     """The original's fixed rule: the compiled GPU graph at batch >= 8192 on a GPU, else the
     host streaming path (here ``fused-cpu``, else ``numpy``)."""
     if device != "cpu" and batch >= 8192:
         for name in ("triton-fused", "triton-block", "torch"):
-            if name in costs_or_names:
+            if name in names:
                 return name
     for name in ("fused-cpu", "numpy"):
-        if name in costs_or_names:
+        if name in names:
             return name
-    return costs_or_names[0]
+    return names[0]
 
 
 def pick_for(params: PeakParams, n_seg: int, batch: int, length: int, compute: Any, device: str = "cpu",
-             model: BackendCostModel | None = None) -> tuple[str, dict]:
-    """(execution, breakdown) for one call; ties go to the earlier registered execution."""
+             model: BackendCostModel | None = None) -> tuple[str, dict, str]:
+    """(execution, per-execution breakdown, why) for one call; ties go to the earlier execution."""
+    info = strategy_breakdown(params, n_seg, batch, length, compute, device, model)
+    finite = {n: v["total_ns"] for n, v in info.items() if math.isfinite(v["total_ns"])}
+    if not finite:
+        raise ValueError(f"no execution can compute these parameters on {device!r}: "
+                         + "; ".join(f"{n}: {v.get('why')}" for n, v in info.items()))
     if legacy_mode():
-        names = _candidates(params, device)
-        choice = _legacy_pick(names, batch, device)
-        info = {"rule": "legacy (WELCHPEAKS_PICKER=legacy)", "candidates": names}
+        choice, why = _legacy_pick(list(finite), batch, device), "legacy rule (WELCHPEAKS_PICKER=legacy)"
     else:
-        info = strategy_breakdown(params, n_seg, batch, length, compute, device, model)
-        finite = {n: v["total_ns"] for n, v in info.items() if math.isfinite(v["total_ns"])}
-        if not finite:
-            raise ValueError(f"no execution can compute these parameters on {device!r}: "
-                             + "; ".join(f"{n}: {v.get('why')}" for n, v in info.items()))
         choice = min(finite, key=finite.get)
+        why = f"auto: lowest predicted time on {device} ({_model(device, model).status} cost model)"
     if os.environ.get("WELCHPEAKS_TRACE", "") not in ("", "0"):
-        log.warning("pick %s for batch %d, n_fft %d, k %d, %d segments, %s: %s", choice, batch, params.n_fft,
-                    params.k, n_seg, params.mode,
-                    {n: round(v["total_ns"]) if isinstance(v, dict) and math.isfinite(v["total_ns"]) else "-"
-                     for n, v in info.items()} if not legacy_mode() else info["rule"])
-    return choice, info
+        log.warning("pick %s for batch %d, n_fft %d, k %d, %d segments, %s (%s): %s", choice, batch, params.n_fft,
+                    params.k, n_seg, params.mode, why, {n: round(v) for n, v in finite.items()})
+    return choice, info, why
 
 
 def pick_strategy(device: str = "cpu", batch: int = 1, n_fft: int = 256, k: int = 16, segments: int | str = 2,

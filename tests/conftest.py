@@ -1,5 +1,15 @@
 import os
 
+# The Triton executions are tested on CPU tensors through Triton's interpreter unless a CUDA
+# device is present (then the same tests run the compiled kernels). Set before triton loads.
+try:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:
+    pass
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings

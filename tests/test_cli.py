@@ -102,3 +102,37 @@ def test_bench_rejects_bad_ranges():
 def test_strategies_lists_executions():
     res = runner.invoke(app, ["strategies"])
     assert res.exit_code == 0 and "fused-cpu" in res.output and "available" in res.output
+
+
+def test_bench_phases_json(tmp_path):
+    out = tmp_path / "p.json"
+    res = runner.invoke(app, ["bench", "phases", "--batch", "4,8", "--n-fft", "64", "--k", "4", "--repeats", "10",
+                              "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "crossover" in res.output
+    reports = json.loads(out.read_text())["reports"]
+    assert [r["batch"] for r in reports] == [4, 8]
+    for rep in reports:
+        by = {r["phase"]: r for r in rep["rows"]}
+        assert set(by) == {"baseline", "block", "fused"}
+        assert by["baseline"]["io"]["kernel_launches"] == 6 and by["fused"]["io"]["kernel_launches"] == 1
+        assert rep["fusion_benefit"]["launches_saved"] == 5 and rep["gate"]["fuse"] is True
+        b = rep["batch"]
+        # baseline returns the complex spectrum [b, 2, 33] c64 and the records [b, 4, 3] f64
+        assert by["baseline"]["io"]["host_output_bytes"] == b * 2 * 33 * 8 + b * 4 * 3 * 8
+        for r in rep["rows"]:
+            assert r["repeats"] >= 10 and r["min_ms"] <= r["median_ms"] <= r["max_ms"] and r["predicted_ms"] > 0
+
+
+def test_bench_picker_json(tmp_path):
+    out = tmp_path / "q.json"
+    res = runner.invoke(app, ["bench", "picker", "--batch", "3", "--n-fft", "64,128", "--k", "4", "--repeats", "3",
+                              "--budget", "0.01", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["summary"]["cells"] == 2 and len(data["cells"]) == 2
+    for c in data["cells"]:
+        assert set(c["predicted_ns"]) == {"numpy", "fused-cpu"} and c["picked"] in c["predicted_ns"]
+        best = min(m["median_ms"] for n, m in c["measured"].items() if n != "auto")
+        assert c["regret"] == pytest.approx(c["measured"][c["picked"]]["median_ms"] / best)
+    assert data["summary"]["regret_worst"] >= data["summary"]["regret_geomean"] >= 1.0

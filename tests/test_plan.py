@@ -4,8 +4,10 @@ import json
 
 import numpy as np
 import pytest
+import scipy.fft
 
 import welchpeaks
+import welchpeaks.spectral
 from welchpeaks import backends, ir, plan
 from welchpeaks.ir.graph import welch_chain_graph
 from welchpeaks.params import make_params
@@ -173,8 +175,9 @@ def test_gate_fuses_when_readback_dominates_and_refuses_when_a_sync_costs_more()
 def test_loglog_table_interpolates_power_laws_exactly():
     t = LogLogTable([64, 256, 1024], [10, 1000], [[64 ** 1.5 * r for r in (10, 1000)] for _ in [0]]
                     + [[256 ** 1.5 * r for r in (10, 1000)], [1024 ** 1.5 * r for r in (10, 1000)]])
-    for n, r in [(128, 100), (512, 31), (4096, 5000), (32, 2)]:
+    for n, r in [(128, 100), (512, 31), (4096, 5000)]:
         assert t(n, r) == pytest.approx(n ** 1.5 * r, rel=1e-9)
+    assert t(32, 2) == pytest.approx(64 ** 1.5 * 10)  # below the grid the smallest measurement holds
     one = LogLogTable([4, 16], [1], [[2.0], [8.0]])
     assert one(8, 3) == pytest.approx(3 * 4.0)
     with pytest.raises(ValueError, match="positive"):
@@ -248,3 +251,41 @@ def test_default_cuda_gate_is_labelled_and_unknown_devices_are_refused():
     assert plan.pick_best_device(g, [synthetic_cpu_model()]) == "cpu"
     with pytest.raises(ValueError, match="no measured cost model"):
         plan.pick_best_device(g, [synthetic_cpu_model(status="default")])
+
+
+def test_layout_auto_takes_the_faster_layout_and_says_so():
+    x = np.random.default_rng(3).standard_normal((5, 384))
+    res = welchpeaks.welch_peaks(x, k=4, layout="auto")
+    # the synthetic model prices per segment, so one segment is cheaper: the original's choice
+    assert res.params["layout"] == "ultra" and res.params["segments"] == 1
+    assert "speed only" in res.params["layout_choice"]
+    ref = welchpeaks.welch_peaks(x, k=4, segments=1)
+    np.testing.assert_array_equal(res.bins, ref.bins)
+    np.testing.assert_array_equal(res.power, ref.power)
+    set_cost_model(synthetic_cpu_model(fused_ns_per_row=1e7, fft_ns_per_row=1.0, select_ns_per_row=1.0))
+    wp = welchpeaks.WelchPeaks(k=4, layout="auto", strategy="numpy")
+    assert wp(x).params["segments"] == 1 and wp.strategy == "numpy"
+    short = welchpeaks.welch_peaks(x[:, :300], k=4, layout="auto")
+    assert short.params["layout"] == "ultra" and "too short" in short.params["layout_choice"]
+    with pytest.raises(ValueError, match="layout='auto' chooses"):
+        welchpeaks.welch_peaks(x, layout="auto", segments=8)
+    with pytest.raises(ValueError, match="layout='fastest' is unknown"):
+        welchpeaks.welch_peaks(x, layout="fastest")
+
+
+@pytest.mark.parametrize("n_fft", [64, 96])
+def test_phase_graphs_compute_the_same_peaks(n_fft):
+    from welchpeaks.bench.phases import BACKEND, phase_graphs
+
+    p = make_params(n_fft=n_fft, k=5, segments=2)
+    x = np.random.default_rng(n_fft).standard_normal((7, n_fft + n_fft // 2)).astype(np.float32)
+    out = {name: ir.run(g, {"x": x}, backend=BACKEND[name]) for name, g in phase_graphs(p, 7, 2).items()}
+    spec, base = out["baseline"]
+    np.testing.assert_allclose(spec, scipy.fft.rfft(
+        welchpeaks.spectral.detrend_segments(welchpeaks.spectral.segment_view(x, n_fft, n_fft // 2, 2), "constant")
+        * p.window_array.astype(np.float32), axis=-1), rtol=1e-4, atol=1e-4)
+    ref = welchpeaks.welch_peaks(x.astype(np.float64), k=5, n_fft=n_fft, segments=2)
+    for name in ("baseline", "block", "fused"):
+        rec = base if name == "baseline" else out[name][0]
+        np.testing.assert_array_equal(rec[..., 0], ref.bins)
+        np.testing.assert_allclose(rec[..., 1], ref.power, rtol=2e-4)

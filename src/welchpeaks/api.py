@@ -15,19 +15,39 @@ from welchpeaks import backends
 from welchpeaks.params import PeakParams, is_int, make_params
 from welchpeaks.result import PeakResult
 
-DEVICES = ("cpu",)
+DEVICES = ("cpu", "cuda")
+#: strategy='auto' on CUDA data until a CUDA cost model is measured: the first that can run
+CUDA_PREFERENCE = ("triton-fused", "triton-block", "torch")
 
 
 # ------------------------------------------------------------------------------ input
 
 
+def _tensor_input(x: Any, name: str = "x") -> Any:
+    """A torch tensor for torch and CuPy inputs (CuPy through DLPack, no copy); None otherwise.
+
+    Checks what :func:`_as_real_array` checks, and keeps the data on its device.
+    """
+    mod = type(x).__module__
+    if isinstance(x, np.ndarray) or not mod.startswith(("torch", "cupy")):
+        return None
+    from welchpeaks.backends.torch_exec import import_torch
+
+    torch = import_torch()
+    t = x if torch.is_tensor(x) else torch.from_dlpack(x)
+    if t.is_complex():
+        raise TypeError(f"{name} is complex ({t.dtype}); welch_peaks analyses real signals: pass x.real")
+    if t.dtype == torch.bool:
+        raise TypeError(f"{name} has dtype {t.dtype}; pass real numbers (float32, float64 or integers)")
+    if t.dim() == 0 or t.numel() == 0:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; pass signals shaped [..., samples]")
+    if t.dtype in (torch.float32, torch.float64):
+        return t
+    return t.to(torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else torch.float64)
+
+
 def _as_real_array(x: Any, name: str = "x") -> np.ndarray:
     """``x`` as a float32 or float64 array, or a TypeError/ValueError that says what to do."""
-    if hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray) and type(x).__module__.startswith(("torch", "cupy")):
-        raise TypeError(
-            f"{name} is a {type(x).__module__}.{type(x).__name__}; this version takes NumPy arrays and "
-            "lists: pass x.cpu().numpy() (torch) or x.get() (CuPy)"
-        )
     try:
         arr = np.asarray(x)
     except Exception as exc:  # ragged lists and the like
@@ -160,12 +180,16 @@ def available_strategies(device: str = "cpu") -> list[str]:
 
 def _check_device(device: str) -> None:
     if device not in DEVICES:
-        hint = (
-            "GPU executions are not part of this version yet"
-            if isinstance(device, str) and device.startswith(("cuda", "gpu"))
-            else "use device='cpu'"
-        )
-        raise ValueError(f"device={device!r} is not available; devices here: {list(DEVICES)} ({hint})")
+        raise ValueError(f"device={device!r} is unknown; use one of {list(DEVICES)}")
+    if device == "cuda":
+        try:
+            from welchpeaks.backends.torch_exec import import_torch
+
+            ok = import_torch().cuda.is_available()
+        except ImportError as exc:
+            raise ValueError(f"device='cuda' needs torch: {exc}") from None
+        if not ok:
+            raise ValueError("device='cuda': torch sees no CUDA device here; use device='cpu'")
 
 
 def _resolve_strategy(strategy: str, device: str, params: PeakParams) -> backends.Execution | None:
@@ -184,6 +208,17 @@ def _resolve_strategy(strategy: str, device: str, params: PeakParams) -> backend
     if why is not None:
         raise ValueError(f"strategy={strategy!r} cannot compute these options: {why}; use strategy='auto'")
     return ex
+
+
+def _check_layout(layout: str | None, segments: Any) -> str | None:
+    if layout is None:
+        return None
+    if layout != "auto":
+        raise ValueError(f"layout={layout!r} is unknown; use layout='auto' (or choose a layout with "
+                         "segments='ultra', 'fast' or 'reference')")
+    if segments not in (None, 2, "fast"):
+        raise ValueError(f"layout='auto' chooses the number of segments itself; drop segments={segments!r}")
+    return layout
 
 
 class WelchPeaks:
@@ -222,7 +257,11 @@ class WelchPeaks:
         min_distance: int = 1,
         nan_policy: str = "raise",
         dtype: str | None = None,
+        layout: str | None = None,
     ):
+        self.layout = _check_layout(layout, segments)
+        if self.layout == "auto":
+            segments = 2
         self.params = make_params(
             k=k, n_fft=n_fft, hop=hop, segments=segments, fs=fs, window=window, detrend=detrend,
             scaling=scaling, mode=mode, min_distance=min_distance, nan_policy=nan_policy, dtype=dtype,
@@ -235,10 +274,19 @@ class WelchPeaks:
         self._picks: dict[tuple[int, int, int, str], str] = {}
         self._last: tuple[int, int, int, str] | None = None
         self._lock = threading.Lock()
+        self._layouts: dict[str, WelchPeaks] = {}
+        self._last_layout: str | None = None
+        self._layout_picks: dict[tuple[int, int, str], tuple[str, str]] = {}
+        if self.layout == "auto":
+            opts = dict(n_fft=n_fft, k=k, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device, window=window,
+                        detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy=nan_policy, dtype=dtype)
+            self._layouts = {"ultra": WelchPeaks(segments=1, **opts), "fast": WelchPeaks(segments=2, **opts)}
 
     @property
     def strategy(self) -> str:
         """Name of the execution that ran last ('auto' before the first call under auto)."""
+        if self._last_layout is not None:
+            return self._layouts[self._last_layout].strategy
         if self._forced is not None:
             return self._forced.name
         return self._picks[self._last] if self._last in self._picks else "auto"
@@ -312,20 +360,90 @@ class WelchPeaks:
                     self._plans[key] = plan
         return plan
 
+    def _pick_layout(self, rows: int, length: int, dtype: np.dtype) -> tuple[str, str]:
+        """layout='auto': the original's speed-only choice between 1 and 2 segments."""
+        key = (rows, length, dtype.name)
+        if key not in self._layout_picks:
+            from welchpeaks.plan.picker import pick_for
+
+            fast = self._layouts["fast"]
+            if length < fast.params.n_fft + fast.params.hop:
+                choice = ("ultra", f"layout auto: ultra, the signals are too short for 2 segments ({length} samples)")
+            else:
+                best = {}
+                for name, wp in self._layouts.items():
+                    n_seg = wp.params.segments
+                    compute = wp._compute_dtype(dtype)
+                    ex, costs, _ = pick_for(wp.params, n_seg, rows, length, compute, self.device)
+                    ex = wp._forced.name if wp._forced is not None else ex
+                    best[name] = costs[ex]["total_ns"]
+                name = min(best, key=best.get)
+                choice = (name, f"layout auto (speed only, as the original system; accuracy is not weighed): {name}, "
+                                f"predicted ultra {best['ultra'] / 1e6:.3g} ms vs fast {best['fast'] / 1e6:.3g} ms")
+            with self._lock:
+                if len(self._layout_picks) > 256:
+                    self._layout_picks.clear()
+                self._layout_picks[key] = choice
+        return self._layout_picks[key]
+
+    def _run_tensor(self, t: Any) -> PeakResult:
+        """Tensor input: results are tensors on the input's device."""
+        import torch
+
+        if not t.is_cuda and (self._forced is None or self._forced.device == "cpu"):
+            res = self(t.detach().numpy())  # zero-copy view; a host execution computes it
+            conv = {f: torch.from_numpy(np.ascontiguousarray(getattr(res, f))) for f in ("bins", "power", "freqs")}
+            return PeakResult(strategy=res.strategy, params=res.params, **conv)
+        if self._forced is not None and self._forced.device == "cpu":
+            raise ValueError(f"strategy={self._forced.name!r} runs on host arrays and x is on {t.device}; use "
+                             "strategy='auto' or a GPU execution, or pass x.cpu()")
+        ex = self._forced
+        if ex is None:
+            for name in CUDA_PREFERENCE:
+                cand = backends.get(name)
+                if cand.unavailable_reason() is None and cand.unsupported_reason(self.params) is None:
+                    ex = cand
+                    break
+            if ex is None:
+                raise ValueError(f"no GPU execution can compute these options: install {CUDA_PREFERENCE}")
+        return self._finish(t, ex)
+
     def __call__(self, x: Any) -> PeakResult:
+        t = _tensor_input(x)
+        if t is not None and not self._layouts:
+            return self._run_tensor(t)
+        if self._layouts:
+            arr = _as_real_array(x if t is None else t.cpu().numpy())
+            name, why = self._pick_layout(int(np.prod(arr.shape[:-1])), arr.shape[-1], arr.dtype)
+            res = self._layouts[name](arr)
+            res.params.update(layout=name, layout_choice=why)
+            self._last_layout = name
+            return res
+        return self._finish(_as_real_array(x))
+
+    def _finish(self, arr: Any, ex: backends.Execution | None = None) -> PeakResult:
+        """Run ``arr`` (a host array, or a tensor with ``ex`` given) and build the result."""
         p = self.params
-        arr = _as_real_array(x)
         length = arr.shape[-1]
         p.check_length(length)
         n_seg = p.n_segments_for(length)
         frame = p.frame_for(length)
-        lead = arr.shape[:-1]
+        lead = tuple(arr.shape[:-1])
         rows = arr.reshape(-1, length)
-        if not rows.flags.c_contiguous:
+        host = isinstance(arr, np.ndarray)
+        in_dtype = np.dtype(arr.dtype) if host else np.dtype(str(arr.dtype).replace("torch.", ""))
+        if host and not rows.flags.c_contiguous:
             rows = np.ascontiguousarray(rows[:, :frame])
-        compute = self._compute_dtype(arr.dtype)
-        ex = self._pick(rows.shape[0], n_seg, rows.shape[1], compute)
-        out = ex.run_plan(self._plan(ex, n_seg, compute), rows, arr.dtype)
+        compute = self._compute_dtype(in_dtype)
+        if ex is None:
+            ex = self._pick(rows.shape[0], n_seg, rows.shape[1], compute)
+        if host and ex.device == "cuda" and self.device == "cuda":
+            import torch
+
+            rows = torch.from_numpy(rows).to("cuda")  # upload; the result comes back to the host
+        out = ex.run_plan(self._plan(ex, n_seg, compute), rows, in_dtype)
+        if host and not isinstance(out.bins, np.ndarray):
+            out = out._replace(bins=out.bins.cpu().numpy(), power=out.power.cpu().numpy(), fbins=out.fbins.cpu().numpy())
         if out.bad_rows.size and p.nan_policy == "raise":
             first = int(out.bad_rows[0])
             where = np.unravel_index(first, lead) if lead else ()
@@ -364,6 +482,7 @@ def welch_peaks(
     device: str = "cpu",
     nan_policy: str = "raise",
     dtype: str | None = None,
+    layout: str | None = None,
 ) -> PeakResult:
     """The ``k`` strongest spectral peaks of every signal in a batch.
 
@@ -403,6 +522,11 @@ def welch_peaks(
     dtype : {'float32', 'float64'}, optional
         Compute precision. Default: the input's precision (``fused-cpu`` requested by name
         computes in float32 unless told otherwise).
+    layout : {'auto'}, optional
+        ``'auto'`` reproduces the original system's speed-only choice between 1 and 2
+        segments (``'ultra'`` and ``'fast'``): the layout predicted to run faster, which
+        changes the numbers returned. The result's ``params['layout']`` and
+        ``params['layout_choice']`` say what was chosen and why. Default: ``segments`` decides.
 
     Returns
     -------
@@ -422,6 +546,6 @@ def welch_peaks(
     executor = WelchPeaks(
         n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device,
         window=window, detrend=detrend, scaling=scaling, min_distance=min_distance,
-        nan_policy=nan_policy, dtype=dtype,
+        nan_policy=nan_policy, dtype=dtype, layout=layout,
     )
     return executor(x)

@@ -65,7 +65,10 @@ def peaks(
     fs: Optional[float] = typer.Option(None, "--fs", help="Sample rate in Hz [default: from .wav, else none]."),
     mode: str = typer.Option("peaks", "--mode", help="peaks (local maxima) or bins (top bins)."),
     min_distance: int = typer.Option(1, "--min-distance", help="Minimum bins between peaks."),
-    strategy: str = typer.Option("auto", "--strategy", help="auto, numpy or fused-cpu."),
+    strategy: str = typer.Option("auto", "--strategy", help="auto or an execution (welchpeaks strategies)."),
+    layout: Optional[str] = typer.Option(
+        None, "--layout", help="auto: the original's speed-only choice of 1 or 2 segments (changes the numbers)."
+    ),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write all results as JSON here."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one line per peak as CSV here."),
     show: int = typer.Option(8, "--show", help="Signals per file to print in the table."),
@@ -84,7 +87,7 @@ def peaks(
         try:
             res = welch_peaks(
                 data, k=k, n_fft=n_fft, hop=hop, segments=_parse_segments(segments), fs=rate,
-                mode=mode, min_distance=min_distance, strategy=strategy,
+                mode=mode, min_distance=min_distance, strategy=strategy, layout=layout,
             )
         except (ValueError, TypeError) as exc:
             _fail(f"{path}: {exc}")
@@ -180,8 +183,30 @@ def demo(
         console.print(f"wrote {plot}")
 
 
-@app.command()
+bench_app = typer.Typer(
+    help="Benchmarks (JSON with --json). Without a subcommand: the executions against scipy + top-k.",
+    no_args_is_help=False, add_completion=False, pretty_exceptions_enable=False,
+)
+app.add_typer(bench_app, name="bench")
+
+
+def _check_mode(mode: str) -> list[str]:
+    modes = [m.strip() for m in mode.split(",")]
+    for m in modes:
+        if m not in ("peaks", "bins"):
+            _fail(f"--mode {m!r}: use peaks, bins or peaks,bins")
+    return modes
+
+
+def _write_json(path: Optional[Path], doc: dict) -> None:
+    if path is not None:
+        path.write_text(json.dumps(doc, indent=1, default=str))
+        console.print(f"wrote {path}")
+
+
+@bench_app.callback(invoke_without_command=True)
 def bench(
+    ctx: typer.Context,
     batch: str = typer.Option("32,1024,8192", "--batch", help="Batches: 32,1024 or a range 32-8192."),
     n_fft: str = typer.Option("256", "--n-fft", help="Segment lengths, comma-separated."),
     k: str = typer.Option("16", "--k", help="Peaks per signal, comma-separated."),
@@ -192,14 +217,13 @@ def bench(
     md_path: Optional[Path] = typer.Option(None, "--md", help="Write the rows as a markdown table."),
 ) -> None:
     """Time the executions against scipy.signal.welch + top-k on the same data."""
+    if ctx.invoked_subcommand is not None:
+        return
     from welchpeaks.bench.peaks import Cell, machine_info, markdown_table, time_cell
 
     if repeats < 3:
         _fail("--repeats must be >= 3 for a median and a range")
-    modes = [m.strip() for m in mode.split(",")]
-    for m in modes:
-        if m not in ("peaks", "bins"):
-            _fail(f"--mode {m!r}: use peaks, bins or peaks,bins")
+    modes = _check_mode(mode)
     cells = [
         Cell(b, n, kk, s, m)
         for n in _int_list(n_fft, "n-fft")
@@ -225,12 +249,111 @@ def bench(
                 f"{r['speedup_vs_scipy']:.1f}", f"{r['floor_ratio']:.2f}",
             )
         console.print(table)
-    if json_path is not None:
-        json_path.write_text(json.dumps({"machine": info, "rows": all_rows}, indent=1))
-        console.print(f"wrote {json_path}")
+    _write_json(json_path, {"machine": info, "rows": all_rows})
     if md_path is not None:
         md_path.write_text(markdown_table(all_rows))
         console.print(f"wrote {md_path}")
+
+
+@bench_app.command("phases")
+def bench_phases(
+    batch: str = typer.Option("32", "--batch", help="Batches: 32,1024 or a power-of-two range 32-8192."),
+    n_fft: int = typer.Option(256, "--n-fft", help="Segment length."),
+    k: int = typer.Option(16, "--k", help="Peaks per signal."),
+    segments: int = typer.Option(2, "--segments", help="Segments per signal."),
+    mode: str = typer.Option("peaks", "--mode", help="peaks or bins."),
+    repeats: int = typer.Option(15, "--repeats", help="Timed runs per phase (at least 10)."),
+    device: str = typer.Option("cpu", "--device", help="Device (cpu)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the reports as JSON."),
+) -> None:
+    """The fusion phases (baseline, block, fused): IO profiles, the gate, predicted vs measured."""
+    from welchpeaks.bench.peaks import machine_info
+    from welchpeaks.bench.phases import run_phases
+
+    _check_mode(mode)
+    reports = []
+    for b in _int_list(batch, "batch"):
+        try:
+            rep = run_phases(b, n_fft=n_fft, k=k, segments=segments, mode=mode, repeats=repeats, device=device)
+        except ValueError as exc:
+            _fail(str(exc))
+        reports.append(rep)
+        table = Table(title=f"phases: batch {b}, n_fft {n_fft}, k {k}, {segments} segment(s), {mode} on {device} "
+                            f"({rep['cost_model']} cost model)")
+        for col in ("phase", "launch", "host B", "traffic B", "ms", "min-max", "x base", "pred ms", "p/m"):
+            table.add_column(col, justify="right")
+        for r in rep["rows"]:
+            io = r["io"]
+            table.add_row(r["phase"], str(io["kernel_launches"]), f"{io['host_output_bytes']:,}",
+                          f"{io['device_traffic_bytes']:,}", f"{r['median_ms']:.3f}", f"{r['min_ms']:.3f}-{r['max_ms']:.3f}",
+                          f"{r['speedup_vs_baseline']:.2f}", f"{r['predicted_ms']:.3f}", f"{r['predicted_over_measured']:.2f}")
+        console.print(table)
+        bf, gate = rep["fusion_benefit"], rep["gate"]
+        console.print(
+            f"baseline -> fused saves {bf['launches_saved']} launches, {bf['sync_points_saved']} syncs, "
+            f"{bf['host_readback_bytes_saved']:,} readback bytes, {bf['device_traffic_bytes_saved']:,} traffic bytes; "
+            f"gate ({gate['status']}) score {gate['score_ns'] / 1e3:,.1f} us vs min gain {gate['min_gain_ns'] / 1e3:,.1f} us: "
+            f"{'fuse' if gate['fuse'] else 'do not fuse'}; auto picks {rep['auto']}"
+        )
+    if len(reports) > 1:
+        table = Table(title="crossover")
+        for col in ("batch", "block x", "fused x", "gate score us", "fuse", "auto"):
+            table.add_column(col, justify="right")
+        for rep in reports:
+            by = {r["phase"]: r for r in rep["rows"]}
+            table.add_row(str(rep["batch"]), f"{by['block']['speedup_vs_baseline']:.2f}",
+                          f"{by['fused']['speedup_vs_baseline']:.2f}", f"{rep['gate']['score_ns'] / 1e3:,.1f}",
+                          "yes" if rep["gate"]["fuse"] else "no", rep["auto"])
+        console.print(table)
+    _write_json(json_path, {"machine": machine_info(), "reports": reports})
+
+
+@bench_app.command("picker")
+def bench_picker(
+    batch: Optional[str] = typer.Option(None, "--batch", help="Batches [default: 1,32,256,1024,8192,32768]."),
+    n_fft: Optional[str] = typer.Option(None, "--n-fft", help="Segment lengths [default: 64,256,1024,4096]."),
+    k: Optional[str] = typer.Option(None, "--k", help="Peaks per signal [default: 4,16,64]."),
+    segments: Optional[str] = typer.Option(None, "--segments", help="Segments [default: 2]."),
+    mode: str = typer.Option("peaks", "--mode", help="peaks or bins."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid (batch 1,256,8192; n_fft 64,1024; k 4,64)."),
+    repeats: int = typer.Option(9, "--repeats", help="Most timed calls per execution and cell."),
+    budget: float = typer.Option(2.0, "--budget", help="Seconds of timing per cell (at least 3 calls each)."),
+    device: str = typer.Option("cpu", "--device", help="Device (cpu)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write cells and summary as JSON."),
+) -> None:
+    """Regret and prediction quality of strategy='auto' over a grid of cells."""
+    from welchpeaks.bench import picker as bp
+    from welchpeaks.bench.peaks import machine_info
+
+    _check_mode(mode)
+    grid = dict(bp.QUICK_GRID if quick else bp.DEFAULT_GRID)
+    for name, value in (("batch", batch), ("n-fft", n_fft), ("k", k), ("segments", segments)):
+        if value is not None:
+            grid[name.replace("-", "_")] = _int_list(value, name)
+    results = []
+    table = Table(title=f"picker on {device}, {mode}: predicted / measured ms per execution")
+    for col in ("batch", "n_fft", "k", "segments", "executions (pred / meas ms)", "picked", "fastest", "regret"):
+        table.add_column(col, justify="right")
+    for cell in bp.cells(grid):
+        try:
+            r = bp.measure_cell(cell, device=device, mode=mode, repeats=repeats, budget_s=budget)
+        except (ValueError, MemoryError) as exc:
+            _fail(f"cell {cell}: {exc}")
+        results.append(r)
+        ex = "; ".join(f"{n} {r['predicted_ns'][n] / 1e6:.3g}/{r['measured'][n]['median_ms']:.3g}"
+                       for n in r["predicted_ns"])
+        table.add_row(str(cell["batch"]), str(cell["n_fft"]), str(cell["k"]), str(cell["segments"]), ex,
+                      r["picked"], r["fastest"], f"{r['regret']:.2f}")
+        err.print(f"  batch {cell['batch']}, n_fft {cell['n_fft']}, k {cell['k']}: regret {r['regret']:.2f}",
+                  highlight=False)
+    console.print(table)
+    s = bp.summarise(results)
+    console.print(
+        f"{s['cells']} cells: regret geomean {s['regret_geomean']:.3f}, worst {s['regret_worst']:.2f} "
+        f"({s['regret_worst_cell']}); predictions within [{s['band'][0]}, {s['band'][1]}]: "
+        f"{s['predictions_within_band']:.0%} of {s['predictions']}"
+    )
+    _write_json(json_path, {"machine": machine_info(), "grid": grid, "summary": s, "cells": results})
 
 
 @app.command()

@@ -48,17 +48,27 @@ class PeakResult:
 
         Empty slots hold ``(-1, NaN)``.
         """
+        if not isinstance(self.bins, np.ndarray):
+            return self.numpy().packed()
         out = np.empty(self.bins.shape + (2,), np.float32)
         out[..., 0] = self.bins
         out[..., 1] = self.power
         return out
 
     def numpy(self) -> PeakResult:
-        """This result with host (NumPy) arrays; already the case for CPU executions."""
-        return self
+        """This result with host (NumPy) arrays (tensors on a GPU are copied back)."""
+        if isinstance(self.bins, np.ndarray):
+            return self
+
+        def host(a: Any) -> np.ndarray:
+            return a.detach().cpu().numpy()
+
+        return PeakResult(host(self.bins), host(self.power), host(self.freqs), self.strategy, dict(self.params))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; NaN becomes None."""
+        if not isinstance(self.bins, np.ndarray):
+            return self.numpy().to_dict()
 
         def clean(a: np.ndarray) -> Any:
             lst = a.tolist()

@@ -61,6 +61,9 @@ class Execution:
 _MODULES: dict[str, str] = {
     "numpy": "welchpeaks.backends.numpy_exec",
     "fused-cpu": "welchpeaks.backends.fused_cpu",
+    "torch": "welchpeaks.backends.torch_exec",
+    "triton-block": "welchpeaks.backends.triton_exec",
+    "triton-fused": "welchpeaks.backends.triton_exec",
 }
 _REGISTRY: dict[str, Execution] = {}
 

@@ -185,17 +185,21 @@ def _welch_peaks_kernel(node, args):
     from welchpeaks.ir.run import numpy_kernel, records
 
     p, n_seg, x = node.attrs["params"], node.attrs["n_segments"], args[0]
-    if node.attrs["source"] == "rows" and _is_pow2(p.n_fft):
+    if node.attrs["source"] == "rows":
         plan = _plan_for(p, n_seg, x.dtype)
-        return records(*plan.run(np.ascontiguousarray(x), x.dtype)[:3])
-    if node.attrs["source"] == "spectrum" and not _is_pow2(p.n_fft):  # pow2 plans fold a 1/4 into scale
+        res = plan.run(np.ascontiguousarray(x), x.dtype)
+        out = records(*res[:3])
+        out[res.bad_rows] = [-1, np.nan, np.nan]
+        return out
+    if node.attrs["source"] == "spectrum":
         kern = _kernels()
         plan = _plan_for(p, n_seg, x.real.dtype)
+        scale = plan.scale * 4 if plan.pow2 else plan.scale  # pow2 plans fold in the 1/4 of |2X|^2
         rows = x.shape[0]
         out = (np.empty((rows, p.k), np.int32), np.empty((rows, p.k), x.real.dtype), np.empty((rows, p.k)))
         bad = ~np.isfinite(x).all(axis=(1, 2))
         with _KERNEL_LOCK:
-            kern.power_select_spectrum(x, rows, plan.scale, p.k, plan.mode, p.min_distance, plan.psd, plan.vals,
+            kern.power_select_spectrum(x, rows, scale, p.k, plan.mode, p.min_distance, plan.psd, plan.vals,
                                        plan.idx, plan.cand, bad, *out)
         return records(*out)
     return numpy_kernel(Op.welch_peaks)(node, args)

@@ -80,36 +80,18 @@ def _rows_for(cell: Cell) -> dict[str, Callable[[], Any]]:
 
 def time_cell(cell: Cell, repeats: int, warmup: int = 2) -> list[dict[str, Any]]:
     """Median, min and max milliseconds of every row of one cell."""
-    rows = _rows_for(cell)
-    for fn in rows.values():
-        for _ in range(warmup):
-            fn()
-    samples: dict[str, list[float]] = {name: [] for name in rows}
-    for _ in range(repeats):
-        for name, fn in rows.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[name].append((time.perf_counter() - t0) * 1e3)
+    from welchpeaks.bench.timing import round_robin, summary
+
+    samples = round_robin(_rows_for(cell), repeats, warmup)
     med = {name: float(np.median(s)) for name, s in samples.items()}
-    out = []
-    for name, s in samples.items():
-        out.append(
-            {
-                "execution": name,
-                "batch": cell.batch,
-                "n_fft": cell.n_fft,
-                "k": cell.k,
-                "segments": cell.segments,
-                "mode": cell.mode,
-                "median_ms": med[name],
-                "min_ms": float(np.min(s)),
-                "max_ms": float(np.max(s)),
-                "repeats": repeats,
-                "speedup_vs_scipy": med["scipy"] / med[name],
-                "floor_ratio": med[name] / med["fft-floor"],
-            }
-        )
-    return out
+    return [
+        {
+            "execution": name, "batch": cell.batch, "n_fft": cell.n_fft, "k": cell.k, "segments": cell.segments,
+            "mode": cell.mode, **summary(s), "speedup_vs_scipy": med["scipy"] / med[name],
+            "floor_ratio": med[name] / med["fft-floor"],
+        }
+        for name, s in samples.items()
+    ]
 
 
 def machine_info() -> dict[str, Any]:

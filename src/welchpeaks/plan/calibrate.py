@@ -23,9 +23,9 @@ import numpy as np
 
 from welchpeaks.plan.cost import BackendCostModel, CpuCostModel, LogLogTable
 
-FORMAT = 1
-QUICK_GRID = {"n_fft": [64, 1024], "rows": [16, 2048], "bins": [33, 513], "sgemm": [64, 256], "repeats": 3}
-FULL_GRID = {"n_fft": [64, 256, 1024, 4096], "rows": [16, 512, 8192], "bins": [33, 129, 513, 2049],
+FORMAT = 2
+QUICK_GRID = {"n_fft": [64, 1024], "rows": [1, 32, 1024], "bins": [33, 513], "sgemm": [64, 256], "repeats": 3}
+FULL_GRID = {"n_fft": [64, 256, 1024, 4096], "rows": [1, 16, 512, 8192], "bins": [33, 129, 513, 2049],
              "sgemm": [64, 256, 1024], "repeats": 5}
 
 
@@ -118,8 +118,22 @@ def load_or_measure(device: str, measure: bool = True) -> BackendCostModel | Non
 # ---------------------------------------------------------------------------- measuring
 
 
-def _median_ns(fn: Callable[[], Any], repeats: int, inner: int = 1) -> float:
-    fn()
+def _median_ns(fn: Callable[[], Any], repeats: int, inner: int | None = None) -> float:
+    """Median ns of one call of ``fn``.
+
+    Warm-up runs at least two calls and 1 ms, so caches, thread pools and lazily built plans
+    settle after whatever ran before. Short calls are batched (``inner`` calls per sample,
+    chosen so a sample takes about 200 us unless given) so timer resolution and single
+    hiccups do not decide them.
+    """
+    t0 = time.perf_counter_ns()
+    calls = 0
+    while calls < 2 or time.perf_counter_ns() - t0 < 1_000_000:
+        fn()
+        calls += 1
+    if inner is None:
+        one = (time.perf_counter_ns() - t0) / calls
+        inner = int(min(max(200_000 // max(one, 1.0), 1), 1000))
     ts = []
     for _ in range(repeats):
         t0 = time.perf_counter_ns()
@@ -127,6 +141,15 @@ def _median_ns(fn: Callable[[], Any], repeats: int, inner: int = 1) -> float:
             fn()
         ts.append((time.perf_counter_ns() - t0) / inner)
     return float(max(np.median(ts), 1.0))
+
+
+def _monotone(vals: list[list[float]]) -> list[list[float]]:
+    """A bigger problem never costs less: each point is capped by every point at least as big
+    on both axes (a reverse running minimum), which removes upward spikes of a noisy machine."""
+    a = np.asarray(vals, float)
+    a = np.minimum.accumulate(a[::-1, ::-1], axis=0)
+    a = np.minimum.accumulate(a, axis=1)[::-1, ::-1]
+    return a.tolist()
 
 
 def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = None) -> BackendCostModel:
@@ -137,6 +160,7 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
     from welchpeaks.backends.fused_cpu import FusedCpuPlan
     from welchpeaks.backends.numpy_exec import select
     from welchpeaks.params import make_params
+    from welchpeaks.plan.cost import estimate_graph_cost
 
     grid = QUICK_GRID if quick else FULL_GRID
     reps = grid["repeats"]
@@ -144,17 +168,18 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
     rng = np.random.default_rng(0)
 
     a = np.ones(8), np.ones(8), np.empty(8)
-    dispatch = _median_ns(lambda: np.add(a[0], a[1], out=a[2]), reps, inner=200)
+    dispatch = _median_ns(lambda: np.add(a[0], a[1], out=a[2]), reps)
     tick("launch cost")
-    big = np.ones(4 << 20, np.float32)
-    out = np.empty_like(big)
-    bw = 2 * big.nbytes / _median_ns(lambda: np.multiply(big, 2, out=out), reps)
+    # what an unfused step sees: it reads its input and writes a fresh (page-faulting) buffer
+    big = np.ones((4 if quick else 16) << 20, np.float32)
+    bw = 2 * big.nbytes / _median_ns(lambda: np.multiply(big, 2), reps)
     tick("memory bandwidth")
     p1 = make_params(n_fft=64, k=1, segments=1)
     tiny = FusedCpuPlan(p1, 1, np.dtype(np.float32))
     x1 = np.ones((1, 64), np.float32)
-    roundtrip = _median_ns(lambda: tiny.run(x1, np.dtype(np.float32)), reps, inner=20)
+    roundtrip = _median_ns(lambda: tiny.run(x1, np.dtype(np.float32)), reps)
     tick("round trip")
+    calls = _time_tiny_calls(reps, tick)
 
     tables: dict[str, LogLogTable] = {}
     ns_, rows_ = grid["n_fft"], grid["rows"]
@@ -167,7 +192,7 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
                 row.append(_median_ns(lambda x=x: scipy.fft.rfft(x, axis=-1, workers=-1), reps))
                 tick(f"fft {dt} n_fft {n} x {r}")
             vals.append(row)
-        tables[f"fft:{dt}"] = LogLogTable(ns_, rows_, vals)
+        tables[f"fft:{dt}"] = LogLogTable(ns_, rows_, _monotone(vals))
     for mode in ("peaks", "bins"):
         vals = []
         for nb in grid["bins"]:
@@ -177,7 +202,17 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
                 row.append(_median_ns(lambda psd=psd: select(psd, 16, mode, 1), reps))
                 tick(f"select {mode} {nb} bins x {r}")
             vals.append(row)
-        tables[f"select:{mode}"] = LogLogTable(grid["bins"], rows_, vals)
+        tables[f"select:{mode}"] = LogLogTable(grid["bins"], rows_, _monotone(vals))
+        per_row = []
+        rk = rows_[-2]
+        for k in (4, 16, 64):
+            row = []
+            for nb in grid["bins"]:
+                psd = rng.chisquare(4, (rk, nb)).astype(np.float32)
+                row.append(_median_ns(lambda psd=psd, k=k: select(psd, k, mode, 1), reps) / rk)
+            per_row.append(row)
+            tick(f"select {mode} k {k}")
+        tables[f"select-k:{mode}"] = LogLogTable([4, 16, 64], grid["bins"], per_row)
     for dt in ("float32", "float64"):
         for s in (1, 2):
             vals = []
@@ -190,15 +225,18 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
                     row.append(_median_ns(lambda x=x: plan.run(x, np.dtype(dt)), reps))
                     tick(f"fused-cpu {dt} {s} seg n_fft {n} x {r}")
                 vals.append(row)
-            tables[f"fused:{dt}:s{s}"] = LogLogTable(ns_, rows_, vals)
+            tables[f"fused:{dt}:s{s}"] = LogLogTable(ns_, rows_, _monotone(vals))
     per_row = []
-    rows_k = rows_[-1]
-    x = rng.standard_normal((rows_k, 384)).astype(np.float32)
+    rk = rows_[-2]
     for k in (4, 16, 64):
-        plan = FusedCpuPlan(make_params(n_fft=256, k=k, segments=2), 2, np.dtype(np.float32))
-        per_row.append(_median_ns(lambda plan=plan: plan.run(x, np.dtype(np.float32)), reps) / rows_k)
+        row = []
+        for n in ns_:
+            x = rng.standard_normal((rk, n + n // 2)).astype(np.float32)
+            plan = FusedCpuPlan(make_params(n_fft=n, k=k, segments=2), 2, np.dtype(np.float32))
+            row.append(_median_ns(lambda plan=plan, x=x: plan.run(x, np.dtype(np.float32)), reps) / rk)
+        per_row.append(row)
         tick(f"fused-cpu k {k}")
-    tables["fused-k"] = LogLogTable([4, 16, 64], [1], [[v] for v in per_row])
+    tables["fused-k"] = LogLogTable([4, 16, 64], ns_, per_row)
     flops, times = [], []
     for m in grid["sgemm"]:
         am = rng.standard_normal((m, m)).astype(np.float32)
@@ -206,15 +244,39 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
         times.append([_median_ns(lambda am=am: am @ am, reps)])
         tick(f"sgemm {m}")
     tables["sgemm"] = LogLogTable(flops, [1], times)
-    return CpuCostModel(
+    model = CpuCostModel(
         status="measured", dispatch_ns=dispatch, roundtrip_ns=roundtrip, memory_bw=bw, h2d_bw=bw, d2h_bw=bw,
         threads=numba.get_num_threads(), tables=tables, min_gain_ns=dispatch, host_thunk_penalty_ns=0.0,
         meta={"quick": quick, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "grid": grid},
     )
+    model.call_ns = {name: max(t - estimate_graph_cost(g, model), 0.0) for name, (t, g) in calls.items()}
+    return model
+
+
+def _time_tiny_calls(reps: int, tick: Callable[[str], None]) -> dict[str, tuple[float, Any]]:
+    """Per execution: ns of one API call on one 64-sample signal, and that call's graph.
+
+    Less what the graph's nodes cost, that is the fixed cost of a call (validation, plan
+    lookup, result assembly, many small array calls), which decides small batches. Measured
+    first, before BLAS or FFT thread pools are left spinning by the large measurements.
+    """
+    from welchpeaks import backends
+    from welchpeaks.api import WelchPeaks
+
+    x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
+    out = {}
+    for name in backends.available("cpu"):
+        wp = WelchPeaks(n_fft=64, k=1, segments=1, strategy=name, dtype="float32")
+        t = _median_ns(lambda wp=wp: wp(x), reps)
+        out[name] = (t, backends.get(name).graph(wp.params, 1, 1, 64, np.dtype(np.float32)))
+        tick(f"call overhead {name}")
+    return out
 
 
 def steps(quick: bool) -> int:
     """How many progress ticks :func:`measure_cpu` makes (for a progress bar)."""
     grid = QUICK_GRID if quick else FULL_GRID
     n, r, b = len(grid["n_fft"]), len(grid["rows"]), len(grid["bins"])
-    return 3 + 2 * n * r + 2 * b * r + 4 * n * r + 3 + len(grid["sgemm"])
+    from welchpeaks import backends
+
+    return 3 + 2 * n * r + 2 * (b * r + 3) + 4 * n * r + 3 + len(grid["sgemm"]) + len(backends.available("cpu"))

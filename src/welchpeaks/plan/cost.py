@@ -23,8 +23,10 @@ from welchpeaks.plan.io import CPU_SYNC_OPS, RLX_SYNC_OPS, GraphIoProfile, host_
 class LogLogTable:
     """ns measured on a grid ``x1 x x2``, interpolated bilinearly in log-log space.
 
-    Outside the grid the end segments are extended (linear in log-log), so a power law
-    continues; a one-point axis is treated as proportional (``x2`` = rows: time ~ rows).
+    Above the grid the last segment is extended (linear in log-log), so a power law
+    continues; below the grid the first point holds (a smaller problem is not assumed to be
+    cheaper than the smallest one measured: fixed costs dominate there). A one-point axis is
+    treated as proportional (``x2`` = rows: time ~ rows).
     """
 
     x1: list[float]
@@ -41,7 +43,7 @@ class LogLogTable:
         lg = np.log(np.asarray(grid, float))
         if len(lg) == 1:
             return 0, 0, 0.0
-        lx = math.log(max(x, 1e-30))
+        lx = max(math.log(max(x, 1e-30)), lg[0])
         i = int(np.clip(np.searchsorted(lg, lx) - 1, 0, len(lg) - 2))
         return i, i + 1, (lx - lg[i]) / (lg[i + 1] - lg[i])
 
@@ -65,7 +67,10 @@ class BackendCostModel:
 
     ``tables`` keys: ``fft:<dtype>`` (n_fft x transforms), ``select:<mode>`` (n_bins x rows),
     ``fused:<dtype>:s<S>`` (n_fft x rows: the whole fused kernel for S segments, k 16),
-    ``fused-k`` (k x 1: extra ns per row against k 16), ``sgemm`` (flops x 1: ns).
+    ``fused-k`` (k x n_fft) and ``select-k:<mode>`` (k x n_bins): ns per row at k, ``sgemm``
+    (flops x 1: ns). ``call_ns`` is each execution's fixed cost of one call through the API
+    (validation, planning lookup, result assembly) beyond its nodes; ``roundtrip_ns`` stands in
+    for an execution without one.
     """
 
     device: str
@@ -78,6 +83,7 @@ class BackendCostModel:
     unified_memory: bool
     threads: int
     tables: dict[str, LogLogTable] = field(default_factory=dict)
+    call_ns: dict[str, float] = field(default_factory=dict)
     min_gain_ns: float = 0.0
     host_thunk_penalty_ns: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
@@ -98,16 +104,27 @@ class BackendCostModel:
     def fft_ns(self, n_fft: int, rows: int, dtype: str = "float32") -> float:
         return self._table(f"fft:{dtype}")(n_fft, rows)
 
-    def select_ns(self, n_bins: int, k: int, rows: int, mode: str) -> float:
-        return self._table(f"select:{mode}")(n_bins, rows)
+    def _k_term(self, key: str, k: int, rows: int, x2: float = 1.0) -> float:
+        """Extra ns of ``rows`` rows at ``k`` peaks against the k 16 the main curve was measured at
+        (``key``'s table holds ns per row over k and ``x2``)."""
+        if key not in self.tables or k == 16:
+            return 0.0
+        t = self.tables[key]
+        return rows * (t(k, x2) - t(16, x2))
 
-    def fused_ns(self, n_fft: int, rows: int, n_segments: int, k: int, dtype: str = "float32") -> float:
-        """The fused kernel: measured at 1 and 2 segments (time is linear in S), plus the k term."""
+    def select_ns(self, n_bins: int, k: int, rows: int, mode: str) -> float:
+        t = self._table(f"select:{mode}")(n_bins, rows) + self._k_term(f"select-k:{mode}", k, rows, n_bins)
+        return max(t, 1.0)
+
+    def fused_ns(self, n_fft: int, rows: int, n_segments: int, k: int, dtype: str = "float32",
+                 mode: str = "peaks") -> float:
+        """The fused kernel: measured at 1 and 2 segments (time is linear in S), plus the k term
+        (k counts up to the most candidates a row can have: every bin, or every other in peaks mode)."""
         t1 = self._table(f"fused:{dtype}:s1")(n_fft, rows)
         t2 = self._table(f"fused:{dtype}:s2")(n_fft, rows)
-        t = max(t1 + (n_segments - 1) * (t2 - t1), t1)
-        if "fused-k" in self.tables and k != 16:
-            t += rows * (self.tables["fused-k"](k, 1) - self.tables["fused-k"](16, 1))
+        n_bins = n_fft // 2 + 1
+        k = min(k, n_bins if mode == "bins" else (n_bins + 1) // 2)
+        t = max(t1 + (n_segments - 1) * (t2 - t1), t1) + self._k_term("fused-k", k, rows, n_fft)
         return max(t, 1.0)
 
     def sgemm_gflops(self, m: int, k: int, n: int) -> float:
@@ -165,7 +182,8 @@ def node_cost_ns(graph: Graph, node: Node, model: BackendCostModel) -> float:
         return base + model.select_ns(src.shape[1], node.attrs["k"], src.shape[0], node.attrs["mode"])
     if node.op is Op.welch_peaks and node.attrs["source"] == "rows":
         p = node.attrs["params"]
-        return model.dispatch_ns + model.fused_ns(p.n_fft, node.shape[0], node.attrs["n_segments"], p.k, _dtype_name(src))
+        return model.dispatch_ns + model.fused_ns(p.n_fft, node.shape[0], node.attrs["n_segments"], p.k,
+                                                  _dtype_name(src), p.mode)
     if node.op is Op.welch_peaks and node.attrs["source"] == "spectrum":
         return base + model.select_ns(src.shape[2], node.attrs["k"], src.shape[0], node.attrs["mode"])
     if node.op is Op.matmul:
@@ -188,26 +206,27 @@ def estimate_graph_cost(graph: Graph, model: BackendCostModel) -> float:
     return sum(node_cost_ns(graph, n, model) for n in graph.nodes)
 
 
-def _io_terms(io: GraphIoProfile, model: BackendCostModel) -> dict[str, float]:
+def _io_terms(graph: Graph, io: GraphIoProfile, model: BackendCostModel) -> dict[str, float]:
     readback = host_readback_bytes(io, on_host=model.on_host)
     return {
-        "roundtrip_ns": model.roundtrip_ns,
+        "roundtrip_ns": model.call_ns.get(graph.name, model.roundtrip_ns),
         "sync_ns": model.roundtrip_ns * io.sync_points,
         "readback_ns": readback / (model.memory_bw if model.unified_memory else model.d2h_bw),
     }
 
 
 def estimate_graph_cost_with_io(graph: Graph, model: BackendCostModel, io: GraphIoProfile | None = None) -> float:
-    """Node costs plus one round trip per run and per sync point, plus readback of the outputs."""
+    """Node costs, plus one round trip per run (the measured per-call cost of the execution
+    named like the graph, if any) and per sync point, plus readback of the outputs."""
     io = io or profile_graph_io(graph, sync_ops=model.sync_ops)
-    return estimate_graph_cost(graph, model) + sum(_io_terms(io, model).values())
+    return estimate_graph_cost(graph, model) + sum(_io_terms(graph, io, model).values())
 
 
 def cost_breakdown(graph: Graph, model: BackendCostModel) -> dict[str, Any]:
     """Every term of :func:`estimate_graph_cost_with_io`, for explanations."""
     io = profile_graph_io(graph, sync_ops=model.sync_ops)
     nodes = {f"%{n.id} {n.op.value}": node_cost_ns(graph, n, model) for n in graph.nodes if n.op not in METADATA_OPS}
-    terms = _io_terms(io, model)
+    terms = _io_terms(graph, io, model)
     return {"io": io.to_dict(), "nodes_ns": nodes, **terms, "total_ns": sum(nodes.values()) + sum(terms.values())}
 
 

@@ -1,0 +1,87 @@
+"""The torch and Triton executions against the float64 reference, on small shapes.
+
+Without a GPU the Triton kernels run in Triton's interpreter on CPU tensors (conftest sets
+TRITON_INTERPRET=1); with one, the same tests run the compiled kernels on CUDA tensors.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import welchpeaks
+from helpers import assert_matches_reference, reference_psd
+from welchpeaks import backends
+
+GPU = ("torch", "triton-block", "triton-fused")
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.mark.parametrize("strategy", GPU)
+@pytest.mark.parametrize("n_fft,k,segments,mode,min_distance,batch", [
+    (64, 4, 2, "peaks", 1, 19),
+    (16, 3, 1, "bins", 1, 1),
+    (100, 5, 3, "peaks", 3, 33),
+    (256, 16, 2, "peaks", 1, 17),
+    (48, 40, 2, "peaks", 1, 5),  # more slots than peaks: empty slots
+    (128, 8, 8, "bins", 1, 16),
+])
+def test_matches_reference(strategy, n_fft, k, segments, mode, min_distance, batch):
+    rng = np.random.default_rng(n_fft * 7 + batch)
+    t = np.arange(n_fft + (segments - 1) * (n_fft // 2))
+    x = (rng.standard_normal((batch, t.size)) + 3 * np.sin(0.3 * t)).astype(np.float32)
+    wp = welchpeaks.WelchPeaks(n_fft=n_fft, k=k, segments=segments, mode=mode, min_distance=min_distance,
+                               strategy=strategy)
+    res = wp(torch.from_numpy(x).to(DEV))
+    assert isinstance(res.bins, torch.Tensor) and res.bins.device.type == DEV and res.strategy == strategy
+    p = wp.params
+    assert_matches_reference(res.numpy(), reference_psd(x, p, segments), p, exact=False)
+
+
+@pytest.mark.parametrize("strategy", GPU)
+def test_numpy_in_numpy_out_and_bad_rows(strategy):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 384)).astype(np.float32)
+    x[2, 10] = np.nan
+    x[4, 300] = np.inf
+    with pytest.raises(ValueError, match=r"signal \(2,\)"):
+        welchpeaks.welch_peaks(x, k=4, segments=2, strategy=strategy)
+    res = welchpeaks.welch_peaks(x, k=4, segments=2, strategy=strategy, nan_policy="propagate")
+    assert isinstance(res.bins, np.ndarray)
+    assert (res.bins[[2, 4]] == -1).all() and np.isnan(res.power[[2, 4]]).all()
+    good = [0, 1, 3, 5]
+    ref = welchpeaks.welch_peaks(x[good].astype(np.float64), k=4, segments=2, strategy="numpy")
+    np.testing.assert_array_equal(res.bins[good], ref.bins)
+    np.testing.assert_allclose(res.power[good], ref.power, rtol=1e-4)
+
+
+def test_tensor_input_under_auto_keeps_the_device_and_type():
+    x = torch.randn(3, 2, 384, dtype=torch.float64)
+    res = welchpeaks.welch_peaks(x, k=3, segments=2)
+    assert isinstance(res.freqs, torch.Tensor) and res.bins.shape == (3, 2, 3)
+    ref = welchpeaks.welch_peaks(x.numpy(), k=3, segments=2)
+    np.testing.assert_array_equal(res.numpy().bins, ref.bins)
+    assert res.to_dict()["bins"] == ref.bins.tolist()
+
+
+def test_long_segments_and_unsupported_options_are_explained():
+    with pytest.raises(ValueError, match="four-step"):
+        welchpeaks.WelchPeaks(n_fft=512, strategy="triton-fused")
+    with pytest.raises(ValueError, match="float32"):
+        welchpeaks.WelchPeaks(strategy="triton-block", dtype="float64")
+    x = np.random.default_rng(1).standard_normal((3, 768)).astype(np.float32)
+    res = welchpeaks.welch_peaks(x, n_fft=512, k=4, segments=2, strategy="triton-block")
+    ref = welchpeaks.welch_peaks(x.astype(np.float64), n_fft=512, k=4, segments=2, strategy="numpy")
+    np.testing.assert_array_equal(res.bins, ref.bins)
+
+
+def test_graphs_of_the_gpu_executions_run_on_the_interpreter_to_the_same_peaks():
+    from welchpeaks import ir
+    from welchpeaks.params import make_params
+
+    p = make_params(n_fft=64, k=4, segments=2)
+    x = np.random.default_rng(2).standard_normal((5, 96)).astype(np.float32)
+    ref = welchpeaks.welch_peaks(x, k=4, n_fft=64, segments=2, strategy="numpy")
+    for name in GPU:
+        g = backends.get(name).graph(p, 2, 5, 96, np.dtype(np.float32))
+        rec = ir.run(g, {"x": x})[0]
+        np.testing.assert_array_equal(rec[..., 0], ref.bins)

@@ -85,3 +85,11 @@ def test_graphs_of_the_gpu_executions_run_on_the_interpreter_to_the_same_peaks()
         g = backends.get(name).graph(p, 2, 5, 96, np.dtype(np.float32))
         rec = ir.run(g, {"x": x})[0]
         np.testing.assert_array_equal(rec[..., 0], ref.bins)
+
+
+def test_layout_auto_with_a_tensor_returns_tensors():
+    x = torch.randn(4, 384, dtype=torch.float64)
+    res = welchpeaks.welch_peaks(x, k=3, layout="auto")
+    assert isinstance(res.bins, torch.Tensor) and res.params["layout"] in ("ultra", "fast")
+    ref = welchpeaks.welch_peaks(x.numpy(), k=3, segments=res.params["segments"])
+    np.testing.assert_array_equal(res.numpy().bins, ref.bins)

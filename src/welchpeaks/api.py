@@ -405,7 +405,9 @@ class WelchPeaks:
                     ex = cand
                     break
             if ex is None:
-                raise ValueError(f"no GPU execution can compute these options: install {CUDA_PREFERENCE}")
+                why = "; ".join(f"{n}: {backends.get(n).unavailable_reason() or backends.get(n).unsupported_reason(self.params)}"
+                                for n in CUDA_PREFERENCE)
+                raise ValueError(f"no GPU execution can compute this call ({why})")
         return self._finish(t, ex)
 
     def __call__(self, x: Any) -> PeakResult:
@@ -413,8 +415,9 @@ class WelchPeaks:
         if t is not None and not self._layouts:
             return self._run_tensor(t)
         if self._layouts:
-            arr = _as_real_array(x if t is None else t.cpu().numpy())
-            name, why = self._pick_layout(int(np.prod(arr.shape[:-1])), arr.shape[-1], arr.dtype)
+            arr = _as_real_array(x) if t is None else t
+            dtype = np.dtype(str(arr.dtype).replace("torch.", ""))
+            name, why = self._pick_layout(int(np.prod(arr.shape[:-1])), arr.shape[-1], dtype)
             res = self._layouts[name](arr)
             res.params.update(layout=name, layout_choice=why)
             self._last_layout = name

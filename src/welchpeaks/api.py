@@ -46,6 +46,11 @@ def _tensor_input(x: Any, name: str = "x") -> Any:
     return t.to(torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else torch.float64)
 
 
+def _np_dtype(arr: Any) -> np.dtype:
+    """The NumPy dtype of an array or of a float tensor (torch.float32 -> float32)."""
+    return np.dtype(str(arr.dtype).replace("torch.", ""))
+
+
 def _as_real_array(x: Any, name: str = "x") -> np.ndarray:
     """``x`` as a float32 or float64 array, or a TypeError/ValueError that says what to do."""
     try:
@@ -416,8 +421,7 @@ class WelchPeaks:
             return self._run_tensor(t)
         if self._layouts:
             arr = _as_real_array(x) if t is None else t
-            dtype = np.dtype(str(arr.dtype).replace("torch.", ""))
-            name, why = self._pick_layout(int(np.prod(arr.shape[:-1])), arr.shape[-1], dtype)
+            name, why = self._pick_layout(int(np.prod(arr.shape[:-1])), arr.shape[-1], _np_dtype(arr))
             res = self._layouts[name](arr)
             res.params.update(layout=name, layout_choice=why)
             self._last_layout = name
@@ -434,7 +438,7 @@ class WelchPeaks:
         lead = tuple(arr.shape[:-1])
         rows = arr.reshape(-1, length)
         host = isinstance(arr, np.ndarray)
-        in_dtype = np.dtype(arr.dtype) if host else np.dtype(str(arr.dtype).replace("torch.", ""))
+        in_dtype = _np_dtype(arr)
         if host and not rows.flags.c_contiguous:
             rows = np.ascontiguousarray(rows[:, :frame])
         compute = self._compute_dtype(in_dtype)

@@ -187,10 +187,7 @@ def _welch_peaks_kernel(node, args):
     p, n_seg, x = node.attrs["params"], node.attrs["n_segments"], args[0]
     if node.attrs["source"] == "rows":
         plan = _plan_for(p, n_seg, x.dtype)
-        res = plan.run(np.ascontiguousarray(x), x.dtype)
-        out = records(*res[:3])
-        out[res.bad_rows] = [-1, np.nan, np.nan]
-        return out
+        return records(*plan.run(np.ascontiguousarray(x), x.dtype)[:3])  # bad rows come back empty
     if node.attrs["source"] == "spectrum":
         kern = _kernels()
         plan = _plan_for(p, n_seg, x.real.dtype)

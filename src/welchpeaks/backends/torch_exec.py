@@ -28,11 +28,32 @@ def import_torch():
     return torch
 
 
+def torch_dtype(dtype: Any):
+    """The torch float type of a NumPy float dtype (float32 or float64)."""
+    torch = import_torch()
+    return torch.float32 if np.dtype(dtype) == np.float32 else torch.float64
+
+
 def as_tensor(x: Any, dtype: Any):
     """``x`` (NumPy array or tensor) as a tensor of ``dtype`` (a NumPy dtype) on its device."""
     torch = import_torch()
     t = x if torch.is_tensor(x) else torch.from_numpy(np.ascontiguousarray(x))
-    return t.to(torch.float32 if np.dtype(dtype) == np.float32 else torch.float64)
+    return t.to(torch_dtype(dtype))
+
+
+class DeviceConstants:
+    """Host arrays of a plan, copied once to each device that asks for them."""
+
+    def __init__(self, host: dict[str, np.ndarray]):
+        self.host = host
+        self._on: dict[str, dict] = {}
+
+    def on(self, device) -> dict:
+        key = str(device)
+        if key not in self._on:
+            torch = import_torch()
+            self._on[key] = {k: torch.from_numpy(v).to(device) for k, v in self.host.items()}
+        return self._on[key]
 
 
 def refine_t(psd, bins, valid):
@@ -110,17 +131,10 @@ class TorchPlan:
         from welchpeaks.spectral import one_sided_scale
 
         self.params, self.n_seg, self.compute = params, n_seg, np.dtype(compute)
-        self.window = params.window_array.astype(self.compute)
-        self.scale = one_sided_scale(params.window_array, params.n_fft, 1.0 if params.fs is None else params.fs,
-                                     params.scaling).astype(self.compute)
-        self._on: dict[str, tuple] = {}
-
-    def constants(self, device):
-        key = str(device)
-        if key not in self._on:
-            torch = import_torch()
-            self._on[key] = (torch.from_numpy(self.window).to(device), torch.from_numpy(self.scale).to(device))
-        return self._on[key]
+        scale = one_sided_scale(params.window_array, params.n_fft, 1.0 if params.fs is None else params.fs,
+                                params.scaling)
+        self.constants = DeviceConstants({"window": params.window_array.astype(self.compute),
+                                          "scale": scale.astype(self.compute)})
 
 
 def bad_rows_of(bad) -> np.ndarray:
@@ -152,17 +166,16 @@ class TorchExec(Execution):
         torch = import_torch()
         p = plan.params
         x = as_tensor(x2d, plan.compute)
-        window, scale = plan.constants(x.device)
-        segs, bad = windowed_segments(x, p, plan.n_seg, window)
+        c = plan.constants.on(x.device)
+        segs, bad = windowed_segments(x, p, plan.n_seg, c["window"])
         spec = torch.fft.rfft(segs, dim=-1)
-        psd = (spec.real * spec.real + spec.imag * spec.imag).mean(1) * scale
+        psd = (spec.real * spec.real + spec.imag * spec.imag).mean(1) * c["scale"]
         bins, power, fb = select_t(psd, p.k, p.mode, p.min_distance)
         empty = bad[:, None]
         bins = torch.where(empty, torch.full_like(bins, -1), bins)
         power = torch.where(empty, torch.full_like(power, float("nan")), power)
         fb = torch.where(empty, torch.full_like(fb, float("nan")), fb)
-        return RowResult(bins, power.to(torch.float32 if np.dtype(out_dtype) == np.float32 else torch.float64), fb,
-                         bad_rows_of(bad))
+        return RowResult(bins, power.to(torch_dtype(out_dtype)), fb, bad_rows_of(bad))
 
 
 register(TorchExec())

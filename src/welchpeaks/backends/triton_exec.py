@@ -27,7 +27,9 @@ from typing import Any
 import numpy as np
 
 from welchpeaks.backends import Execution, RowResult, register
-from welchpeaks.backends.torch_exec import GPU_EXTRA, as_tensor, bad_rows_of, import_torch, windowed_segments
+from welchpeaks.backends.torch_exec import (
+    GPU_EXTRA, DeviceConstants, as_tensor, bad_rows_of, import_torch, torch_dtype, windowed_segments,
+)
 from welchpeaks.params import PeakParams
 
 MAX_FUSED_N_FFT = 256
@@ -69,23 +71,13 @@ class TritonPlan:
         self.np_, self.nbp = _next_pow2(n), _next_pow2(nb)
         self.bk = min(self.np_, 32)
         scale = one_sided_scale(params.window_array, n, 1.0 if params.fs is None else params.fs, params.scaling)
-        self.host = {
-            "window": params.window_array.astype(np.float32),
-            "scale": (scale / n_seg).astype(np.float32),
-        }
+        host = {"window": params.window_array.astype(np.float32), "scale": (scale / n_seg).astype(np.float32)}
         if n <= MAX_FUSED_N_FFT:
             ang = 2.0 * math.pi * np.outer(np.arange(self.np_), np.arange(self.nbp)) / n
             live = (np.arange(self.np_)[:, None] < n) & (np.arange(self.nbp)[None, :] < nb)
-            self.host["cos"] = np.where(live, np.cos(ang), 0.0).astype(np.float32)
-            self.host["sin"] = np.where(live, -np.sin(ang), 0.0).astype(np.float32)
-        self._on: dict[str, dict] = {}
-
-    def on(self, device) -> dict:
-        key = str(device)
-        if key not in self._on:
-            torch = import_torch()
-            self._on[key] = {k: torch.from_numpy(v).to(device) for k, v in self.host.items()}
-        return self._on[key]
+            host["cos"] = np.where(live, np.cos(ang), 0.0).astype(np.float32)
+            host["sin"] = np.where(live, -np.sin(ang), 0.0).astype(np.float32)
+        self.constants = DeviceConstants(host)
 
 
 def _outputs(rows: int, k: int, device):
@@ -139,7 +131,7 @@ class TritonFused(_TritonExecution):
         x = as_tensor(x2d, np.float32)
         if x.stride(1) != 1:
             x = x.contiguous()
-        c = plan.on(x.device)
+        c = plan.constants.on(x.device)
         rows = x.shape[0]
         bins, power, fb, bad = _outputs(rows, p.k, x.device)
         grid = (math.ceil(rows / BLOCK_ROWS),)
@@ -149,7 +141,7 @@ class TritonFused(_TritonExecution):
             DETREND=_DETREND[p.detrend], K=p.k, PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance,
             PRECISION=plan.precision,
         )
-        return RowResult(bins, _out(power, out_dtype), fb, bad_rows_of(bad))
+        return RowResult(bins, power.to(torch_dtype(out_dtype)), fb, bad_rows_of(bad))
 
 
 class TritonBlock(_TritonExecution):
@@ -169,7 +161,7 @@ class TritonBlock(_TritonExecution):
         torch = import_torch()
         p = plan.params
         x = as_tensor(x2d, np.float32)
-        c = plan.on(x.device)
+        c = plan.constants.on(x.device)
         segs, bad_rows = windowed_segments(x, p, plan.n_seg, c["window"])
         spec = torch.view_as_real(torch.fft.rfft(segs, dim=-1)).contiguous()
         rows = x.shape[0]
@@ -180,12 +172,7 @@ class TritonBlock(_TritonExecution):
             spec, rows, c["scale"], bins, power, fb, bad, NB=p.n_bins, NBP=plan.nbp, S=plan.n_seg, BR=BLOCK_ROWS,
             K=p.k, PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance,
         )
-        return RowResult(bins, _out(power, out_dtype), fb, bad_rows_of(bad))
-
-
-def _out(power, out_dtype):
-    torch = import_torch()
-    return power if np.dtype(out_dtype) == np.float32 else power.to(torch.float64)
+        return RowResult(bins, power.to(torch_dtype(out_dtype)), fb, bad_rows_of(bad))
 
 
 register(TritonFused())

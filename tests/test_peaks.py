@@ -69,6 +69,16 @@ def test_float32_matches_reference(strategy, mode, n_fft, segments, rng):
     assert_matches_reference(res, reference_psd(x, p, segments), p, exact=False)
 
 
+@pytest.mark.parametrize("n_fft", [4, 8, 16, 256])
+def test_float32_large_offset_is_removed_without_precision_loss(n_fft, rng):
+    # an offset 10^4 times the noise: a plain float32 mean would leave a DC residue of about
+    # 1e-3 of the noise; fused-cpu sums the samples relative to the segment's first sample
+    x = (rng.standard_normal((70, 2 * n_fft)) + 1e4).astype(np.float32)
+    p = make_params(k=3, n_fft=n_fft, segments=3, mode="bins")
+    res = welchpeaks.welch_peaks(x, k=3, n_fft=n_fft, segments=3, mode="bins", strategy="fused-cpu")
+    assert_matches_reference(res, reference_psd(x, p, 3), p, exact=False)
+
+
 @pytest.mark.parametrize("detrend", ["constant", "linear"])
 def test_long_frames_load_one_segment_at_a_time(detrend, rng):
     # 80 segments of 256: a frame too long to transpose whole into fused-cpu's tile

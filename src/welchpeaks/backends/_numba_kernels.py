@@ -19,8 +19,9 @@ import math
 import numpy as np
 from numba import njit, prange
 
-#: Rows transformed together; 16 float32 lanes fill two AVX2 (one AVX-512) registers.
-LANES = 16
+#: Rows transformed together (a vector loop of 4 AVX2 registers of float32); partial blocks
+#: compute only their rows, rounded up to 8.
+LANES = 32
 
 MODE_BINS = 0
 MODE_PEAKS = 1
@@ -157,6 +158,76 @@ def _segment_trend(row, off, n, detrend):
     return bad == 0.0, mean, slope
 
 
+@njit(**_INL)
+def _fft_lanes(re, im, m, tw_re, tw_im, nv):
+    """In-place decimation-in-time FFT of size ``m`` (bit-reversed input) of lanes ``< nv``.
+
+    Stages go in pairs as radix-4 passes (each element loaded and stored once per two stages);
+    an odd last stage is radix-2. ``tw[t] = exp(-2 pi i t / m)`` for ``t < m/2``.
+    """
+    size = 2
+    while size * 2 <= m:
+        # stages of span ``size`` and ``2*size`` on the quartet i0 < i1 < i2 < i3
+        half = size // 2
+        step1 = m // size
+        step2 = step1 // 2
+        for g in range(0, m, 2 * size):
+            for j in range(half):
+                w1r = tw_re[j * step1]
+                w1i = tw_im[j * step1]
+                w2r = tw_re[j * step2]
+                w2i = tw_im[j * step2]
+                i0 = g + j
+                i1 = i0 + half
+                i2 = i0 + size
+                i3 = i2 + half
+                for lane in range(nv):
+                    br = re[i1, lane] * w1r - im[i1, lane] * w1i
+                    bi = re[i1, lane] * w1i + im[i1, lane] * w1r
+                    dr = re[i3, lane] * w1r - im[i3, lane] * w1i
+                    di = re[i3, lane] * w1i + im[i3, lane] * w1r
+                    a0r = re[i0, lane] + br
+                    a0i = im[i0, lane] + bi
+                    a1r = re[i0, lane] - br
+                    a1i = im[i0, lane] - bi
+                    c0r = re[i2, lane] + dr
+                    c0i = im[i2, lane] + di
+                    c1r = re[i2, lane] - dr
+                    c1i = im[i2, lane] - di
+                    tr = c0r * w2r - c0i * w2i
+                    ti = c0r * w2i + c0i * w2r
+                    # the second pair's twiddle is -i * w2
+                    ur = c1r * w2i + c1i * w2r
+                    ui = c1i * w2i - c1r * w2r
+                    re[i0, lane] = a0r + tr
+                    im[i0, lane] = a0i + ti
+                    re[i2, lane] = a0r - tr
+                    im[i2, lane] = a0i - ti
+                    re[i1, lane] = a1r + ur
+                    im[i1, lane] = a1i + ui
+                    re[i3, lane] = a1r - ur
+                    im[i3, lane] = a1i - ui
+        size *= 4
+    if size <= m:
+        half = size // 2
+        step = m // size
+        for g in range(0, m, size):
+            for j in range(half):
+                wr = tw_re[j * step]
+                wi = tw_im[j * step]
+                i0 = g + j
+                i1 = i0 + half
+                for lane in range(nv):
+                    br = re[i1, lane] * wr - im[i1, lane] * wi
+                    bi = re[i1, lane] * wi + im[i1, lane] * wr
+                    ar = re[i0, lane]
+                    ai = im[i0, lane]
+                    re[i0, lane] = ar + br
+                    im[i0, lane] = ai + bi
+                    re[i1, lane] = ar - br
+                    im[i1, lane] = ai - bi
+
+
 @njit(parallel=True, **_OPTS)
 def fused_pow2(
     x,
@@ -188,6 +259,7 @@ def fused_pow2(
     idx,
     cand,
     bad,
+    fin_flags,
     out_bins,
     out_power,
     out_fbin,
@@ -195,7 +267,8 @@ def fused_pow2(
     """The fused pass for power-of-two ``n_fft``; scratch arrays have a leading worker axis.
 
     ``tile`` holds the frame of ``LANES`` rows (or one segment, for long frames), ``stats``
-    their segment's mean and slope (compute dtype) and ``sums`` the float64 sums behind them.
+    their segment's mean (of the shifted samples) and slope (compute dtype), ``fin_flags`` whether the
+    segment is finite, and ``sums`` the float64 sums of linear detrending.
     ``ramp[i] = i - (n_fft-1)/2`` (compute dtype) and ``consts = [1/n_fft, 1/sum(ramp**2)]``.
     """
     m = n_fft // 2
@@ -219,50 +292,80 @@ def fused_pow2(
         tc = cand[t]
         mean = st[0]
         slope = st[1]
+        fin = fin_flags[t]
         s_fin = sums[t, 0]
         s_sum = sums[t, 1]
         s_ramp = sums[t, 2]
         for blk in range(t * per, min(n_blocks, (t + 1) * per)):
             r0 = blk * LANES
             nl = min(LANES, n_rows - r0)
+            nv = min(LANES, (nl + 7) // 8 * 8)  # lanes computed: the rows, rounded up to a vector
             for q in range(1, n_bins + 1):
-                for lane in range(LANES):
+                for lane in range(nv):
                     ac[q, lane] = 0.0
             for lane in range(nl):
                 bad[r0 + lane] = False
-            for lane in range(nl, LANES):  # lanes past the last row stay zero
+            for lane in range(nl, nv):  # computed lanes past the last row stay zero
                 for i in range(tl.shape[0]):
                     tl[i, lane] = 0.0
+            # Detrending removes any constant, so each row is shifted by its first sample on
+            # loading: samples near it subtract exactly, and a large offset costs no precision
+            # in the compute dtype. Without detrending the shift is zero.
             if whole:
                 # the frame of every row of the block, transposed once (rows become lanes), so
                 # overlapping segments are read from the tile, not from memory again
                 for lane in range(nl):
+                    r = r0 + lane
+                    p0 = x[r, 0] if detrend != DETREND_NONE else x[r, 0] - x[r, 0]
                     for i in range(frame):
-                        tl[i, lane] = x[r0 + lane, i]
+                        tl[i, lane] = x[r, i] - p0
             for s in range(n_seg):
                 off = s * hop
                 if not whole:  # long frames: one segment at a time
                     for lane in range(nl):
+                        r = r0 + lane
+                        p0 = x[r, 0] if detrend != DETREND_NONE else x[r, 0] - x[r, 0]
                         for i in range(n_fft):
-                            tl[i, lane] = x[r0 + lane, off + i]
+                            tl[i, lane] = x[r, off + i] - p0
                     off = 0
-                # finiteness, mean and slope of the segment of every lane, in float64
-                for lane in range(LANES):
-                    s_fin[lane] = 0.0
-                    s_sum[lane] = 0.0
-                    s_ramp[lane] = 0.0
-                for i in range(n_fft):
-                    ri = float(ramp[i])
-                    for lane in range(LANES):
-                        v = float(tl[off + i, lane])
-                        s_fin[lane] += v - v
-                        s_sum[lane] += v
-                        s_ramp[lane] += ri * v
-                for lane in range(LANES):
-                    mean[lane] = s_sum[lane] * inv_n if detrend != DETREND_NONE else 0.0
-                    slope[lane] = s_ramp[lane] * inv_ramp2 if detrend == DETREND_LINEAR else 0.0
+                if detrend == DETREND_LINEAR:
+                    # finiteness, mean and slope of the segment of every lane, in float64
+                    for lane in range(nv):
+                        s_fin[lane] = 0.0
+                        s_sum[lane] = 0.0
+                        s_ramp[lane] = 0.0
+                    for i in range(n_fft):
+                        ri = float(ramp[i])
+                        for lane in range(nv):
+                            v = float(tl[off + i, lane])
+                            s_fin[lane] += v - v
+                            s_sum[lane] += v
+                            s_ramp[lane] += ri * v
+                    for lane in range(nv):
+                        mean[lane] = s_sum[lane] * inv_n
+                        slope[lane] = s_ramp[lane] * inv_ramp2
+                        fin[lane] = s_fin[lane] == 0.0
+                else:
+                    # the segment's (shifted) sum in the input dtype, read from the rows, where it is
+                    # a contiguous, vectorised reduction; a NaN or infinity anywhere makes it
+                    # non-finite (as would samples near the dtype's overflow, whose power would
+                    # overflow anyway)
+                    xo = s * hop
+                    for lane in range(nv):
+                        mean[lane] = 0.0
+                        slope[lane] = 0.0
+                        fin[lane] = True
+                    for lane in range(nl):
+                        r = r0 + lane
+                        p0 = x[r, 0] if detrend != DETREND_NONE else x[r, 0] - x[r, 0]
+                        sm = p0 - p0
+                        for i in range(n_fft):
+                            sm += x[r, xo + i] - p0
+                        fin[lane] = sm - sm == 0.0
+                        if detrend == DETREND_CONSTANT:
+                            mean[lane] = sm * inv_n
                 for lane in range(nl):
-                    if s_fin[lane] != 0.0:
+                    if not fin[lane]:
                         bad[r0 + lane] = True
                 # detrend, window and store bit-reversed as the complex sequence x[2i] + i x[2i+1]
                 for i in range(m):
@@ -271,53 +374,39 @@ def fused_pow2(
                     w1 = window[2 * i + 1]
                     t0 = ramp[2 * i]
                     t1 = ramp[2 * i + 1]
-                    for lane in range(LANES):
+                    for lane in range(nv):
                         re[d, lane] = (tl[off + 2 * i, lane] - mean[lane] - slope[lane] * t0) * w0
                         im[d, lane] = (tl[off + 2 * i + 1, lane] - mean[lane] - slope[lane] * t1) * w1
-                # radix-2 decimation-in-time FFT of size m over all lanes
-                size = 2
-                while size <= m:
-                    half = size // 2
-                    step = m // size
-                    for g in range(0, m, size):
-                        for j in range(half):
-                            wr = tw_re[j * step]
-                            wi = tw_im[j * step]
-                            i0 = g + j
-                            i1 = i0 + half
-                            for lane in range(LANES):
-                                br = re[i1, lane] * wr - im[i1, lane] * wi
-                                bi = re[i1, lane] * wi + im[i1, lane] * wr
-                                ar = re[i0, lane]
-                                ai = im[i0, lane]
-                                re[i0, lane] = ar + br
-                                im[i0, lane] = ai + bi
-                                re[i1, lane] = ar - br
-                                im[i1, lane] = ai - bi
-                    size *= 2
-                # unpack the real spectrum: 2X[q] = (Z[q] + Z*[m-q]) - i W^q (Z[q] - Z*[m-q]);
-                # the 1/4 of |X|^2 = |2X|^2 / 4 is folded into ``scale`` by the caller.
-                for q in range(n_bins):
-                    q1 = q % m
+                _fft_lanes(re, im, m, tw_re, tw_im, nv)
+                # unpack the real spectrum: with E = Z[q] + Z*[m-q], D = Z[q] - Z*[m-q] and
+                # G = -i W^q D, 2X[q] = E + G and 2X[m-q] = conj(E - G), so one pass over
+                # q <= m/2 gives both halves; the 1/4 of |X|^2 = |2X|^2 / 4 is in ``scale``.
+                for q in range(m // 2):
                     q2 = (m - q) % m
                     pr = post_re[q]
                     pi = post_im[q]
-                    for lane in range(LANES):
-                        zr = re[q1, lane]
-                        zi = im[q1, lane]
+                    for lane in range(nv):
+                        zr = re[q, lane]
+                        zi = im[q, lane]
                         cr = re[q2, lane]
                         ci = -im[q2, lane]
                         dr = zr - cr
                         di = zi - ci
-                        xr = zr + cr + pr * di + pi * dr
-                        xi = zi + ci - pr * dr + pi * di
-                        ac[q + 1, lane] += xr * xr + xi * xi
+                        gr = pr * di + pi * dr
+                        gi = pi * di - pr * dr
+                        er = zr + cr
+                        ei = zi + ci
+                        ac[q + 1, lane] += (er + gr) * (er + gr) + (ei + gi) * (ei + gi)
+                        ac[m - q + 1, lane] += (er - gr) * (er - gr) + (ei - gi) * (ei - gi)  # m for q=0
+                h = m // 2  # its own mirror: 2X[h] = 2 conj(Z[h])
+                for lane in range(nv):
+                    ac[h + 1, lane] += 4.0 * (re[h, lane] * re[h, lane] + im[h, lane] * im[h, lane])
             # the PSD tile, between -inf sentinel rows for the local-maximum test
             for q in range(n_bins):
                 sq = scale[q]
-                for lane in range(LANES):
+                for lane in range(nv):
                     ac[q + 1, lane] *= sq
-            for lane in range(LANES):
+            for lane in range(nv):
                 ac[0, lane] = -np.inf
                 ac[n_bins + 1, lane] = -np.inf
             for lane in range(nl):

@@ -79,7 +79,8 @@ class FusedCpuPlan:
             frame = n + (n_seg - 1) * params.hop
             tile_rows = frame if frame * lanes * self.compute.itemsize <= _WHOLE_FRAME_BYTES else n
             self.tile = np.zeros((w, tile_rows, lanes), self.compute)
-            self.stats = np.zeros((w, 2, lanes), self.compute)
+            self.stats = np.zeros((w, 4, lanes), self.compute)
+            self.fin = np.zeros((w, lanes), np.bool_)
             self.sums = np.zeros((w, 3, lanes), np.float64)
             self.buf_re = np.zeros((w, n // 2, lanes), self.compute)
             self.buf_im = np.zeros((w, n // 2, lanes), self.compute)
@@ -111,7 +112,7 @@ class FusedCpuPlan:
                     x2d, rows, p.n_fft, p.hop, self.n_seg, self.window, self.ramp, self.consts,
                     self.detrend, self.rev, self.tw_re, self.tw_im, self.post_re, self.post_im,
                     self.scale, p.k, self.mode, p.min_distance, self.tile, self.stats, self.sums,
-                    self.buf_re, self.buf_im, self.acc, self.psd, self.vals, self.idx, self.cand, bad, bins, power, fbin,
+                    self.buf_re, self.buf_im, self.acc, self.psd, self.vals, self.idx, self.cand, bad, self.fin, bins, power, fbin,
                 )
             else:
                 import scipy.fft

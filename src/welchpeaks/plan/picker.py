@@ -30,6 +30,10 @@ def legacy_mode() -> bool:
     return os.environ.get("WELCHPEAKS_PICKER", "").strip().lower() == "legacy"
 
 
+#: pick_for's answers: key -> (the cost model they were computed with, answer)
+_PICKS: dict[tuple, tuple[BackendCostModel, tuple[str, dict, str]]] = {}
+
+
 def _model(device: str, model: BackendCostModel | None) -> BackendCostModel:
     m = model or cost_model_for(device)
     if m is None:
@@ -102,8 +106,17 @@ def _legacy_pick(names: list[str], batch: int, device: str) -> str:
 
 def pick_for(params: PeakParams, n_seg: int, batch: int, length: int, compute: Any, device: str = "cpu",
              model: BackendCostModel | None = None) -> tuple[str, dict, str]:
-    """(execution, per-execution breakdown, why) for one call; ties go to the earlier execution."""
-    info = strategy_breakdown(params, n_seg, batch, length, compute, device, model)
+    """(execution, per-execution breakdown, why) for one call; ties go to the earlier execution.
+
+    Answers are remembered per cost model (one-shot ``welch_peaks`` calls plan once per shape);
+    the breakdowns returned are shared, so callers must not modify them.
+    """
+    resolved = _model(device, model)
+    key = (params, n_seg, batch, length, np.dtype(compute).name, device, legacy_mode())
+    hit = _PICKS.get(key)
+    if hit is not None and hit[0] is resolved:
+        return hit[1]
+    info = strategy_breakdown(params, n_seg, batch, length, compute, device, resolved)
     finite = {n: v["total_ns"] for n, v in info.items() if math.isfinite(v["total_ns"])}
     if not finite:
         raise ValueError(f"no execution can compute these parameters on {device!r}: "
@@ -116,6 +129,9 @@ def pick_for(params: PeakParams, n_seg: int, batch: int, length: int, compute: A
     if os.environ.get("WELCHPEAKS_TRACE", "") not in ("", "0"):
         log.warning("pick %s for batch %d, n_fft %d, k %d, %d segments, %s (%s): %s", choice, batch, params.n_fft,
                     params.k, n_seg, params.mode, why, {n: round(v) for n, v in finite.items()})
+    if len(_PICKS) > 1024:
+        _PICKS.clear()
+    _PICKS[key] = (resolved, (choice, info, why))
     return choice, info, why
 
 

@@ -215,6 +215,33 @@ def _resolve_strategy(strategy: str, device: str, params: PeakParams) -> backend
     return ex
 
 
+def _learned_execution(strategy: str, model: Any, min_recall: Any, device: str,
+                       params: PeakParams) -> backends.Execution | None:
+    """The learned execution of ``model`` (None without one), after checking its options."""
+    if isinstance(min_recall, bool) or not isinstance(min_recall, numbers.Real) or not 0 <= min_recall <= 1:
+        raise ValueError(f"min_recall={min_recall!r} must be a fraction in [0, 1] (default 0.99)")
+    if model is None:
+        if strategy == "learned":
+            raise ValueError("strategy='learned' needs model=: a ButterflyFFT or the path of its weights "
+                             "(welchpeaks learn fft / learn prune write them)")
+        return None
+    if device != "cpu":
+        raise ValueError(f"model= runs on the CPU in this version; use device='cpu', not {device!r}")
+    from welchpeaks.backends.learned_exec import LearnedExec
+
+    ex = LearnedExec(model)
+    why = ex.unsupported_reason(params)
+    if why is not None:
+        raise ValueError(f"model= cannot compute these options: {why}; pass a model trained for n_fft={params.n_fft}")
+    return ex
+
+
+def _learned_recall(ex: backends.Execution) -> float | None:
+    from welchpeaks.backends.learned_exec import model_recall
+
+    return model_recall(ex.model)
+
+
 def _check_layout(layout: str | None, segments: Any) -> str | None:
     if layout is None:
         return None
@@ -263,6 +290,8 @@ class WelchPeaks:
         nan_policy: str = "raise",
         dtype: str | None = None,
         layout: str | None = None,
+        model: Any = None,
+        min_recall: float = 0.99,
     ):
         self.layout = _check_layout(layout, segments)
         if self.layout == "auto":
@@ -274,7 +303,9 @@ class WelchPeaks:
         _check_device(device)
         self.device = device
         self.requested = strategy
-        self._forced = _resolve_strategy(strategy, device, self.params)
+        self._learned = _learned_execution(strategy, model, min_recall, device, self.params)
+        self.min_recall = float(min_recall)
+        self._forced = self._learned if strategy == "learned" else _resolve_strategy(strategy, device, self.params)
         self._plans: dict[tuple[str, int, str], Any] = {}
         self._picks: dict[tuple[int, int, int, str], str] = {}
         self._last: tuple[int, int, int, str] | None = None
@@ -284,7 +315,8 @@ class WelchPeaks:
         self._layout_picks: dict[tuple[int, int, str], tuple[str, str]] = {}
         if self.layout == "auto":
             opts = dict(n_fft=n_fft, k=k, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device, window=window,
-                        detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy=nan_policy, dtype=dtype)
+                        detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy=nan_policy, dtype=dtype,
+                        model=self._learned.model if self._learned else None, min_recall=min_recall)
             self._layouts = {"ultra": WelchPeaks(segments=1, **opts), "fast": WelchPeaks(segments=2, **opts)}
 
     @property
@@ -305,12 +337,41 @@ class WelchPeaks:
             from welchpeaks.plan.picker import pick_for
 
             name = pick_for(self.params, n_seg, rows, length, compute, self.device)[0]
+            if self._learned is not None and self._learned_eligible() is None:
+                name = self._race_learned(name, rows, n_seg, length, compute)
             with self._lock:
                 if len(self._picks) > 256:
                     self._picks.clear()
                 self._picks[key] = name
         self._last = key
-        return backends.get(name)
+        return self._learned if name == "learned" else backends.get(name)
+
+    def _learned_eligible(self) -> str | None:
+        """None when auto may run the model, else why not."""
+        recall = _learned_recall(self._learned)
+        if recall is None:
+            return "its peak recall was never measured (welchpeaks learn prune records it)"
+        if recall < self.min_recall:
+            return f"its held-out peak recall {recall:.4f} is below min_recall={self.min_recall}"
+        return None
+
+    def _race_learned(self, best: str, rows: int, n_seg: int, length: int, compute: np.dtype) -> str:
+        """Measure the model against the planner's pick on a synthetic batch like the call's
+        (at most 1024 signals, median of 3 after a warm-up); the faster wins."""
+        import time
+
+        sample = np.random.default_rng(0).standard_normal((min(rows, 1024), length)).astype(compute)
+        times = {}
+        for name, ex in ((best, backends.get(best)), ("learned", self._learned)):
+            plan = self._plan(ex, n_seg, compute)
+            ex.run_plan(plan, sample, compute)
+            runs = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                ex.run_plan(plan, sample, compute)
+                runs.append(time.perf_counter() - t0)
+            times[name] = float(np.median(runs))
+        return "learned" if times["learned"] < times[best] else best
 
     def explain(self, batch: int | None = None, length: int | None = None) -> dict[str, Any]:
         """Why the execution runs: per execution, its IO profile, every cost term (ns) and total,
@@ -345,6 +406,10 @@ class WelchPeaks:
             "costs": costs,
             "available": available_strategies(self.device),
             "params": p.to_dict(),
+            **({"learned": {"recall": _learned_recall(self._learned), "min_recall": self.min_recall,
+                            "active_fraction": self._learned.model.active_fraction(),
+                            "eligible_for_auto": self._learned_eligible() or "yes: races the planner's pick on first call"}}
+               if self._learned is not None else {}),
         }
 
     def _compute_dtype(self, input_dtype: np.dtype) -> np.dtype:
@@ -380,8 +445,10 @@ class WelchPeaks:
                     n_seg = wp.params.segments
                     compute = wp._compute_dtype(dtype)
                     ex, costs, _ = pick_for(wp.params, n_seg, rows, length, compute, self.device)
-                    ex = wp._forced.name if wp._forced is not None else ex
-                    best[name] = costs[ex]["total_ns"]
+                    # a forced execution the cost model does not price (learned) is compared
+                    # through the planner's pick for the same layout
+                    forced = wp._forced.name if wp._forced is not None else ex
+                    best[name] = costs[forced if forced in costs else ex]["total_ns"]
                 name = min(best, key=best.get)
                 choice = (name, f"layout auto (speed only, as the original system; accuracy is not weighed): {name}, "
                                 f"predicted ultra {best['ultra'] / 1e6:.3g} ms vs fast {best['fast'] / 1e6:.3g} ms")
@@ -490,6 +557,8 @@ def welch_peaks(
     nan_policy: str = "raise",
     dtype: str | None = None,
     layout: str | None = None,
+    model: Any = None,
+    min_recall: float = 0.99,
 ) -> PeakResult:
     """The ``k`` strongest spectral peaks of every signal in a batch.
 
@@ -534,6 +603,12 @@ def welch_peaks(
         segments (``'ultra'`` and ``'fast'``): the layout predicted to run faster, which
         changes the numbers returned. The result's ``params['layout']`` and
         ``params['layout_choice']`` say what was chosen and why. Default: ``segments`` decides.
+    model : ButterflyFFT or path, optional
+        A learned butterfly FFT (``welchpeaks learn``). ``strategy='learned'`` runs it;
+        under ``'auto'`` it competes on measured time, but only when its recorded held-out
+        peak recall is at least ``min_recall``.
+    min_recall : float
+        The lowest peak recall ``'auto'`` accepts from a learned model (default 0.99).
 
     Returns
     -------
@@ -553,6 +628,6 @@ def welch_peaks(
     executor = WelchPeaks(
         n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device,
         window=window, detrend=detrend, scaling=scaling, min_distance=min_distance,
-        nan_policy=nan_policy, dtype=dtype, layout=layout,
+        nan_policy=nan_policy, dtype=dtype, layout=layout, model=model, min_recall=min_recall,
     )
     return executor(x)

@@ -69,6 +69,10 @@ def peaks(
     layout: Optional[str] = typer.Option(
         None, "--layout", help="auto: the original's speed-only choice of 1 or 2 segments (changes the numbers)."
     ),
+    model: Optional[Path] = typer.Option(
+        None, "--model", help="Learned butterfly weights (welchpeaks learn): run with --strategy learned, or let auto race it."
+    ),
+    min_recall: float = typer.Option(0.99, "--min-recall", help="Lowest recorded peak recall auto accepts from --model."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write all results as JSON here."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one line per peak as CSV here."),
     show: int = typer.Option(8, "--show", help="Signals per file to print in the table."),
@@ -77,6 +81,14 @@ def peaks(
     from welchpeaks import welch_peaks
     from welchpeaks.loaders import SignalFileError, load_signals
 
+    net = None
+    if model is not None:
+        from welchpeaks.backends.learned_exec import load_model
+
+        try:
+            net = load_model(model)
+        except (ValueError, TypeError) as exc:
+            _fail(f"--model {model}: {exc}")
     results = {}
     for path in files:
         try:
@@ -87,7 +99,8 @@ def peaks(
         try:
             res = welch_peaks(
                 data, k=k, n_fft=n_fft, hop=hop, segments=_parse_segments(segments), fs=rate,
-                mode=mode, min_distance=min_distance, strategy=strategy, layout=layout,
+                mode=mode, min_distance=min_distance, strategy=strategy, layout=layout, model=net,
+                min_recall=min_recall,
             )
         except (ValueError, TypeError) as exc:
             _fail(f"{path}: {exc}")
@@ -443,5 +456,8 @@ def strategies() -> None:
     console.print(table)
 
 
+from welchpeaks import cli_learn  # noqa: E402,F401  (registers `welchpeaks learn`)
+
 if __name__ == "__main__":
     app()
+

@@ -1,0 +1,177 @@
+"""Compiled inference of a (pruned) butterfly network on the CPU, with numba.
+
+The network becomes a flat program of butterflies ``(i0, i1, w)`` in stage order that skips
+the pruned ones physically: a stage with no active butterfly emits nothing, a partly active
+stage only its active index pairs. Rows run in blocks of ``LANES`` with the innermost loop
+across rows (SIMD), as in the ``fused-cpu`` kernel; only the ``valid_bins`` outputs a pruned
+model keeps are written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit, prange
+
+LANES = 32
+_OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "contract"})
+
+
+@njit(parallel=True, **_OPTS)
+def _run(x, perm, i0s, i1s, wrs, wis, n_out, out, buf_re, buf_im):
+    """``out[r, q] = network(x[r])[q]`` for ``q < n_out``; ``buf_*`` are [workers, n, LANES]."""
+    rows, n = x.shape
+    n_blocks = (rows + LANES - 1) // LANES
+    n_workers = buf_re.shape[0]
+    per = (n_blocks + n_workers - 1) // n_workers
+    n_ops = i0s.shape[0]
+    for t in prange(n_workers):
+        re = buf_re[t]
+        im = buf_im[t]
+        for blk in range(t * per, min(n_blocks, (t + 1) * per)):
+            r0 = blk * LANES
+            nl = min(LANES, rows - r0)
+            nv = min(LANES, (nl + 7) // 8 * 8)
+            for i in range(n):  # bit-reversed load, rows become lanes; the input is real
+                src = perm[i]
+                for lane in range(nl):
+                    re[i, lane] = x[r0 + lane, src]
+                for lane in range(nl, nv):
+                    re[i, lane] = 0.0
+                for lane in range(nv):
+                    im[i, lane] = 0.0
+            for op in range(n_ops):
+                a = i0s[op]
+                b = i1s[op]
+                wr = wrs[op]
+                wi = wis[op]
+                for lane in range(nv):
+                    tr = re[b, lane] * wr - im[b, lane] * wi
+                    ti = re[b, lane] * wi + im[b, lane] * wr
+                    ar = re[a, lane]
+                    ai = im[a, lane]
+                    re[a, lane] = ar + tr
+                    im[a, lane] = ai + ti
+                    re[b, lane] = ar - tr
+                    im[b, lane] = ai - ti
+            for lane in range(nl):
+                for q in range(n_out):
+                    out[r0 + lane, q] = complex(re[q, lane], im[q, lane])
+
+
+def butterfly_program(tw_re: np.ndarray, tw_im: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(i0, i1, w_re, w_im) of the active butterflies in stage order."""
+    stages, half = active.shape
+    i0s, i1s, wr, wi = [], [], [], []
+    b = np.arange(half)
+    for s in range(stages):
+        on = active[s]
+        if not on.any():
+            continue  # a whole stage skipped
+        stride = 1 << s
+        top = (b // stride) * 2 * stride + b % stride
+        i0s.append(top[on])
+        i1s.append(top[on] + stride)
+        wr.append(tw_re[s][on])
+        wi.append(tw_im[s][on])
+    if not i0s:
+        return (np.zeros(0, np.int64),) * 2 + (np.zeros(0),) * 2
+    return np.concatenate(i0s), np.concatenate(i1s), np.concatenate(wr), np.concatenate(wi)
+
+
+class CompiledButterfly:
+    """Callable ``[rows, n_fft]`` real -> ``[rows, valid_bins]`` complex spectrum of a model.
+
+    ``dtype`` is the compute precision (float32 by default). Thread safe: each call allocates
+    its own outputs, and one lock guards the per-worker scratch.
+    """
+
+    def __init__(self, model: Any, dtype: Any = np.float32):
+        import threading
+
+        import numba
+
+        arrs = model.compiled_arrays()
+        self.n_fft = int(model.n_fft)
+        self.n_out = int(model.valid_bins)
+        self.dtype = np.dtype(dtype)
+        self.active_fraction = float(arrs["active"].mean())
+        i0, i1, wr, wi = butterfly_program(arrs["tw_re"], arrs["tw_im"], arrs["active"])
+        self.i0, self.i1 = i0.astype(np.int64), i1.astype(np.int64)
+        self.wr, self.wi = wr.astype(self.dtype), wi.astype(self.dtype)
+        self.perm = arrs["perm"].astype(np.int64)
+        w = numba.get_num_threads()
+        self._re = np.zeros((w, self.n_fft, LANES), self.dtype)
+        self._im = np.zeros((w, self.n_fft, LANES), self.dtype)
+        self._lock = threading.Lock()
+
+    @property
+    def n_butterflies(self) -> int:
+        return int(self.i0.shape[0])
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x, self.dtype)
+        if x.ndim != 2 or x.shape[1] != self.n_fft:
+            raise ValueError(f"x has shape {x.shape}; the compiled network takes [rows, {self.n_fft}]")
+        out = np.empty((x.shape[0], self.n_out), np.complex64 if self.dtype == np.float32 else np.complex128)
+        with self._lock:
+            _run(x, self.perm, self.i0, self.i1, self.wr, self.wi, self.n_out, out, self._re, self._im)
+        return out
+
+
+class TorchButterfly:
+    """The same program with torch on any device (CUDA included): ``[rows, n]`` real ->
+    ``[rows, valid_bins]`` complex.
+
+    Fully active stages run as one vectorised butterfly over a ``[rows, groups, 2, stride]``
+    view; partly active stages gather and scatter only their active index pairs; stages with
+    no active butterfly are dropped.
+    """
+
+    def __init__(self, model: Any, device: Any = "cpu", dtype: Any = None):
+        import torch
+
+        self.torch = torch
+        arrs = model.compiled_arrays()
+        self.n_fft, self.n_out = int(model.n_fft), int(model.valid_bins)
+        self.dtype = dtype or torch.float32
+        self.device = torch.device(device)
+        self.perm = torch.as_tensor(arrs["perm"], device=self.device)
+        half = self.n_fft // 2
+        b = np.arange(half)
+        self.stages: list[tuple] = []
+        for s, on in enumerate(arrs["active"]):
+            if not on.any():
+                continue
+            stride = 1 << s
+            wr = torch.as_tensor(arrs["tw_re"][s], dtype=self.dtype, device=self.device)
+            wi = torch.as_tensor(arrs["tw_im"][s], dtype=self.dtype, device=self.device)
+            if on.all():
+                self.stages.append(("full", stride, wr.view(-1, stride), wi.view(-1, stride)))
+            else:
+                top = (b // stride) * 2 * stride + b % stride
+                i0 = torch.as_tensor(top[on], device=self.device)
+                self.stages.append(("sparse", stride, i0, i0 + stride, wr[on], wi[on]))
+
+    def __call__(self, x: Any) -> Any:
+        torch = self.torch
+        x = torch.as_tensor(x, device=self.device).to(self.dtype)
+        rows, n = x.shape
+        re = x[:, self.perm].contiguous()
+        im = torch.zeros_like(re)
+        for st in self.stages:
+            if st[0] == "full":
+                _, stride, wr, wi = st
+                vr, vi = re.view(rows, -1, 2, stride), im.view(rows, -1, 2, stride)
+                ar, br, ai, bi = vr[:, :, 0], vr[:, :, 1], vi[:, :, 0], vi[:, :, 1]
+                tr, ti = br * wr - bi * wi, br * wi + bi * wr
+                re = torch.stack([ar + tr, ar - tr], 2).view(rows, n)
+                im = torch.stack([ai + ti, ai - ti], 2).view(rows, n)
+            else:
+                _, stride, i0, i1, wr, wi = st
+                ar, ai, br, bi = re[:, i0], im[:, i0], re[:, i1], im[:, i1]
+                tr, ti = br * wr - bi * wi, br * wi + bi * wr
+                re = re.index_copy(1, i0, ar + tr).index_copy(1, i1, ar - tr)
+                im = im.index_copy(1, i0, ai + ti).index_copy(1, i1, ai - ti)
+        return torch.complex(re[:, : self.n_out], im[:, : self.n_out])

@@ -2,8 +2,8 @@
 
 One parallel pass over blocks of ``LANES`` rows. For each block and each segment it detrends
 and windows the samples while loading them (bit-reversed) into a ``[n_fft/2, LANES]`` complex
-buffer, runs an FFT (radix-4 passes) whose innermost loop runs across the rows of the block (so LLVM
-turns every butterfly into SIMD over rows), unpacks the real spectrum and adds its power
+buffer, runs an FFT (radix-4 passes) whose innermost loop runs across the rows of the block
+(so LLVM turns every butterfly into SIMD over rows), unpacks the real spectrum and adds its power
 to a ``[n_bins, LANES]`` accumulator. After the last segment it scales the power and selects
 the peaks of each row. Everything a block touches stays in L1/L2; only ``k`` results per row
 are written. Scratch buffers are passed in (one set per worker), so a call allocates nothing.

@@ -94,7 +94,7 @@ def read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]
 
 def _checked(path: Path, header: dict, meta_json: str, data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     where = f"weights {str(path)!r}"
-    stored = header.pop("__metadata__", {}).get("sha256")
+    stored = (header.pop("__metadata__", None) or {}).get("sha256")
     if stored != _digest(meta_json, data):
         raise WeightsError(f"{where} fail their checksum: the file was edited or damaged after it was written; "
                            "train or prune again (welchpeaks learn ...)")
@@ -103,6 +103,8 @@ def _checked(path: Path, header: dict, meta_json: str, data: bytes) -> tuple[dic
         raise WeightsError(f"{where} have format {meta.get('format')!r}; this welchpeaks reads format {FORMAT}")
     tensors = {}
     for name, info in header.items():
+        if not isinstance(info, dict):
+            raise WeightsError(f"{where}: header entry {name!r} is not a tensor description")
         dt = _DTYPES.get(info.get("dtype"))
         lo, hi = info.get("data_offsets", [0, -1])
         shape = tuple(info.get("shape", ()))

@@ -87,6 +87,8 @@ def read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]
     try:
         header = json.loads(blob[8 : 8 + n])
         meta_json = header["__metadata__"]["welchpeaks"]
+        if not isinstance(header, dict) or not isinstance(meta_json, str):
+            raise TypeError
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         raise WeightsError(f"{bad} (its header is not safetensors JSON with welchpeaks metadata)") from None
     return _checked(path, header, meta_json, blob[8 + n :])

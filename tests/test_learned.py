@@ -69,10 +69,12 @@ def test_short_training_from_random_init_lowers_the_error():
 
 
 def test_training_is_reproducible_from_its_seed():
-    a = train_fft(8, init="random", seed=11, max_minutes=0.2, target=1e-3, polish=False)
-    b = train_fft(8, init="random", seed=11, max_minutes=0.2, target=1e-3, polish=False)
-    if a.record["steps"] == b.record["steps"]:  # the same number of steps gives the same twiddles
-        torch.testing.assert_close(a.twiddle, b.twiddle, rtol=0, atol=0)
+    a = train_fft(16, init="random", seed=11, max_minutes=1, target=1e-12, max_steps=300)
+    b = train_fft(16, init="random", seed=11, max_minutes=1, target=1e-12, max_steps=300)
+    c = train_fft(16, init="random", seed=12, max_minutes=1, target=1e-12, max_steps=300)
+    assert a.record["steps"] == b.record["steps"] == 300
+    torch.testing.assert_close(a.twiddle, b.twiddle, rtol=0, atol=0)
+    assert not torch.equal(a.twiddle, c.twiddle)
 
 
 def test_gates_blend_with_identity_and_prune_reports_the_active_fraction(rng):

@@ -5,6 +5,7 @@ Input is validated and normalised here, once; executions receive C-contiguous fl
 
 from __future__ import annotations
 
+import copy
 import numbers
 import threading
 from typing import Any
@@ -390,6 +391,7 @@ class WelchPeaks:
         compute = np.dtype(p.dtype or (self._last[3] if self._last else "float32"))
         model = cost_model_for(self.device)
         chosen, costs, why = pick_for(p, n_seg, batch, length, compute, self.device, model)
+        costs = copy.deepcopy(costs)  # the picker keeps its answers; the caller may edit this
         if self._forced is not None:
             chosen, why = self._forced.name, "requested"
         return {

@@ -45,6 +45,7 @@ def learn_fft(
     seed: int = typer.Option(0, help="Seeds the initialisation and the training signals."),
     max_minutes: float = typer.Option(10.0, "--max-minutes", help="Stop after this long."),
     target: float = typer.Option(1e-4, help="Stop at this relative RMS error against numpy.fft."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Also stop after this many steps (exact repeats)."),
     tied: bool = typer.Option(False, "--tied", help="One twiddle per stage position, as a true FFT."),
     q8: bool = typer.Option(False, "--q8", help="Then fine-tune with int8 twiddles (straight-through)."),
     out: Path = typer.Option(Path("butterfly.safetensors"), "--out", "-o", help="Where to write the weights."),
@@ -61,7 +62,7 @@ def learn_fft(
 
         try:
             model = learned.train_fft(n_fft, init=init, seed=seed, max_minutes=max_minutes, target=target,
-                                      tied=tied, progress=show)
+                                      tied=tied, progress=show, max_steps=max_steps)
             if q8:  # a short straight-through fine-tune: int8 rounding bounds the error, not the target
                 record = model.record
                 model = learned.train_fft(n_fft, seed=seed, max_minutes=min(1.0, max_minutes), target=target,

@@ -159,6 +159,26 @@ def _segment_trend(row, off, n, detrend):
 
 
 @njit(**_INL)
+def butterfly_lanes(re, im, i0, i1, wr, wi, nv):
+    """One radix-2 butterfly ``(a, b) -> (a + w b, a - w b)`` on rows ``i0``/``i1`` of lanes ``< nv``."""
+    for lane in range(nv):
+        br = re[i1, lane] * wr - im[i1, lane] * wi
+        bi = re[i1, lane] * wi + im[i1, lane] * wr
+        ar = re[i0, lane]
+        ai = im[i0, lane]
+        re[i0, lane] = ar + br
+        im[i0, lane] = ai + bi
+        re[i1, lane] = ar - br
+        im[i1, lane] = ai - bi
+
+
+@njit(**_INL)
+def _pivot(x, r, detrend):
+    """The shift of row ``r`` on loading: its first sample when detrending, else zero."""
+    return x[r, 0] if detrend != DETREND_NONE else x[r, 0] - x[r, 0]
+
+
+@njit(**_INL)
 def _fft_lanes(re, im, m, tw_re, tw_im, nv):
     """In-place decimation-in-time FFT of size ``m`` (bit-reversed input) of lanes ``< nv``.
 
@@ -215,17 +235,7 @@ def _fft_lanes(re, im, m, tw_re, tw_im, nv):
             for j in range(half):
                 wr = tw_re[j * step]
                 wi = tw_im[j * step]
-                i0 = g + j
-                i1 = i0 + half
-                for lane in range(nv):
-                    br = re[i1, lane] * wr - im[i1, lane] * wi
-                    bi = re[i1, lane] * wi + im[i1, lane] * wr
-                    ar = re[i0, lane]
-                    ai = im[i0, lane]
-                    re[i0, lane] = ar + br
-                    im[i0, lane] = ai + bi
-                    re[i1, lane] = ar - br
-                    im[i1, lane] = ai - bi
+                butterfly_lanes(re, im, g + j, g + j + half, wr, wi, nv)
 
 
 @njit(parallel=True, **_OPTS)
@@ -259,7 +269,6 @@ def fused_pow2(
     idx,
     cand,
     bad,
-    fin_flags,
     out_bins,
     out_power,
     out_fbin,
@@ -267,8 +276,8 @@ def fused_pow2(
     """The fused pass for power-of-two ``n_fft``; scratch arrays have a leading worker axis.
 
     ``tile`` holds the frame of ``LANES`` rows (or one segment, for long frames), ``stats``
-    their segment's mean (of the shifted samples) and slope (compute dtype), ``fin_flags`` whether the
-    segment is finite, and ``sums`` the float64 sums of linear detrending.
+    their segment's mean (of the shifted samples) and slope (compute dtype), and ``sums`` the
+    float64 sums of linear detrending.
     ``ramp[i] = i - (n_fft-1)/2`` (compute dtype) and ``consts = [1/n_fft, 1/sum(ramp**2)]``.
     """
     m = n_fft // 2
@@ -292,7 +301,6 @@ def fused_pow2(
         tc = cand[t]
         mean = st[0]
         slope = st[1]
-        fin = fin_flags[t]
         s_fin = sums[t, 0]
         s_sum = sums[t, 1]
         s_ramp = sums[t, 2]
@@ -316,7 +324,7 @@ def fused_pow2(
                 # overlapping segments are read from the tile, not from memory again
                 for lane in range(nl):
                     r = r0 + lane
-                    p0 = x[r, 0] if detrend != DETREND_NONE else x[r, 0] - x[r, 0]
+                    p0 = _pivot(x, r, detrend)
                     for i in range(frame):
                         tl[i, lane] = x[r, i] - p0
             for s in range(n_seg):
@@ -324,7 +332,7 @@ def fused_pow2(
                 if not whole:  # long frames: one segment at a time
                     for lane in range(nl):
                         r = r0 + lane
-                        p0 = x[r, 0] if detrend != DETREND_NONE else x[r, 0] - x[r, 0]
+                        p0 = _pivot(x, r, detrend)
                         for i in range(n_fft):
                             tl[i, lane] = x[r, off + i] - p0
                     off = 0
@@ -344,7 +352,9 @@ def fused_pow2(
                     for lane in range(nv):
                         mean[lane] = s_sum[lane] * inv_n
                         slope[lane] = s_ramp[lane] * inv_ramp2
-                        fin[lane] = s_fin[lane] == 0.0
+                    for lane in range(nl):
+                        if s_fin[lane] != 0.0:
+                            bad[r0 + lane] = True
                 else:
                     # the segment's (shifted) sum in the input dtype, read from the rows, where it is
                     # a contiguous, vectorised reduction; a NaN or infinity anywhere makes it
@@ -354,19 +364,16 @@ def fused_pow2(
                     for lane in range(nv):
                         mean[lane] = 0.0
                         slope[lane] = 0.0
-                        fin[lane] = True
                     for lane in range(nl):
                         r = r0 + lane
-                        p0 = x[r, 0] if detrend != DETREND_NONE else x[r, 0] - x[r, 0]
+                        p0 = _pivot(x, r, detrend)
                         sm = p0 - p0
                         for i in range(n_fft):
                             sm += x[r, xo + i] - p0
-                        fin[lane] = sm - sm == 0.0
+                        if sm - sm != 0.0:
+                            bad[r] = True
                         if detrend == DETREND_CONSTANT:
                             mean[lane] = sm * inv_n
-                for lane in range(nl):
-                    if not fin[lane]:
-                        bad[r0 + lane] = True
                 # detrend, window and store bit-reversed as the complex sequence x[2i] + i x[2i+1]
                 for i in range(m):
                     d = rev[i]

@@ -19,8 +19,9 @@ from welchpeaks.spectral import one_sided_scale
 NAME = "fused-cpu"
 
 # Numba's default (workqueue) threading layer must not be entered from two threads at once;
-# a kernel already uses every core, so serialising launches costs no throughput.
-_KERNEL_LOCK = threading.Lock()
+# a kernel already uses every core, so serialising launches costs no throughput. Every caller
+# of a parallel numba kernel holds it (re-entrant: a plan may call a locked helper).
+KERNEL_LOCK = threading.RLock()
 
 # A block's whole frame is transposed into the tile once when it fits in L2 like this; longer
 # frames are loaded one segment at a time.
@@ -39,6 +40,14 @@ def _numba_threads() -> int:
     return int(numba.get_num_threads())
 
 
+def kernel_codes(params: PeakParams) -> tuple[int, int]:
+    """(mode, detrend) as the numba kernels spell them."""
+    kern = _kernels()
+    mode = kern.MODE_PEAKS if params.mode == "peaks" else kern.MODE_BINS
+    detrend = {False: kern.DETREND_NONE, "constant": kern.DETREND_CONSTANT, "linear": kern.DETREND_LINEAR}
+    return mode, detrend[params.detrend]
+
+
 def _is_pow2(n: int) -> bool:
     return n >= 2 and n & (n - 1) == 0
 
@@ -53,10 +62,7 @@ class FusedCpuPlan:
         self.compute = np.dtype(compute)
         n, nb, k = params.n_fft, params.n_bins, params.k
         self.pow2 = _is_pow2(n)
-        self.mode = kern.MODE_PEAKS if params.mode == "peaks" else kern.MODE_BINS
-        self.detrend = {False: kern.DETREND_NONE, "constant": kern.DETREND_CONSTANT, "linear": kern.DETREND_LINEAR}[
-            params.detrend
-        ]
+        self.mode, self.detrend = kernel_codes(params)
         self.window = params.window_array.astype(self.compute)
         ramp = np.arange(n) - (n - 1) / 2.0
         self.ramp = ramp.astype(self.compute)
@@ -79,8 +85,7 @@ class FusedCpuPlan:
             frame = n + (n_seg - 1) * params.hop
             tile_rows = frame if frame * lanes * self.compute.itemsize <= _WHOLE_FRAME_BYTES else n
             self.tile = np.zeros((w, tile_rows, lanes), self.compute)
-            self.stats = np.zeros((w, 4, lanes), self.compute)
-            self.fin = np.zeros((w, lanes), np.bool_)
+            self.stats = np.zeros((w, 2, lanes), self.compute)
             self.sums = np.zeros((w, 3, lanes), np.float64)
             self.buf_re = np.zeros((w, n // 2, lanes), self.compute)
             self.buf_im = np.zeros((w, n // 2, lanes), self.compute)
@@ -105,14 +110,14 @@ class FusedCpuPlan:
         bins = np.empty((rows, p.k), np.int32)
         power = np.empty((rows, p.k), out_dtype)
         fbin = np.empty((rows, p.k), np.float64)
-        with _KERNEL_LOCK:
+        with KERNEL_LOCK:
             bad = self._bad_for(rows)
             if self.pow2:
                 kern.fused_pow2(
                     x2d, rows, p.n_fft, p.hop, self.n_seg, self.window, self.ramp, self.consts,
                     self.detrend, self.rev, self.tw_re, self.tw_im, self.post_re, self.post_im,
                     self.scale, p.k, self.mode, p.min_distance, self.tile, self.stats, self.sums,
-                    self.buf_re, self.buf_im, self.acc, self.psd, self.vals, self.idx, self.cand, bad, self.fin, bins, power, fbin,
+                    self.buf_re, self.buf_im, self.acc, self.psd, self.vals, self.idx, self.cand, bad, bins, power, fbin,
                 )
             else:
                 import scipy.fft
@@ -135,9 +140,9 @@ class FusedCpu(Execution):
     description = "one parallel numba pass per block of rows: window, FFT, power, mean, select"
 
     def unavailable_reason(self) -> str | None:
-        try:
-            import numba  # noqa: F401
-        except ImportError:
+        import importlib.util
+
+        if importlib.util.find_spec("numba") is None:
             return "numba is not installed: pip install numba"
         return None
 
@@ -196,7 +201,7 @@ def _welch_peaks_kernel(node, args):
         rows = x.shape[0]
         out = (np.empty((rows, p.k), np.int32), np.empty((rows, p.k), x.real.dtype), np.empty((rows, p.k)))
         bad = ~np.isfinite(x).all(axis=(1, 2))
-        with _KERNEL_LOCK:
+        with KERNEL_LOCK:
             kern.power_select_spectrum(x, rows, scale, p.k, plan.mode, p.min_distance, plan.psd, plan.vals,
                                        plan.idx, plan.cand, bad, *out)
         return records(*out)

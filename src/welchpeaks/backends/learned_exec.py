@@ -10,7 +10,6 @@ test). It exists per model, so it is not in the registry: pass ``model=`` to the
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 import numpy as np
@@ -50,10 +49,8 @@ class LearnedPlan:
         self.params, self.n_seg, self.compute = params, n_seg, np.dtype(compute)
         self.net = CompiledButterfly(model, self.compute)
         nb = self.net.n_out
-        kern = self.kern = fused_cpu._kernels()
-        self.mode = kern.MODE_PEAKS if params.mode == "peaks" else kern.MODE_BINS
-        self.detrend = {False: kern.DETREND_NONE, "constant": kern.DETREND_CONSTANT,
-                        "linear": kern.DETREND_LINEAR}[params.detrend]
+        self.kern = fused_cpu._kernels()
+        self.mode, self.detrend = fused_cpu.kernel_codes(params)
         self.window = params.window_array.astype(self.compute)
         scale = one_sided_scale(params.window_array, params.n_fft, 1.0 if params.fs is None else params.fs,
                                 params.scaling) / n_seg
@@ -63,7 +60,6 @@ class LearnedPlan:
         self.vals = np.zeros((w, params.k), self.compute)
         self.idx = np.zeros((w, params.k), np.int64)
         self.cand = np.zeros((w, nb), np.int64)
-        self._lock = threading.Lock()
 
     def run(self, x2d: np.ndarray, out_dtype: np.dtype) -> RowResult:
         p, rows, n = self.params, x2d.shape[0], self.params.n_fft
@@ -72,7 +68,9 @@ class LearnedPlan:
         fbin = np.empty((rows, p.k), np.float64)
         bad = np.zeros(rows, np.bool_)
         segs = np.empty((rows, self.n_seg, n), self.compute)
-        with self._lock:
+        from welchpeaks.backends.fused_cpu import KERNEL_LOCK
+
+        with KERNEL_LOCK:
             self.kern.prepare_segments(x2d, rows, n, p.hop, self.n_seg, self.window, self.detrend, segs, bad)
             spec = self.net(segs.reshape(rows * self.n_seg, n)).reshape(rows, self.n_seg, self.net.n_out)
             self.kern.power_select_spectrum(spec, rows, self.scale, p.k, self.mode, p.min_distance, self.psd,

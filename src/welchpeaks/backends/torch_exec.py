@@ -126,6 +126,17 @@ def windowed_segments(x, p: PeakParams, n_seg: int, window):
     return segs * window, bad
 
 
+def segment_spectra(plan: Any, x2d: Any, dtype: Any) -> tuple[Any, dict, Any, Any]:
+    """(rows as a tensor of ``dtype``, the plan's constants on its device, the rfft of its
+    windowed segments, the mask of non-finite rows): the first steps of the torch and
+    triton-block executions."""
+    torch = import_torch()
+    x = as_tensor(x2d, dtype)
+    c = plan.constants.on(x.device)
+    segs, bad = windowed_segments(x, plan.params, plan.n_seg, c["window"])
+    return x, c, torch.fft.rfft(segs, dim=-1), bad
+
+
 class TorchPlan:
     def __init__(self, params: PeakParams, n_seg: int, compute: np.dtype):
         from welchpeaks.spectral import one_sided_scale
@@ -165,10 +176,7 @@ class TorchExec(Execution):
     def run_plan(self, plan: TorchPlan, x2d: Any, out_dtype: np.dtype) -> RowResult:
         torch = import_torch()
         p = plan.params
-        x = as_tensor(x2d, plan.compute)
-        c = plan.constants.on(x.device)
-        segs, bad = windowed_segments(x, p, plan.n_seg, c["window"])
-        spec = torch.fft.rfft(segs, dim=-1)
+        x, c, spec, bad = segment_spectra(plan, x2d, plan.compute)
         psd = (spec.real * spec.real + spec.imag * spec.imag).mean(1) * c["scale"]
         bins, power, fb = select_t(psd, p.k, p.mode, p.min_distance)
         empty = bad[:, None]

@@ -28,7 +28,7 @@ import numpy as np
 
 from welchpeaks.backends import Execution, RowResult, register
 from welchpeaks.backends.torch_exec import (
-    GPU_EXTRA, DeviceConstants, as_tensor, bad_rows_of, import_torch, torch_dtype, windowed_segments,
+    GPU_EXTRA, DeviceConstants, as_tensor, bad_rows_of, import_torch, torch_dtype, segment_spectra,
 )
 from welchpeaks.params import PeakParams
 
@@ -160,10 +160,8 @@ class TritonBlock(_TritonExecution):
     def run_plan(self, plan: TritonPlan, x2d: Any, out_dtype: np.dtype) -> RowResult:
         torch = import_torch()
         p = plan.params
-        x = as_tensor(x2d, np.float32)
-        c = plan.constants.on(x.device)
-        segs, bad_rows = windowed_segments(x, p, plan.n_seg, c["window"])
-        spec = torch.view_as_real(torch.fft.rfft(segs, dim=-1)).contiguous()
+        x, c, spec, bad_rows = segment_spectra(plan, x2d, np.float32)
+        spec = torch.view_as_real(spec).contiguous()
         rows = x.shape[0]
         bins, power, fb, bad = _outputs(rows, p.k, x.device)
         bad.copy_(bad_rows.to(torch.int32))

@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-LANES = 32
-_OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "contract"})
+from welchpeaks.backends._numba_kernels import _OPTS, LANES, butterfly_lanes
 
 
 @njit(parallel=True, **_OPTS)
@@ -42,19 +41,7 @@ def _run(x, perm, i0s, i1s, wrs, wis, n_out, out, buf_re, buf_im):
                 for lane in range(nv):
                     im[i, lane] = 0.0
             for op in range(n_ops):
-                a = i0s[op]
-                b = i1s[op]
-                wr = wrs[op]
-                wi = wis[op]
-                for lane in range(nv):
-                    tr = re[b, lane] * wr - im[b, lane] * wi
-                    ti = re[b, lane] * wi + im[b, lane] * wr
-                    ar = re[a, lane]
-                    ai = im[a, lane]
-                    re[a, lane] = ar + tr
-                    im[a, lane] = ai + ti
-                    re[b, lane] = ar - tr
-                    im[b, lane] = ai - ti
+                butterfly_lanes(re, im, i0s[op], i1s[op], wrs[op], wis[op], nv)
             for lane in range(nl):
                 for q in range(n_out):
                     out[r0 + lane, q] = complex(re[q, lane], im[q, lane])
@@ -84,12 +71,10 @@ class CompiledButterfly:
     """Callable ``[rows, n_fft]`` real -> ``[rows, valid_bins]`` complex spectrum of a model.
 
     ``dtype`` is the compute precision (float32 by default). Thread safe: each call allocates
-    its own outputs, and one lock guards the per-worker scratch.
+    its own outputs and holds the numba kernel lock, which also guards the per-worker scratch.
     """
 
     def __init__(self, model: Any, dtype: Any = np.float32):
-        import threading
-
         import numba
 
         arrs = model.compiled_arrays()
@@ -104,7 +89,6 @@ class CompiledButterfly:
         w = numba.get_num_threads()
         self._re = np.zeros((w, self.n_fft, LANES), self.dtype)
         self._im = np.zeros((w, self.n_fft, LANES), self.dtype)
-        self._lock = threading.Lock()
 
     @property
     def n_butterflies(self) -> int:
@@ -115,7 +99,9 @@ class CompiledButterfly:
         if x.ndim != 2 or x.shape[1] != self.n_fft:
             raise ValueError(f"x has shape {x.shape}; the compiled network takes [rows, {self.n_fft}]")
         out = np.empty((x.shape[0], self.n_out), np.complex64 if self.dtype == np.float32 else np.complex128)
-        with self._lock:
+        from welchpeaks.backends.fused_cpu import KERNEL_LOCK
+
+        with KERNEL_LOCK:
             _run(x, self.perm, self.i0, self.i1, self.wr, self.wi, self.n_out, out, self._re, self._im)
         return out
 

@@ -246,7 +246,13 @@ class ButterflyFFT(torch.nn.Module):
                 f"active={self.active_fraction():.3f}, valid_bins={self.valid_bins}")
 
 
-def quantize_q8(w: Any) -> Any:
-    """Symmetric int8 twiddles with one scale per stage (``max|component|/127``), dequantised."""
+def q8_levels(w: Any) -> tuple[Any, Any]:
+    """Symmetric int8 twiddles: (levels in [-127, 127], one scale per stage ``max|component|/127``)."""
     scale = (w.detach().abs().amax(dim=(1, 2), keepdim=True) / 127.0).clamp_min(1e-12)
-    return torch.clamp(torch.round(w / scale), -127, 127) * scale
+    return torch.clamp(torch.round(w / scale), -127, 127), scale
+
+
+def quantize_q8(w: Any) -> Any:
+    """The int8 twiddles of :func:`q8_levels`, dequantised."""
+    levels, scale = q8_levels(w)
+    return levels * scale

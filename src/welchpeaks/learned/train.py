@@ -50,13 +50,15 @@ def _batch(rng: np.random.Generator, rows: int, n: int) -> tuple[torch.Tensor, .
 
 def train_fft(n_fft: int = 256, init: str = "random", seed: int = 0, max_minutes: float = 10.0, target: float = 1e-4,
               tied: bool = False, sigma: float = 0.1, batch: int = 256, lr: float = 1e-2, polish: bool = True,
-              q8: bool = False, progress: Progress | None = None, model: ButterflyFFT | None = None) -> ButterflyFFT:
+              q8: bool = False, progress: Progress | None = None, model: ButterflyFFT | None = None,
+              max_steps: int | None = None) -> ButterflyFFT:
     """Fit the twiddles to ``numpy.fft.fft`` until the relative RMS error reaches ``target``.
 
     Adam on the spectrum's relative squared error over fresh random signals each step; once the
     error is below 5e-3, an L-BFGS polish on a fixed full-rank batch of ``n_fft`` signals (back
     to Adam, with a lower hand-over point, if L-BFGS stalls). ``q8``
-    fine-tunes with int8 twiddles in the forward pass (straight-through). The result's
+    fine-tunes with int8 twiddles in the forward pass (straight-through). ``max_steps`` also
+    stops it after that many optimiser steps, so a run repeats exactly. The result's
     ``record`` holds the run: seed, steps, seconds, and the final errors.
     """
     n = check_n_fft(n_fft)
@@ -71,6 +73,7 @@ def train_fft(n_fft: int = 256, init: str = "random", seed: int = 0, max_minutes
     model.train()
     t0 = time.perf_counter()
     deadline = t0 + 60.0 * max_minutes
+    steps_left = (lambda: True) if max_steps is None else (lambda: step < max_steps)
     params = [model.twiddle]
     opt = torch.optim.Adam(params, lr=lr)
     step, err = 0, spectrum_errors(model, 256, seed + 1)
@@ -88,8 +91,8 @@ def train_fft(n_fft: int = 256, init: str = "random", seed: int = 0, max_minutes
     # if L-BFGS stalls, back to Adam; until the target or the deadline
     polish_at = 5e-3 if polish and not q8 else 0.0
     fixed = _batch(rng, n, n)  # full rank: zero loss on it means the exact DFT
-    while err["rel_rms"] > target and time.perf_counter() < deadline:
-        while err["rel_rms"] > max(target, polish_at) and time.perf_counter() < deadline:
+    while err["rel_rms"] > target and time.perf_counter() < deadline and steps_left():
+        while err["rel_rms"] > max(target, polish_at) and time.perf_counter() < deadline and steps_left():
             loss = _mse(model, *_batch(rng, batch, n))
             opt.zero_grad()
             loss.backward()
@@ -109,7 +112,7 @@ def train_fft(n_fft: int = 256, init: str = "random", seed: int = 0, max_minutes
             return loss
 
         start = err["rel_rms"]
-        while err["rel_rms"] > target and time.perf_counter() < deadline:
+        while err["rel_rms"] > target and time.perf_counter() < deadline and steps_left():
             lbfgs.step(closure)
             step += 1
             report("lbfgs")
@@ -200,14 +203,12 @@ class Domain:
 
 
 def _segments(x: np.ndarray, n: int, n_seg: int) -> torch.Tensor:
-    """Detrended, Hann-windowed segments [rows, n_seg, n] (hop n/2)."""
+    """Detrended, Hann-windowed segments [rows, n_seg, n] (hop n/2), as the reference makes them."""
     from welchpeaks.params import resolve_window
+    from welchpeaks.spectral import detrend_segments, segment_view
 
-    hop = n // 2
-    win = resolve_window("hann", n)
-    segs = np.stack([x[:, s * hop : s * hop + n] for s in range(n_seg)], 1)
-    segs = (segs - segs.mean(-1, keepdims=True)) * win
-    return torch.from_numpy(np.ascontiguousarray(segs))
+    segs = detrend_segments(segment_view(np.ascontiguousarray(x), n, n // 2, n_seg), "constant")
+    return torch.from_numpy(np.ascontiguousarray(segs * resolve_window("hann", n)))
 
 
 def _psd(model: ButterflyFFT | None, segs: torch.Tensor, bins: int) -> torch.Tensor:

@@ -35,7 +35,7 @@ def _digest(meta_json: str, data: bytes) -> str:
 
 def save(model: Any, path: str | os.PathLike) -> Path:
     """Write ``model`` to ``path`` (conventionally ``*.safetensors``); returns the path."""
-    from welchpeaks.learned.model import quantize_q8
+    from welchpeaks.learned.model import q8_levels
 
     path = Path(path)
     tensors = {
@@ -44,10 +44,9 @@ def save(model: Any, path: str | os.PathLike) -> Path:
         "active": model.active.cpu().numpy().astype("?"),
     }
     if model.quantized:
-        w = model.twiddles().detach()
-        scale = (w.abs().amax(dim=(1, 2)) / 127.0).clamp_min(1e-12)
-        tensors["twiddle_q8"] = np.rint(quantize_q8(w).cpu().numpy() / scale.cpu().numpy()[:, None, None]).astype("i1")
-        tensors["twiddle_scale"] = scale.cpu().numpy().astype("<f8")
+        levels, scale = q8_levels(model.twiddles().detach())
+        tensors["twiddle_q8"] = levels.cpu().numpy().astype("i1")
+        tensors["twiddle_scale"] = scale.reshape(-1).cpu().numpy().astype("<f8")
     meta = {
         "format": FORMAT, "n_fft": model.n_fft, "init": model.init, "sigma": model.sigma, "tied": model.tied,
         "seed": model.seed, "quantized": model.quantized, "gated": model.gated, "valid_bins": model.valid_bins,

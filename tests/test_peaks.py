@@ -79,6 +79,38 @@ def test_float32_large_offset_is_removed_without_precision_loss(n_fft, rng):
     assert_matches_reference(res, reference_psd(x, p, 3), p, exact=False)
 
 
+@pytest.mark.parametrize("detrend", ["linear", False])
+@pytest.mark.parametrize("window", ["hamming", ("kaiser", 5.0)])
+def test_float32_trend_removed_in_the_spectrum(detrend, window, rng):
+    # fused-cpu transforms each segment as it is and subtracts mean * rfft(window) and
+    # slope * rfft(window * ramp) from the spectrum: rows with an offset and a steep trend
+    t = np.arange(256 + 3 * 64)
+    x = (rng.standard_normal((90, t.size)) + rng.uniform(-50, 50, (90, 1)) + rng.uniform(-0.2, 0.2, (90, 1)) * t)
+    x = x.astype(np.float32)
+    p = make_params(k=8, n_fft=256, hop=64, segments=4, window=window, detrend=detrend)
+    res = welchpeaks.welch_peaks(x, k=8, n_fft=256, hop=64, segments=4, window=window, detrend=detrend,
+                                 strategy="fused-cpu")
+    assert_matches_reference(res, reference_psd(x, p, 4), p, exact=False)
+
+
+def test_float32_log2_of_the_refinement():
+    from numba import njit
+
+    from welchpeaks.backends._numba_kernels import _log2_f32
+
+    log2 = njit(lambda v: np.array([_log2_f32(e) for e in v], np.float32))
+    v = np.concatenate([
+        np.float32(2.0) ** np.arange(-126, 128, dtype=np.float32),
+        np.nextafter(np.float32(np.sqrt(2)), np.float32([0, 10])),
+        np.float32(1) + np.float32(2.0) ** -np.arange(1, 24, dtype=np.float32),
+        np.random.default_rng(0).uniform(1e-30, 1e30, 5000).astype(np.float32),
+        np.float32([np.finfo(np.float32).tiny, np.finfo(np.float32).max]),
+    ]).astype(np.float32)
+    ref = np.log2(v.astype(np.float64))
+    err = np.abs(log2(v) - ref) / np.maximum(np.abs(ref), 1.0)
+    assert err.max() < 4e-7, (v[np.argmax(err)], err.max())
+
+
 @pytest.mark.parametrize("detrend", ["constant", "linear"])
 def test_long_frames_load_one_segment_at_a_time(detrend, rng):
     # 80 segments of 256: a frame too long to transpose whole into fused-cpu's tile

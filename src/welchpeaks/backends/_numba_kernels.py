@@ -17,7 +17,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 #: Rows transformed together (a vector loop of 4 AVX2 registers of float32); partial blocks
 #: compute only their rows, rounded up to 8.
@@ -38,6 +40,92 @@ _INL = dict(_OPTS, inline="always")
 
 
 # ------------------------------------------------------------------------------ selection
+
+
+def select_scratch(workers: int, k: int, n_bins: int, dtype) -> tuple[np.ndarray, ...]:
+    """Per-worker scratch of :func:`select_into`: (psd, vals, idx, cand, top)."""
+    return (
+        np.zeros((workers, n_bins + 2), dtype),
+        np.zeros((workers, max(k, 1)), dtype),
+        np.zeros((workers, k + 1), np.int64),
+        np.zeros((workers, n_bins), np.int64),
+        np.zeros((workers, k + 1), np.int64),
+    )
+
+
+@intrinsic
+def _is_float32_array(typingctx, a):
+    """True (a compile-time constant) when ``a`` holds float32."""
+
+    def codegen(context, builder, signature, args):
+        return context.get_constant(types.boolean, a.dtype == types.float32)
+
+    return types.boolean(a), codegen
+
+
+@intrinsic
+def _float32_bits(typingctx, v):
+    """The IEEE bits of a float32 as an int32 (non-negative floats order like their bits)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def _bits_float32(typingctx, v):
+    """The float32 of IEEE bits given as an int32."""
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return types.float32(types.int32), codegen
+
+
+_LOW32 = (1 << 32) - 1
+_F32_TINY = np.float32(np.finfo(np.float32).tiny)
+_F32_SQRT2 = np.float32(math.sqrt(2.0))
+_F32_HALF = np.float32(0.5)
+_F32_ONE = np.float32(1.0)
+# log2(m) = (2 / ln 2) atanh(t), t = (m - 1) / (m + 1): odd series to t**9, |t| <= 0.172 on
+# [sqrt(1/2), sqrt(2)), truncation error below 1e-9
+_LOG2_SERIES = tuple(np.float32(2.0 / (math.log(2.0) * n)) for n in (1, 3, 5, 7, 9))
+
+
+@njit(**_INL)
+def _log2_f32(v):
+    """log2 of a positive normal float32, vectorisable (no libm call): exponent plus series."""
+    bits = _float32_bits(v)
+    e = (bits >> 23) - 127
+    m = _bits_float32((bits & 0x7FFFFF) | 0x3F800000)
+    big = m > _F32_SQRT2
+    m = m * _F32_HALF if big else m
+    e = e + 1 if big else e
+    t = (m - _F32_ONE) / (m + _F32_ONE)
+    t2 = t * t
+    c1, c3, c5, c7, c9 = _LOG2_SERIES
+    return np.float32(e) + t * (c1 + t2 * (c3 + t2 * (c5 + t2 * (c7 + t2 * c9))))
+
+
+@njit(**_INL)
+def _refine_f32(prow, idx, count, n_bins, out_fbin, r):
+    """:func:`_refine` of the ``count`` float32 peaks at bins ``idx[:count]``, vectorised.
+
+    The interpolation is a ratio of logarithms, so any base gives the same offset; log2 of
+    the power ratios (clamped to the smallest normal float32, where the offset is within
+    1e-3 bin of the exact one) needs no libm call.
+    """
+    for c in range(count):
+        j = idx[c]
+        a = prow[j]
+        b = prow[j + 1]
+        d = prow[j + 2]
+        la = _log2_f32(max(a / b, _F32_TINY))
+        lc = _log2_f32(max(d / b, _F32_TINY))
+        den = la + lc
+        ok = (j > 0) & (j < n_bins - 1) & (a > 0.0) & (b > 0.0) & (d > 0.0) & (den < 0.0)
+        out_fbin[r, c] = j + 0.5 * float((la - lc) / den) if ok else float(j)
 
 
 @njit(**_INL)
@@ -78,52 +166,115 @@ def _refine(a, b, c, j, n_bins):
 
 
 @njit(**_INL)
-def select_into(prow, n_bins, k, mode, min_distance, vals, idx, cand, out_bins, out_power, out_fbin, r):
-    """Select from one PSD row into row ``r`` of the outputs (already filled with -1 / NaN).
+def _candidates(prow, n_bins, mode, cand):
+    """The candidate bins in ascending order into ``cand`` (every bin, or the local maxima);
+    returns their count."""
+    if mode == MODE_BINS:
+        for j in range(n_bins):
+            cand[j] = j
+        return n_bins
+    n_cand = 0
+    for j in range(n_bins):  # branchless compaction of the local maxima
+        p = prow[j + 1]
+        cand[n_cand] = j
+        n_cand += (p > prow[j]) & (p >= prow[j + 2])
+    return n_cand
 
-    ``prow`` has ``n_bins + 2`` entries: the PSD at ``1..n_bins`` between two -inf sentinels,
-    so the local-maximum test needs no edge branches.
+
+@njit(**_INL)
+def _select_keyed(prow, n_bins, k, mode, vals, idx, cand, top):
+    """Selection of float32 rows without thinning, branchless; returns the count.
+
+    Every candidate becomes one int64 key, its power's bits above the complement of its bin,
+    so keys order like (power descending, bin ascending) (powers are >= +0). Inserting a key
+    into the descending list ``idx[0..k]`` (``idx[0]`` a sentinel above every key) is
+    ``top[c] = max(idx[c], min(idx[c-1], key))``, a vectorised loop without branches (into a
+    second array, so the compiler sees no overlap), then copied back.
     """
     n_cand = 0
     if mode == MODE_BINS:
         for j in range(n_bins):
-            cand[j] = j
+            cand[j] = (np.int64(_float32_bits(np.float32(prow[j + 1]))) << 32) | (_LOW32 - j)
         n_cand = n_bins
     else:
-        for j in range(n_bins):  # branchless compaction of the local maxima
+        for j in range(n_bins):
             p = prow[j + 1]
-            cand[n_cand] = j
+            cand[n_cand] = (np.int64(_float32_bits(np.float32(p))) << 32) | (_LOW32 - j)
             n_cand += (p > prow[j]) & (p >= prow[j + 2])
+    idx[0] = np.iinfo(np.int64).max
+    for c in range(1, k + 1):
+        idx[c] = -1
+    for i in range(n_cand):
+        key = cand[i]
+        if key <= idx[k]:
+            continue
+        for c in range(1, k + 1):
+            top[c] = max(idx[c], min(idx[c - 1], key))
+        for c in range(1, k + 1):
+            idx[c] = top[c]
+    count = min(k, n_cand)
+    for c in range(count):
+        j = _LOW32 - (idx[c + 1] & _LOW32)
+        idx[c] = j
+        vals[c] = prow[j + 1]
+    return count
+
+
+@njit(**_INL)
+def _select_scalar(prow, n_bins, k, mode, min_distance, vals, idx, cand):
+    """Selection by insertion (or greedy thinning for ``min_distance > 1``); returns the count."""
+    n_cand = _candidates(prow, n_bins, mode, cand)
     count = 0
     if mode == MODE_BINS or min_distance <= 1:
         for c in range(n_cand):
             j = cand[c]
             count = _insert_desc(vals, idx, count, k, prow[j + 1], j)
+        return count
+    # Greedy thinning, strongest first: repeatedly take the strongest undecided candidate.
+    while count < k and n_cand > 0:
+        best = 0
+        for c in range(1, n_cand):
+            if prow[cand[c] + 1] > prow[cand[best] + 1]:
+                best = c
+        j = cand[best]
+        n_cand -= 1
+        for c in range(best, n_cand):
+            cand[c] = cand[c + 1]
+        ok = True
+        for c in range(count):
+            if abs(j - idx[c]) < min_distance:
+                ok = False
+                break
+        if ok:
+            vals[count] = prow[j + 1]
+            idx[count] = j
+            count += 1
+    return count
+
+
+@njit(**_INL)
+def select_into(prow, n_bins, k, mode, min_distance, vals, idx, cand, top, out_bins, out_power, out_fbin, r):
+    """Select from one PSD row into row ``r`` of the outputs (already filled with -1 / NaN).
+
+    ``prow`` has ``n_bins + 2`` entries: the PSD at ``1..n_bins`` between two -inf sentinels,
+    so the local-maximum test needs no edge branches. Scratch from :func:`select_scratch`.
+    """
+    if _is_float32_array(prow) and (mode == MODE_BINS or min_distance <= 1):
+        count = _select_keyed(prow, n_bins, k, mode, vals, idx, cand, top)
     else:
-        # Greedy thinning, strongest first: repeatedly take the strongest undecided candidate.
-        while count < k and n_cand > 0:
-            best = 0
-            for c in range(1, n_cand):
-                if prow[cand[c] + 1] > prow[cand[best] + 1]:
-                    best = c
-            j = cand[best]
-            n_cand -= 1
-            for c in range(best, n_cand):
-                cand[c] = cand[c + 1]
-            ok = True
-            for c in range(count):
-                if abs(j - idx[c]) < min_distance:
-                    ok = False
-                    break
-            if ok:
-                vals[count] = prow[j + 1]
-                idx[count] = j
-                count += 1
+        count = _select_scalar(prow, n_bins, k, mode, min_distance, vals, idx, cand)
     for c in range(count):
-        j = idx[c]
-        out_bins[r, c] = j
+        out_bins[r, c] = idx[c]
         out_power[r, c] = vals[c]
-        out_fbin[r, c] = _refine(prow[j], prow[j + 1], prow[j + 2], j, n_bins) if mode == MODE_PEAKS else float(j)
+    if mode == MODE_BINS:
+        for c in range(count):
+            out_fbin[r, c] = float(idx[c])
+    elif _is_float32_array(prow):
+        _refine_f32(prow, idx, count, n_bins, out_fbin, r)
+    else:
+        for c in range(count):
+            j = idx[c]
+            out_fbin[r, c] = _refine(prow[j], prow[j + 1], prow[j + 2], j, n_bins)
 
 
 @njit(**_INL)
@@ -179,13 +330,13 @@ def _pivot(x, r, detrend):
 
 
 @njit(**_INL)
-def _fft_lanes(re, im, m, tw_re, tw_im, nv):
-    """In-place decimation-in-time FFT of size ``m`` (bit-reversed input) of lanes ``< nv``.
+def _fft_lanes(re, im, m, tw_re, tw_im, nv, size):
+    """In-place decimation-in-time FFT of size ``m`` (bit-reversed input) of lanes ``< nv``,
+    from the stage of span ``size`` on (2 for a whole transform).
 
     Stages go in pairs as radix-4 passes (each element loaded and stored once per two stages);
     an odd last stage is radix-2. ``tw[t] = exp(-2 pi i t / m)`` for ``t < m/2``.
     """
-    size = 2
     while size * 2 <= m:
         # stages of span ``size`` and ``2*size`` on the quartet i0 < i1 < i2 < i3
         half = size // 2
@@ -238,6 +389,82 @@ def _fft_lanes(re, im, m, tw_re, tw_im, nv):
                 butterfly_lanes(re, im, g + j, g + j + half, wr, wi, nv)
 
 
+@njit(**_INL)
+def _load_first_pass(tl, off, window, rev, re, im, m, nv, total):
+    """Window the segment at row ``off`` of the tile into ``re``/``im`` as the complex sequence
+    ``x[2i] + i x[2i+1]`` in bit-reversed order, fused with the FFT's first two stages (or its
+    only one, for ``m = 2``), whose twiddles are trivial. Adds every lane's samples to ``total``
+    (each sample is loaded exactly once). Returns the span of the next stage.
+    """
+    if m < 4:
+        i0 = rev[0]
+        i1 = rev[1]
+        for lane in range(nv):
+            x0r = tl[off + 2 * i0, lane]
+            x0i = tl[off + 2 * i0 + 1, lane]
+            x1r = tl[off + 2 * i1, lane]
+            x1i = tl[off + 2 * i1 + 1, lane]
+            total[lane] += (x0r + x0i) + (x1r + x1i)
+            a0r = x0r * window[2 * i0]
+            a0i = x0i * window[2 * i0 + 1]
+            a1r = x1r * window[2 * i1]
+            a1i = x1i * window[2 * i1 + 1]
+            re[0, lane] = a0r + a1r
+            im[0, lane] = a0i + a1i
+            re[1, lane] = a0r - a1r
+            im[1, lane] = a0i - a1i
+        return 4
+    for g in range(0, m, 4):
+        j0 = 2 * rev[g]
+        j1 = 2 * rev[g + 1]
+        j2 = 2 * rev[g + 2]
+        j3 = 2 * rev[g + 3]
+        w0r = window[j0]
+        w0i = window[j0 + 1]
+        w1r = window[j1]
+        w1i = window[j1 + 1]
+        w2r = window[j2]
+        w2i = window[j2 + 1]
+        w3r = window[j3]
+        w3i = window[j3 + 1]
+        for lane in range(nv):
+            x0r = tl[off + j0, lane]
+            x0i = tl[off + j0 + 1, lane]
+            x1r = tl[off + j1, lane]
+            x1i = tl[off + j1 + 1, lane]
+            x2r = tl[off + j2, lane]
+            x2i = tl[off + j2 + 1, lane]
+            x3r = tl[off + j3, lane]
+            x3i = tl[off + j3 + 1, lane]
+            total[lane] += ((x0r + x0i) + (x1r + x1i)) + ((x2r + x2i) + (x3r + x3i))
+            a0r = x0r * w0r
+            a0i = x0i * w0i
+            a1r = x1r * w1r
+            a1i = x1i * w1i
+            a2r = x2r * w2r
+            a2i = x2i * w2i
+            a3r = x3r * w3r
+            a3i = x3i * w3i
+            # span 1 (twiddle 1), then span 2 (twiddles 1 and -i)
+            br = a0r - a1r
+            bi = a0i - a1i
+            a0r += a1r
+            a0i += a1i
+            dr = a2r - a3r
+            di = a2i - a3i
+            a2r += a3r
+            a2i += a3i
+            re[g, lane] = a0r + a2r
+            im[g, lane] = a0i + a2i
+            re[g + 2, lane] = a0r - a2r
+            im[g + 2, lane] = a0i - a2i
+            re[g + 1, lane] = br + di
+            im[g + 1, lane] = bi - dr
+            re[g + 3, lane] = br - di
+            im[g + 3, lane] = bi + dr
+    return 8
+
+
 @njit(parallel=True, **_OPTS)
 def fused_pow2(
     x,
@@ -254,6 +481,7 @@ def fused_pow2(
     tw_im,
     post_re,
     post_im,
+    trend,
     scale,
     k,
     mode,
@@ -268,6 +496,7 @@ def fused_pow2(
     vals,
     idx,
     cand,
+    top,
     bad,
     out_bins,
     out_power,
@@ -278,7 +507,9 @@ def fused_pow2(
     ``tile`` holds the frame of ``LANES`` rows (or one segment, for long frames), ``stats``
     their segment's mean (of the shifted samples) and slope (compute dtype), and ``sums`` the
     float64 sums of linear detrending.
-    ``ramp[i] = i - (n_fft-1)/2`` (compute dtype) and ``consts = [1/n_fft, 1/sum(ramp**2)]``.
+    ``ramp[i] = i - (n_fft-1)/2`` (compute dtype) and ``consts = [1/n_fft, 1/sum(ramp**2)]``;
+    ``trend`` holds the real and imaginary parts of ``2 rfft(window)`` and of
+    ``2 rfft(window * ramp)``, ``[4, n_bins]``.
     """
     m = n_fft // 2
     n_bins = m + 1
@@ -299,11 +530,11 @@ def fused_pow2(
         tv = vals[t]
         ti = idx[t]
         tc = cand[t]
+        tt = top[t]
         mean = st[0]
         slope = st[1]
-        s_fin = sums[t, 0]
-        s_sum = sums[t, 1]
-        s_ramp = sums[t, 2]
+        s_sum = sums[t, 0]
+        s_ramp = sums[t, 1]
         for blk in range(t * per, min(n_blocks, (t + 1) * per)):
             r0 = blk * LANES
             nl = min(LANES, n_rows - r0)
@@ -336,62 +567,51 @@ def fused_pow2(
                         for i in range(n_fft):
                             tl[i, lane] = x[r, off + i] - p0
                     off = 0
+                # The FFT is linear, so the segment is transformed as it is and its trend removed
+                # in the spectrum: X[q] - mean W[q] - slope R[q], with W and R the transforms of
+                # the window and of the window times the ramp. The samples are summed while
+                # they are loaded; a NaN or infinity anywhere makes the sum non-finite (as would
+                # samples near the dtype's overflow, whose power would overflow anyway).
+                for lane in range(nv):
+                    mean[lane] = 0.0
+                    slope[lane] = 0.0
+                nxt = _load_first_pass(tl, off, window, rev, re, im, m, nv, mean)
+                for lane in range(nl):
+                    if mean[lane] - mean[lane] != 0.0:
+                        bad[r0 + lane] = True
+                for lane in range(nv):
+                    mean[lane] = mean[lane] * inv_n if detrend == DETREND_CONSTANT else 0.0
                 if detrend == DETREND_LINEAR:
-                    # finiteness, mean and slope of the segment of every lane, in float64
+                    # mean and slope of the segment of every lane from float64 sums
                     for lane in range(nv):
-                        s_fin[lane] = 0.0
                         s_sum[lane] = 0.0
                         s_ramp[lane] = 0.0
                     for i in range(n_fft):
                         ri = float(ramp[i])
                         for lane in range(nv):
                             v = float(tl[off + i, lane])
-                            s_fin[lane] += v - v
                             s_sum[lane] += v
                             s_ramp[lane] += ri * v
                     for lane in range(nv):
                         mean[lane] = s_sum[lane] * inv_n
                         slope[lane] = s_ramp[lane] * inv_ramp2
-                    for lane in range(nl):
-                        if s_fin[lane] != 0.0:
-                            bad[r0 + lane] = True
-                else:
-                    # the segment's (shifted) sum in the input dtype, read from the rows, where it is
-                    # a contiguous, vectorised reduction; a NaN or infinity anywhere makes it
-                    # non-finite (as would samples near the dtype's overflow, whose power would
-                    # overflow anyway)
-                    xo = s * hop
-                    for lane in range(nv):
-                        mean[lane] = 0.0
-                        slope[lane] = 0.0
-                    for lane in range(nl):
-                        r = r0 + lane
-                        p0 = _pivot(x, r, detrend)
-                        sm = p0 - p0
-                        for i in range(n_fft):
-                            sm += x[r, xo + i] - p0
-                        if sm - sm != 0.0:
-                            bad[r] = True
-                        if detrend == DETREND_CONSTANT:
-                            mean[lane] = sm * inv_n
-                # detrend, window and store bit-reversed as the complex sequence x[2i] + i x[2i+1]
-                for i in range(m):
-                    d = rev[i]
-                    w0 = window[2 * i]
-                    w1 = window[2 * i + 1]
-                    t0 = ramp[2 * i]
-                    t1 = ramp[2 * i + 1]
-                    for lane in range(nv):
-                        re[d, lane] = (tl[off + 2 * i, lane] - mean[lane] - slope[lane] * t0) * w0
-                        im[d, lane] = (tl[off + 2 * i + 1, lane] - mean[lane] - slope[lane] * t1) * w1
-                _fft_lanes(re, im, m, tw_re, tw_im, nv)
+                _fft_lanes(re, im, m, tw_re, tw_im, nv, nxt)
                 # unpack the real spectrum: with E = Z[q] + Z*[m-q], D = Z[q] - Z*[m-q] and
                 # G = -i W^q D, 2X[q] = E + G and 2X[m-q] = conj(E - G), so one pass over
-                # q <= m/2 gives both halves; the 1/4 of |X|^2 = |2X|^2 / 4 is in ``scale``.
+                # q <= m/2 gives both halves; the 1/4 of |X|^2 = |2X|^2 / 4 is in ``scale``,
+                # and ``trend`` holds 2W and 2R.
                 for q in range(m // 2):
                     q2 = (m - q) % m
                     pr = post_re[q]
                     pi = post_im[q]
+                    a_wr = trend[0, q]
+                    a_wi = trend[1, q]
+                    a_rr = trend[2, q]
+                    a_ri = trend[3, q]
+                    b_wr = trend[0, m - q]
+                    b_wi = trend[1, m - q]
+                    b_rr = trend[2, m - q]
+                    b_ri = trend[3, m - q]
                     for lane in range(nv):
                         zr = re[q, lane]
                         zi = im[q, lane]
@@ -403,11 +623,23 @@ def fused_pow2(
                         gi = pi * di - pr * dr
                         er = zr + cr
                         ei = zi + ci
-                        ac[q + 1, lane] += (er + gr) * (er + gr) + (ei + gi) * (ei + gi)
-                        ac[m - q + 1, lane] += (er - gr) * (er - gr) + (ei - gi) * (ei - gi)  # m for q=0
+                        mu = mean[lane]
+                        sl = slope[lane]
+                        ar = er + gr - mu * a_wr - sl * a_rr
+                        ai = ei + gi - mu * a_wi - sl * a_ri
+                        br = er - gr - mu * b_wr - sl * b_rr
+                        bi = gi - ei - mu * b_wi - sl * b_ri
+                        ac[q + 1, lane] += ar * ar + ai * ai
+                        ac[m - q + 1, lane] += br * br + bi * bi  # m for q=0
                 h = m // 2  # its own mirror: 2X[h] = 2 conj(Z[h])
+                h_wr = trend[0, h]
+                h_wi = trend[1, h]
+                h_rr = trend[2, h]
+                h_ri = trend[3, h]
                 for lane in range(nv):
-                    ac[h + 1, lane] += 4.0 * (re[h, lane] * re[h, lane] + im[h, lane] * im[h, lane])
+                    ar = 2.0 * re[h, lane] - mean[lane] * h_wr - slope[lane] * h_rr
+                    ai = -2.0 * im[h, lane] - mean[lane] * h_wi - slope[lane] * h_ri
+                    ac[h + 1, lane] += ar * ar + ai * ai
             # the PSD tile, between -inf sentinel rows for the local-maximum test
             for q in range(n_bins):
                 sq = scale[q]
@@ -423,7 +655,7 @@ def fused_pow2(
                     continue
                 for q in range(n_bins + 2):
                     prow[q] = ac[q, lane]
-                select_into(prow, n_bins, k, mode, min_distance, tv, ti, tc, out_bins, out_power, out_fbin, r)
+                select_into(prow, n_bins, k, mode, min_distance, tv, ti, tc, tt, out_bins, out_power, out_fbin, r)
 
 
 # ------------------------------------------------------------------------------ any n_fft
@@ -447,7 +679,7 @@ def prepare_segments(x, n_rows, n_fft, hop, n_seg, window, detrend, segs, bad):
 
 @njit(parallel=True, **_OPTS)
 def power_select_spectrum(
-    spec, n_rows, scale, k, mode, min_distance, psd, vals, idx, cand, bad, out_bins, out_power, out_fbin
+    spec, n_rows, scale, k, mode, min_distance, psd, vals, idx, cand, top, bad, out_bins, out_power, out_fbin
 ):
     """Average ``|spec|**2`` over segments, scale, and select, one row per iteration."""
     n_seg = spec.shape[1]
@@ -459,6 +691,7 @@ def power_select_spectrum(
         tv = vals[t]
         ti = idx[t]
         tc = cand[t]
+        tt = top[t]
         for r in range(t * per, min(n_rows, (t + 1) * per)):
             _clear_row(out_bins, out_power, out_fbin, r)
             if bad[r]:
@@ -471,4 +704,4 @@ def power_select_spectrum(
                     z = spec[r, s, q]
                     v += z.real * z.real + z.imag * z.imag
                 prow[q + 1] = v * scale[q]
-            select_into(prow, n_bins, k, mode, min_distance, tv, ti, tc, out_bins, out_power, out_fbin, r)
+            select_into(prow, n_bins, k, mode, min_distance, tv, ti, tc, tt, out_bins, out_power, out_fbin, r)

@@ -78,6 +78,9 @@ class FusedCpuPlan:
             self.tw_re, self.tw_im = np.cos(ang).astype(self.compute), np.sin(ang).astype(self.compute)
             ang = -2.0 * math.pi * np.arange(nb) / n
             self.post_re, self.post_im = np.cos(ang).astype(self.compute), np.sin(ang).astype(self.compute)
+            win = params.window_array
+            spec = 2.0 * np.fft.rfft(np.stack([win, win * ramp]))
+            self.trend = np.stack([spec[0].real, spec[0].imag, spec[1].real, spec[1].imag]).astype(self.compute)
         self.scale = scale.astype(self.compute)
         self.workers = _numba_threads()
         w, lanes = self.workers, kern.LANES
@@ -86,14 +89,11 @@ class FusedCpuPlan:
             tile_rows = frame if frame * lanes * self.compute.itemsize <= _WHOLE_FRAME_BYTES else n
             self.tile = np.zeros((w, tile_rows, lanes), self.compute)
             self.stats = np.zeros((w, 2, lanes), self.compute)
-            self.sums = np.zeros((w, 3, lanes), np.float64)
+            self.sums = np.zeros((w, 2, lanes), np.float64)
             self.buf_re = np.zeros((w, n // 2, lanes), self.compute)
             self.buf_im = np.zeros((w, n // 2, lanes), self.compute)
             self.acc = np.zeros((w, nb + 2, lanes), self.compute)
-        self.psd = np.zeros((w, nb + 2), self.compute)
-        self.vals = np.zeros((w, max(k, 1)), self.compute)
-        self.idx = np.zeros((w, max(k, 1)), np.int64)
-        self.cand = np.zeros((w, nb), np.int64)
+        self.select = kern.select_scratch(w, k, nb, self.compute)  # psd, vals, idx, cand, top
         self._bad = np.zeros(0, np.bool_)
         self._segs = np.zeros((0, n_seg, n), self.compute)
 
@@ -115,9 +115,9 @@ class FusedCpuPlan:
             if self.pow2:
                 kern.fused_pow2(
                     x2d, rows, p.n_fft, p.hop, self.n_seg, self.window, self.ramp, self.consts,
-                    self.detrend, self.rev, self.tw_re, self.tw_im, self.post_re, self.post_im,
+                    self.detrend, self.rev, self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend,
                     self.scale, p.k, self.mode, p.min_distance, self.tile, self.stats, self.sums,
-                    self.buf_re, self.buf_im, self.acc, self.psd, self.vals, self.idx, self.cand, bad, bins, power, fbin,
+                    self.buf_re, self.buf_im, self.acc, *self.select, bad, bins, power, fbin,
                 )
             else:
                 import scipy.fft
@@ -129,7 +129,7 @@ class FusedCpuPlan:
                 spec = scipy.fft.rfft(segs, axis=-1, workers=-1)
                 kern.power_select_spectrum(
                     spec, rows, self.scale, p.k, self.mode, p.min_distance,
-                    self.psd, self.vals, self.idx, self.cand, bad, bins, power, fbin,
+                    *self.select, bad, bins, power, fbin,
                 )
             bad_rows = np.flatnonzero(bad[:rows])
         return RowResult(bins, power, fbin, bad_rows)
@@ -202,8 +202,7 @@ def _welch_peaks_kernel(node, args):
         out = (np.empty((rows, p.k), np.int32), np.empty((rows, p.k), x.real.dtype), np.empty((rows, p.k)))
         bad = ~np.isfinite(x).all(axis=(1, 2))
         with KERNEL_LOCK:
-            kern.power_select_spectrum(x, rows, scale, p.k, plan.mode, p.min_distance, plan.psd, plan.vals,
-                                       plan.idx, plan.cand, bad, *out)
+            kern.power_select_spectrum(x, rows, scale, p.k, plan.mode, p.min_distance, *plan.select, bad, *out)
         return records(*out)
     return numpy_kernel(Op.welch_peaks)(node, args)
 

@@ -56,10 +56,7 @@ class LearnedPlan:
                                 params.scaling) / n_seg
         self.scale = np.ascontiguousarray(scale[:nb]).astype(self.compute)
         w = self.net._re.shape[0]
-        self.psd = np.zeros((w, nb + 2), self.compute)
-        self.vals = np.zeros((w, params.k), self.compute)
-        self.idx = np.zeros((w, params.k), np.int64)
-        self.cand = np.zeros((w, nb), np.int64)
+        self.select = self.kern.select_scratch(w, params.k, nb, self.compute)
 
     def run(self, x2d: np.ndarray, out_dtype: np.dtype) -> RowResult:
         p, rows, n = self.params, x2d.shape[0], self.params.n_fft
@@ -73,8 +70,8 @@ class LearnedPlan:
         with KERNEL_LOCK:
             self.kern.prepare_segments(x2d, rows, n, p.hop, self.n_seg, self.window, self.detrend, segs, bad)
             spec = self.net(segs.reshape(rows * self.n_seg, n)).reshape(rows, self.n_seg, self.net.n_out)
-            self.kern.power_select_spectrum(spec, rows, self.scale, p.k, self.mode, p.min_distance, self.psd,
-                                            self.vals, self.idx, self.cand, bad, bins, power, fbin)
+            self.kern.power_select_spectrum(spec, rows, self.scale, p.k, self.mode, p.min_distance, *self.select,
+                                            bad, bins, power, fbin)
         return RowResult(bins, power, fbin, np.flatnonzero(bad))
 
 

@@ -42,14 +42,30 @@ _INL = dict(_OPTS, inline="always")
 # ------------------------------------------------------------------------------ selection
 
 
+def worker_rows(workers: int, n: int, dtype) -> np.ndarray:
+    """``[workers, >= n]`` zeros whose rows (one per worker) never share a cache line: each row
+    is padded by at least a line, whatever the alignment of the allocation, so workers writing
+    their own rows do not invalidate each other's caches (false sharing, which costs more than
+    the whole kernel on two threads)."""
+    item = np.dtype(dtype).itemsize
+    return np.zeros((workers, -(-n * item // 64) * (64 // item) + 64 // item), dtype)
+
+
+def worker_blocks(workers: int, rows: int, dtype, lanes: int = LANES) -> np.ndarray:
+    """``[workers, >= rows, lanes]`` zeros, one block per worker, blocks a cache line apart
+    (see :func:`worker_rows`)."""
+    line = max(1, -(-64 // (lanes * np.dtype(dtype).itemsize)))
+    return np.zeros((workers, rows + line, lanes), dtype)
+
+
 def select_scratch(workers: int, k: int, n_bins: int, dtype) -> tuple[np.ndarray, ...]:
     """Per-worker scratch of :func:`select_into`: (psd, vals, idx, cand, top)."""
     return (
-        np.zeros((workers, n_bins + 2), dtype),
-        np.zeros((workers, 3 * max(k, 1)), dtype),
-        np.zeros((workers, k + 1), np.int64),
-        np.zeros((workers, n_bins), np.int64),
-        np.zeros((workers, k + 1), np.int64),
+        worker_rows(workers, n_bins + 2, dtype),
+        worker_rows(workers, 3 * max(k, 1), dtype),
+        worker_rows(workers, k + 1, np.int64),
+        worker_rows(workers, n_bins, np.int64),
+        worker_rows(workers, k + 1, np.int64),
     )
 
 
@@ -492,6 +508,7 @@ def fused_pow2(
     k,
     mode,
     min_distance,
+    whole,
     tile,
     stats,
     sums,
@@ -510,7 +527,7 @@ def fused_pow2(
 ):
     """The fused pass for power-of-two ``n_fft``; scratch arrays have a leading worker axis.
 
-    ``tile`` holds the frame of ``LANES`` rows (or one segment, for long frames), ``stats``
+    ``tile`` holds the frame of ``LANES`` rows (``whole``) or one segment (long frames), ``stats``
     their segment's mean (of the shifted samples) and slope (compute dtype), and ``sums`` the
     float64 sums of linear detrending.
     ``ramp[i] = i - (n_fft-1)/2`` (compute dtype) and ``consts = [1/n_fft, 1/sum(ramp**2)]``;
@@ -520,7 +537,6 @@ def fused_pow2(
     m = n_fft // 2
     n_bins = m + 1
     frame = n_fft + (n_seg - 1) * hop
-    whole = tile.shape[1] >= frame
     n_workers = buf_re.shape[0]
     n_blocks = (n_rows + LANES - 1) // LANES
     per = (n_blocks + n_workers - 1) // n_workers

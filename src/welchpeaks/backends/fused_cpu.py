@@ -86,13 +86,14 @@ class FusedCpuPlan:
         w, lanes = self.workers, kern.LANES
         if self.pow2:
             frame = n + (n_seg - 1) * params.hop
-            tile_rows = frame if frame * lanes * self.compute.itemsize <= _WHOLE_FRAME_BYTES else n
-            self.tile = np.zeros((w, tile_rows, lanes), self.compute)
-            self.stats = np.zeros((w, 2, lanes), self.compute)
-            self.sums = np.zeros((w, 2, lanes), np.float64)
-            self.buf_re = np.zeros((w, n // 2, lanes), self.compute)
-            self.buf_im = np.zeros((w, n // 2, lanes), self.compute)
-            self.acc = np.zeros((w, nb + 2, lanes), self.compute)
+            self.whole = frame * lanes * self.compute.itemsize <= _WHOLE_FRAME_BYTES
+            blocks = kern.worker_blocks
+            self.tile = blocks(w, frame if self.whole else n, self.compute)
+            self.stats = blocks(w, 2, self.compute)
+            self.sums = blocks(w, 2, np.float64)
+            self.buf_re = blocks(w, n // 2, self.compute)
+            self.buf_im = blocks(w, n // 2, self.compute)
+            self.acc = blocks(w, nb + 2, self.compute)
         self.select = kern.select_scratch(w, k, nb, self.compute)  # psd, vals, idx, cand, top
         self._bad = np.zeros(0, np.bool_)
         self._segs = np.zeros((0, n_seg, n), self.compute)
@@ -116,7 +117,7 @@ class FusedCpuPlan:
                 kern.fused_pow2(
                     x2d, rows, p.n_fft, p.hop, self.n_seg, self.window, self.ramp, self.consts,
                     self.detrend, self.rev, self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend,
-                    self.scale, p.k, self.mode, p.min_distance, self.tile, self.stats, self.sums,
+                    self.scale, p.k, self.mode, p.min_distance, self.whole, self.tile, self.stats, self.sums,
                     self.buf_re, self.buf_im, self.acc, *self.select, bad, bins, power, fbin,
                 )
             else:

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from welchpeaks.backends._numba_kernels import _OPTS, LANES, butterfly_lanes
+from welchpeaks.backends._numba_kernels import _OPTS, LANES, butterfly_lanes, worker_blocks
 
 
 @njit(parallel=True, **_OPTS)
 def _run(x, perm, i0s, i1s, wrs, wis, n_out, out, buf_re, buf_im):
-    """``out[r, q] = network(x[r])[q]`` for ``q < n_out``; ``buf_*`` are [workers, n, LANES]."""
+    """``out[r, q] = network(x[r])[q]`` for ``q < n_out``; ``buf_*`` are [workers, >= n, LANES]."""
     rows, n = x.shape
     n_blocks = (rows + LANES - 1) // LANES
     n_workers = buf_re.shape[0]
@@ -87,8 +87,8 @@ class CompiledButterfly:
         self.wr, self.wi = wr.astype(self.dtype), wi.astype(self.dtype)
         self.perm = arrs["perm"].astype(np.int64)
         w = numba.get_num_threads()
-        self._re = np.zeros((w, self.n_fft, LANES), self.dtype)
-        self._im = np.zeros((w, self.n_fft, LANES), self.dtype)
+        self._re = worker_blocks(w, self.n_fft, self.dtype)
+        self._im = worker_blocks(w, self.n_fft, self.dtype)
 
     @property
     def n_butterflies(self) -> int:

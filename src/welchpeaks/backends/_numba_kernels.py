@@ -1,12 +1,13 @@
 """Numba kernels of the ``fused-cpu`` execution.
 
-One parallel pass over blocks of ``LANES`` rows. For each block and each segment it detrends
-and windows the samples while loading them (bit-reversed) into a ``[n_fft/2, LANES]`` complex
-buffer, runs an FFT (radix-4 passes) whose innermost loop runs across the rows of the block
-(so LLVM turns every butterfly into SIMD over rows), unpacks the real spectrum and adds its power
-to a ``[n_bins, LANES]`` accumulator. After the last segment it scales the power and selects
-the peaks of each row. Everything a block touches stays in L1/L2; only ``k`` results per row
-are written. Scratch buffers are passed in (one set per worker), so a call allocates nothing.
+One parallel pass over blocks of ``LANES`` rows. For each block and each segment it windows
+the samples while loading them (bit-reversed, summing them on the way) into a
+``[n_fft/2, LANES]`` complex buffer, runs an FFT (radix-4 passes) whose innermost loop runs
+across the rows of the block (so LLVM turns every butterfly into SIMD over rows), unpacks the
+real spectrum, removes the segment's trend there, and adds its power to a ``[n_bins, LANES]``
+accumulator. After the last segment it scales the power and selects the peaks of each row.
+Everything a block touches stays in L1/L2; only ``k`` results per row are written. Scratch
+buffers are passed in (one set per worker, a cache line apart), so a call allocates nothing.
 
 Non-power-of-two ``n_fft`` uses :func:`prepare_segments` and :func:`power_select_spectrum`
 around ``scipy.fft.rfft`` instead (same arithmetic, one more pass over memory).
@@ -128,10 +129,11 @@ def _log2_f32(v):
 def _refine_f32(prow, idx, count, n_bins, out_fbin, r, abd):
     """:func:`_refine` of the ``count`` float32 peaks at bins ``idx[:count]``, vectorised.
 
-    The interpolation is a ratio of logarithms, so any base gives the same offset; log2 of
-    the power ratios (clamped to the smallest normal float32, where the offset is within
-    1e-3 bin of the exact one) needs no libm call. The three powers around each peak are
-    gathered into ``abd`` (``3 * count`` entries) first, so the arithmetic runs as SIMD.
+    The interpolation is a ratio of logarithms, so any base gives the same offset, and log2
+    of the power ratios needs no libm call. A ratio below the smallest normal float32 (a
+    neighbour more than 126 octaves, 380 dB, under the peak) is clamped to it. The three
+    powers around each peak are gathered into ``abd`` (``3 * count`` entries) first, so the
+    arithmetic runs as SIMD.
     """
     for c in range(count):
         j = idx[c]
@@ -205,13 +207,14 @@ def _candidates(prow, n_bins, mode, cand):
 
 @njit(**_INL)
 def _select_keyed(prow, n_bins, k, mode, vals, idx, cand, top):
-    """Selection of float32 rows without thinning, branchless; returns the count.
+    """Selection of float32 rows without thinning; returns the count.
 
     Every candidate becomes one int64 key, its power's bits above the complement of its bin,
     so keys order like (power descending, bin ascending) (powers are >= +0). Inserting a key
     into the descending list ``idx[0..k]`` (``idx[0]`` a sentinel above every key) is
     ``top[c] = max(idx[c], min(idx[c-1], key))``, a vectorised loop without branches (into a
-    second array, so the compiler sees no overlap), then copied back.
+    second array, so the compiler sees no overlap), then copied back; a key at or below the
+    current k-th is skipped.
     """
     n_cand = 0
     if mode == MODE_BINS:

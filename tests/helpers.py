@@ -45,7 +45,7 @@ def assert_matches_reference(res, psd, p, exact=True):
 
 def synthetic_cpu_model(fused_ns_per_row=1000.0, fft_ns_per_row=200.0, select_ns_per_row=2000.0, **kw):
     """A CPU cost model with round numbers: time proportional to rows, flat in n_fft/n_bins."""
-    from welchpeaks.plan.cost import CpuCostModel, LogLogTable
+    from welchpeaks.plan.cost import LogLogTable, cpu_cost_model
 
     def flat(per_row):
         return LogLogTable([64.0, 4096.0], [1.0, 1e6], [[per_row, per_row * 1e6]] * 2)
@@ -55,9 +55,8 @@ def synthetic_cpu_model(fused_ns_per_row=1000.0, fft_ns_per_row=200.0, select_ns
         "select:peaks": flat(select_ns_per_row), "select:bins": flat(select_ns_per_row),
         "fused:float32:s1": flat(fused_ns_per_row), "fused:float32:s2": flat(2 * fused_ns_per_row),
         "fused:float64:s1": flat(2 * fused_ns_per_row), "fused:float64:s2": flat(4 * fused_ns_per_row),
-        "sgemm": LogLogTable([1e3, 1e9], [1.0], [[1e3], [1e9]]),
     }
     args = dict(status="measured", dispatch_ns=1000.0, roundtrip_ns=10_000.0, memory_bw=10.0, h2d_bw=10.0,
                 d2h_bw=10.0, threads=2, tables=tables, min_gain_ns=1000.0)
     args.update(kw)
-    return CpuCostModel(**args)
+    return cpu_cost_model(**args)

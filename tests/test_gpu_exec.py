@@ -84,14 +84,20 @@ def test_long_segments_and_unsupported_options_are_explained():
 def test_graphs_of_the_gpu_executions_run_on_the_interpreter_to_the_same_peaks():
     from welchpeaks import ir
     from welchpeaks.params import make_params
+    from welchpeaks.plan import cost_model_for, execution_graph
 
     p = make_params(n_fft=64, k=4, segments=2)
     x = np.random.default_rng(2).standard_normal((5, 96)).astype(np.float32)
     ref = welchpeaks.welch_peaks(x, k=4, n_fft=64, segments=2, strategy="numpy")
+    fused = {"torch": None, "triton-block": "spectrum_peaks", "triton-fused": "welch_peaks"}
     for name in GPU:
-        g = backends.get(name).graph(p, 2, 5, 96, np.dtype(np.float32))
-        rec = ir.run(g, {"x": x})[0]
-        np.testing.assert_array_equal(rec[..., 0], ref.bins)
+        ex = backends.get(name)
+        g, decision = execution_graph(ex, p, 2, 5, 96, np.float32, cost_model_for("cpu"))
+        assert decision["fused"] == fused[name]
+        with ir.tracing() as calls:
+            out = ir.run(g, {"x": x}, backend=ex.backend)[0]
+        assert [op for _, op, _ in calls] == [n.op.value for n in g.nodes]
+        np.testing.assert_array_equal(out.bins.numpy(), ref.bins)
 
 
 def test_layout_auto_with_a_tensor_returns_tensors():

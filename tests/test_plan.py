@@ -13,29 +13,36 @@ from welchpeaks.ir.graph import welch_chain_graph
 from welchpeaks.params import make_params
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.cost import LogLogTable, set_cost_model
-from welchpeaks.plan.fusion import DEFAULT_GATES, IoFusionGate, fusion_benefit
-from welchpeaks.plan.io import CPU_SYNC_OPS
+from welchpeaks.plan.fusion import IoFusionGate, fusion_benefit
+from welchpeaks.plan.original import (
+    DEFAULT_GATES,
+    original_fft_graph,
+    original_fused_graph,
+    profile,
+    select_peaks_only_outputs,
+)
 
 from helpers import synthetic_cpu_model
 
 
 def test_original_graphs_have_the_closed_form_profiles():
-    assert plan.profile_graph_io(ir.original_fft_graph(8192, 256)) == plan.GraphIoProfile(3, 0, 33_554_432, 184_549_376)
-    assert plan.profile_graph_io(ir.original_fused_graph(8192, 256, 16)) == plan.GraphIoProfile(4, 1, 1_048_576, 219_152_384)
+    assert profile(original_fft_graph(8192, 256)) == plan.GraphIoProfile(3, 0, 33_554_432, 184_549_376)
+    assert profile(original_fused_graph(8192, 256, 16)) == plan.GraphIoProfile(4, 1, 1_048_576, 219_152_384)
     for b, n, k in [(1, 64, 1), (300, 1024, 7)]:
         u = b * 2 * n * 4
-        assert plan.profile_graph_io(ir.original_fft_graph(b, n)) == plan.GraphIoProfile(3, 0, 2 * u, 11 * u)
-        assert plan.profile_graph_io(ir.original_fused_graph(b, n, k)) == plan.GraphIoProfile(4, 1, 8 * b * k, 13 * u + 8 * b * k)
-    assert plan.profile_graph_io(ir.original_fft_graph(8, 64), fft_host_sync=True).sync_points == 1
+        assert profile(original_fft_graph(b, n)) == plan.GraphIoProfile(3, 0, 2 * u, 11 * u)
+        assert profile(original_fused_graph(b, n, k)) == plan.GraphIoProfile(4, 1, 8 * b * k, 13 * u + 8 * b * k)
+    assert profile(original_fft_graph(8, 64), fft_host_sync=True).sync_points == 1
 
 
 def test_our_graphs_profiles():
     p = make_params(n_fft=256, k=16, segments=2)
     b, length = 1000, 384
-    fused = backends.get("fused-cpu").graph(p, 2, b, length, np.dtype(np.float32))
-    assert plan.profile_graph_io(fused, sync_ops=CPU_SYNC_OPS) == plan.GraphIoProfile(1, 0, b * 16 * 24, b * length * 4 + b * 16 * 24)
-    chain = backends.get("numpy").graph(p, 2, b, length, np.dtype(np.float32))
-    prof = plan.profile_graph_io(chain, sync_ops=CPU_SYNC_OPS)
+    model = plan.cost_model_for("cpu")
+    fused, _ = plan.execution_graph(backends.get("fused-cpu"), p, 2, b, length, np.float32, model)
+    assert plan.profile_graph_io(fused) == plan.GraphIoProfile(1, 0, b * 16 * 24, b * length * 4 + b * 16 * 24)
+    chain, _ = plan.execution_graph(backends.get("numpy"), p, 2, b, length, np.float32, model)
+    prof = plan.profile_graph_io(chain)
     assert prof.kernel_launches == 6 and prof.sync_points == 0  # window, rfft, power, mean, scale, topk
     assert prof.host_output_bytes == b * 16 * 24
     seg = b * 2 * 256 * 4
@@ -50,13 +57,13 @@ def test_graph_builders_reject_mismatches():
     x = g.input("x", (4, 8))
     y = g.input("y", (3, 8))
     with pytest.raises(ValueError, match="do not broadcast"):
-        g.add(x, y)
-    with pytest.raises(ValueError, match="cannot become"):
-        g.reshape(x, (5, 7))
+        g.sub(x, y)
     with pytest.raises(ValueError, match="outside axis"):
-        g.narrow(x, 1, 4, 5)
-    with pytest.raises(ValueError, match="inner dimensions"):
-        g.matmul(x, y)
+        g.concat([x, g.input("z", (4, 3, 1))], axis=1)
+    with pytest.raises(ValueError, match="not a complex"):
+        g.spectrum_peaks(g.frames(x, 4, 2, 3), make_params(n_fft=4, k=1))
+    with pytest.raises(ValueError, match="not real"):
+        g.welch_peaks(x, 4, make_params(n_fft=4, k=1))
     with pytest.raises(ValueError, match="real rows"):
         g.fft(g.input("odd", (2, 7)))
     with pytest.raises(ValueError, match="need 12 samples"):
@@ -66,12 +73,13 @@ def test_graph_builders_reject_mismatches():
 
 
 def test_interpreter_runs_the_original_graphs_against_numpy_fft(rng):
+    numpy_backend = backends.get("numpy").backend
     x = rng.standard_normal((6, 32)).astype(np.float32)
-    (block,) = ir.run(ir.original_fft_graph(3, 32), {"signal": x})
+    (block,) = ir.run(original_fft_graph(3, 32), {"signal": x}, numpy_backend)
     ref = np.fft.fft(x.astype(np.float64), axis=1)
     np.testing.assert_allclose(block[:, :32], ref.real, atol=1e-4)
     np.testing.assert_allclose(block[:, 32:], ref.imag, atol=1e-4)
-    (packed,) = ir.run(ir.original_fused_graph(3, 32, 4), {"segs": x})
+    (packed,) = ir.run(original_fused_graph(3, 32, 4), {"segs": x}, numpy_backend)
     pw = np.abs(ref[:, :17]) ** 2
     pw[:, 1:16] *= 2
     psd = pw.reshape(3, 2, 17).mean(axis=1)
@@ -80,72 +88,41 @@ def test_interpreter_runs_the_original_graphs_against_numpy_fft(rng):
     np.testing.assert_allclose(packed.reshape(3, 4, 2)[..., 1], np.take_along_axis(psd, order, 1), rtol=1e-4)
 
 
-def test_interpreter_general_ops(rng):
-    g = ir.Graph()
-    a = g.input("a", (2, 3, 4), np.float64)
-    b = g.input("b", (2, 4, 5), np.float64)
-    m = g.matmul(a, b)
-    t = g.transpose(m, (0, 2, 1))
-    att = g.attention(a, a, a)
-    g.set_outputs([t, att, g.concat([a, a], axis=1)])
-    av, bv = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4, 5))
-    tt, at, cc = ir.run(g, {"a": av, "b": bv})
-    np.testing.assert_allclose(tt, (av @ bv).transpose(0, 2, 1))
-    s = av @ av.transpose(0, 2, 1) / 2.0
-    w = np.exp(s) / np.exp(s).sum(-1, keepdims=True)
-    np.testing.assert_allclose(at, w @ av)
-    assert cc.shape == (2, 6, 4)
-
-
-@pytest.mark.parametrize("n_fft,segments", [(128, 2), (96, 3)])
-@pytest.mark.parametrize("mode", ["peaks", "bins"])
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_ir_run_of_each_execution_graph_equals_the_execution(n_fft, segments, mode, dtype, rng):
-    p = make_params(n_fft=n_fft, k=6, segments=segments, mode=mode)
-    length = n_fft + (segments - 1) * (n_fft // 2)
-    x = rng.standard_normal((37, length)).astype(dtype)
-    x[5, 3] = np.nan
-    for name, backend in [("numpy", "numpy"), ("fused-cpu", "numba")]:
-        ex = backends.get(name)
-        res = ex.run_plan(ex.make_plan(p, segments, np.dtype(dtype)), x, np.dtype(dtype))
-        (rec,) = ir.run(ex.graph(p, segments, 37, length, np.dtype(dtype)), {"x": x}, backend=backend)
-        assert rec.shape == (37, 6, 3)
-        exact = name == "numpy" or (n_fft & (n_fft - 1)) == 0
-        same = np.all(rec[..., 0] == res.bins, axis=1)
-        assert same.all() if exact else same.mean() > 0.9
-        np.testing.assert_allclose(rec[same, :, 1], res.power[same], rtol=0 if exact else 1e-5, equal_nan=True)
-        np.testing.assert_allclose(rec[same, :, 2], res.fbins[same], rtol=0, atol=0 if exact else 1e-3, equal_nan=True)
-        assert np.all(rec[5, :, 0] == -1) and 5 in res.bad_rows
-
-
 def test_fusion_pass_rewrites_the_chain_and_keeps_results(rng):
     p = make_params(n_fft=64, k=5, segments=3)
     g = welch_chain_graph(p, 9, 128, 3, np.float64)
-    fused, info = ir.fuse_welch_chain(g)
-    assert info["fused"] and [n.op for n in fused.nodes] == [ir.Op.input, ir.Op.welch_peaks]
-    assert info["benefit"].launches_saved == 5
+    fused_cpu = backends.get("fused-cpu").backend
+    gate = plan.cost_model_for("cpu").gate()
+    fused, info = plan.fuse(g, fused_cpu, gate)
+    assert info["fused"] == "welch_peaks" and [n.op for n in fused.nodes] == [ir.Op.input, ir.Op.welch_peaks]
+    assert info["launches_saved"] == 5 and info["candidates"]["spectrum_peaks"]["launches_saved"] == 3
     x = rng.standard_normal((9, 128))
-    (a,), (b,) = ir.run(g, {"x": x}), ir.run(fused, {"x": x})
-    np.testing.assert_array_equal(a[..., 0], b[..., 0])
-    np.testing.assert_allclose(a[..., 1:], b[..., 1:], rtol=1e-12)
+    (a,), (b,) = ir.run(g, {"x": x}, backends.get("numpy").backend), ir.run(fused, {"x": x}, fused_cpu)
+    np.testing.assert_array_equal(a.bins, b.bins)
+    np.testing.assert_allclose(a.power, b.power, rtol=1e-12)
+    np.testing.assert_allclose(a.fbins, b.fbins, rtol=0, atol=1e-9)
     refuse = IoFusionGate(1, 1, 1, 1, 1, True, 0, min_gain_ns=1e18)
-    kept, info = ir.fuse_welch_chain(g, refuse)
-    assert kept is g and not info["fused"] and info["score_ns"] < info["min_gain_ns"]
+    kept, info = plan.fuse(g, fused_cpu, refuse)
+    assert kept is g and info["fused"] is None and "< min gain" in info["reason"]
+    assert all(c["score_ns"] < info["min_gain_ns"] for c in info["candidates"].values())
+    # a backend without fused kernels keeps the chain whatever the gate says
+    kept, info = plan.fuse(g, backends.get("numpy").backend, gate)
+    assert kept is g and info["fused"] is None and "no fused kernel" in info["reason"]
 
 
 def test_peaks_only_outputs_pass():
     g = ir.Graph()
     x = g.input("segs", (64, 256))
     spec = g.fft(g.concat([x, g.sub(x, x)], axis=1))
-    peaks = g.welch_peaks(spec, 16, 2)
+    peaks = g.block_peaks(spec, 16, 2)
     g.set_outputs([spec, peaks])
-    out, info = ir.select_peaks_only_outputs(g)
+    out, info = select_peaks_only_outputs(g)
     assert info["fused"] and out.outputs == [peaks]  # peaks already out: spectrum dropped
     g.set_outputs([spec])
     cpu_like = IoFusionGate(50, 0, 50, 50, 50, True, 0, 0)
-    out, info = ir.select_peaks_only_outputs(g, cpu_like)
+    out, info = select_peaks_only_outputs(g, cpu_like)
     assert info["fused"] and out.outputs == [peaks]
-    out, info = ir.select_peaks_only_outputs(g, DEFAULT_GATES["wgpu"])  # adds a sync: 25 ms penalty
+    out, info = select_peaks_only_outputs(g, DEFAULT_GATES["wgpu"])  # adds a sync: 25 ms penalty
     assert not info["fused"] and out.outputs == [spec]
 
 
@@ -154,12 +131,11 @@ def test_gate_fuses_when_readback_dominates_and_refuses_when_a_sync_costs_more()
     assert metal.status == "default"
 
     def score(gate, b):
-        return gate.score_ns(fusion_benefit(plan.profile_graph_io(ir.original_fft_graph(b, 256)),
-                                            plan.profile_graph_io(ir.original_fused_graph(b, 256, 16))))
+        return gate.score_ns(fusion_benefit(profile(original_fft_graph(b, 256)),
+                                            profile(original_fused_graph(b, 256, 16))))
 
     assert score(cuda, 8192) < 0  # one added sync at 15 ms outweighs 32 MB of readback at 50 GB/s
-    assert not cuda.should_fuse(plan.profile_graph_io(ir.original_fft_graph(8192, 256)),
-                                plan.profile_graph_io(ir.original_fused_graph(8192, 256, 16)))
+    assert not cuda.should_fuse(profile(original_fft_graph(8192, 256)), profile(original_fused_graph(8192, 256, 16)))
     # Metal with readback priced at its copy bandwidth (not at 1 byte/ns as the original did):
     # the fused graph adds as much traffic as it saves readback, so it never pays.
     assert all(score(metal, 2 ** i) < 0 for i in range(6, 20))
@@ -194,7 +170,7 @@ def test_picker_follows_the_injected_model():
     x = np.random.default_rng(0).standard_normal((3, 384))
     assert welchpeaks.welch_peaks(x, segments=2).strategy == "numpy"
     exp = welchpeaks.WelchPeaks(segments=2).explain(batch=4096)
-    assert exp["strategy"] == "numpy" and exp["costs"]["fused-cpu"]["gate"]["launches_saved"] == 5
+    assert exp["strategy"] == "numpy" and exp["costs"]["fused-cpu"]["fusion"]["launches_saved"] == 5
     terms = exp["costs"]["numpy"]
     assert terms["total_ns"] == pytest.approx(sum(terms["nodes_ns"].values()) + terms["roundtrip_ns"]
                                               + terms["sync_ns"] + terms["readback_ns"])
@@ -247,10 +223,6 @@ def test_default_cuda_gate_is_labelled_and_unknown_devices_are_refused():
     assert plan.io_fusion_gate_for("cpu").status == "measured"
     with pytest.raises(ValueError, match="no fusion gate"):
         plan.io_fusion_gate_for("abacus")
-    g = backends.get("numpy").graph(make_params(), 1, 8, 256, np.dtype(np.float32))
-    assert plan.pick_best_device(g, [synthetic_cpu_model()]) == "cpu"
-    with pytest.raises(ValueError, match="no measured cost model"):
-        plan.pick_best_device(g, [synthetic_cpu_model(status="default")])
 
 
 def test_layout_auto_takes_the_faster_layout_and_says_so():
@@ -279,13 +251,14 @@ def test_phase_graphs_compute_the_same_peaks(n_fft):
 
     p = make_params(n_fft=n_fft, k=5, segments=2)
     x = np.random.default_rng(n_fft).standard_normal((7, n_fft + n_fft // 2)).astype(np.float32)
-    out = {name: ir.run(g, {"x": x}, backend=BACKEND[name]) for name, g in phase_graphs(p, 7, 2).items()}
+    out = {name: ir.run(g, {"x": x}, backends.get(BACKEND[name]).backend) for name, g in phase_graphs(p, 7, 2).items()}
     spec, base = out["baseline"]
     np.testing.assert_allclose(spec, scipy.fft.rfft(
         welchpeaks.spectral.detrend_segments(welchpeaks.spectral.segment_view(x, n_fft, n_fft // 2, 2), "constant")
         * p.window_array.astype(np.float32), axis=-1), rtol=1e-4, atol=1e-4)
     ref = welchpeaks.welch_peaks(x.astype(np.float64), k=5, n_fft=n_fft, segments=2)
-    for name in ("baseline", "block", "fused"):
+    assert list(out) == ["baseline", "block"] + (["fused"] if n_fft == 64 else [])
+    for name in out:
         rec = base if name == "baseline" else out[name][0]
-        np.testing.assert_array_equal(rec[..., 0], ref.bins)
-        np.testing.assert_allclose(rec[..., 1], ref.power, rtol=2e-4)
+        np.testing.assert_array_equal(rec.bins, ref.bins)
+        np.testing.assert_allclose(rec.power, ref.power, rtol=2e-4)

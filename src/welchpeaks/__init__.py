@@ -7,10 +7,10 @@
 (1024, 16)
 """
 
+from welchpeaks._version import __version__
 from welchpeaks.api import WelchPeaks, available_strategies, welch, welch_peaks
 from welchpeaks.params import PRESETS
 from welchpeaks.result import PeakResult
 
-__version__ = "0.1.0"
 
 __all__ = ["PRESETS", "PeakResult", "WelchPeaks", "available_strategies", "welch", "welch_peaks", "__version__"]

@@ -19,6 +19,28 @@ MODES = ("peaks", "bins")
 SCALINGS = ("density", "spectrum")
 NAN_POLICIES = ("raise", "propagate")
 COMPUTE_DTYPES = ("float32", "float64")
+#: How every kernel (numba, Triton) spells ``detrend`` and ``mode``.
+DETREND_CODES: dict[Any, int] = {False: 0, "constant": 1, "linear": 2}
+MODE_CODES: dict[str, int] = {"bins": 0, "peaks": 1}
+
+def one_sided_scale(window: np.ndarray, nfft: int, fs: float, scaling: str) -> np.ndarray:
+    """Per-bin factor turning ``|rfft|**2`` of a windowed segment into a one-sided PSD bin.
+
+    ``density``: ``1 / (fs * sum(w**2))``; ``spectrum``: ``1 / sum(w)**2``; every bin but DC (and
+    Nyquist for even ``nfft``) is doubled.
+    """
+    if scaling == "density":
+        base = 1.0 / (fs * float(np.sum(window * window)))
+    elif scaling == "spectrum":
+        base = 1.0 / float(np.sum(window)) ** 2
+    else:
+        raise ValueError(f"scaling={scaling!r} is unknown; use 'density' or 'spectrum'")
+    scale = np.full(nfft // 2 + 1, 2.0 * base)
+    scale[0] = base
+    if nfft % 2 == 0:
+        scale[-1] = base
+    return scale
+
 
 def is_int(value: Any) -> bool:
     """True for integers (numpy's too), False for bools."""
@@ -97,6 +119,23 @@ class PeakParams:
     def n_bins(self) -> int:
         return self.n_fft // 2 + 1
 
+    @property
+    def detrend_code(self) -> int:
+        return DETREND_CODES[self.detrend]
+
+    @property
+    def mode_code(self) -> int:
+        return MODE_CODES[self.mode]
+
+    def frame_length(self, n_segments: int) -> int:
+        """Samples that ``n_segments`` segments span: ``n_fft + (n_segments - 1) * hop``."""
+        return self.n_fft + (n_segments - 1) * self.hop
+
+    def psd_scale(self) -> np.ndarray:
+        """float64 per-bin factor from ``|rfft|**2`` of a windowed segment to a one-sided PSD bin
+        (``scaling`` and ``fs``, as ``scipy.signal.welch``)."""
+        return one_sided_scale(self.window_array, self.n_fft, 1.0 if self.fs is None else self.fs, self.scaling)
+
     def n_segments_for(self, length: int) -> int:
         """Segments used for signals of ``length`` samples (validated to be >= 1)."""
         if self.segments is not None:
@@ -104,12 +143,12 @@ class PeakParams:
         return (length - self.n_fft) // self.hop + 1
 
     def frame_for(self, length: int) -> int:
-        """Samples of each row that are analysed: ``n_fft + (segments - 1) * hop``."""
-        return self.n_fft + (self.n_segments_for(length) - 1) * self.hop
+        """Samples of each row of ``length`` samples that are analysed."""
+        return self.frame_length(self.n_segments_for(length))
 
     def check_length(self, length: int) -> None:
         """Raise a ValueError naming the fix when rows of ``length`` samples are too short."""
-        need = self.n_fft if self.segments is None else self.n_fft + (self.segments - 1) * self.hop
+        need = self.frame_length(self.segments or 1)
         if length < need:
             what = (
                 f"n_fft={self.n_fft}"

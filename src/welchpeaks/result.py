@@ -6,9 +6,18 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+
+
+class RowPeaks(NamedTuple):
+    """What a peak kernel returns for ``rows`` signals (NumPy arrays or tensors)."""
+
+    bins: Any  # int32 [rows, k], -1 where empty
+    power: Any  # [rows, k] in the compute precision, NaN where empty
+    fbins: Any  # float64 [rows, k], fractional bin, NaN where empty
+    bad_rows: np.ndarray  # host indices of rows whose frame held NaN or infinity (left empty)
 
 
 @dataclass(frozen=True)

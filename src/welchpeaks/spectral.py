@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from welchpeaks.params import PeakParams
+from welchpeaks.params import PeakParams, one_sided_scale  # noqa: F401  (part of the reference)
 
 
 def segment_view(x2d: np.ndarray, n_fft: int, hop: int, n_segments: int) -> np.ndarray:
@@ -50,25 +50,6 @@ def detrend_segments(segs: np.ndarray, detrend: str | bool) -> np.ndarray:
         slope = (segs * t).sum(axis=-1, keepdims=True) / (t * t).sum()
         return segs - mean - slope * t
     raise ValueError(f"detrend={detrend!r} is not supported here; use 'constant', 'linear' or False")
-
-
-def one_sided_scale(window: np.ndarray, nfft: int, fs: float, scaling: str) -> np.ndarray:
-    """Per-bin factor turning ``|rfft|**2`` of a windowed segment into a one-sided PSD bin.
-
-    ``density``: ``1 / (fs * sum(w**2))``; ``spectrum``: ``1 / sum(w)**2``; every bin but DC (and
-    Nyquist for even ``nfft``) is doubled.
-    """
-    if scaling == "density":
-        base = 1.0 / (fs * float(np.sum(window * window)))
-    elif scaling == "spectrum":
-        base = 1.0 / float(np.sum(window)) ** 2
-    else:
-        raise ValueError(f"scaling={scaling!r} is unknown; use 'density' or 'spectrum'")
-    scale = np.full(nfft // 2 + 1, 2.0 * base)
-    scale[0] = base
-    if nfft % 2 == 0:
-        scale[-1] = base
-    return scale
 
 
 def median_bias(n: int) -> float:

@@ -1,29 +1,25 @@
 """Registry of executions: the ways ``welch_peaks`` can be computed.
 
-An execution computes the whole contract on rows ``[rows, samples]`` that the API has already
-validated and normalised. It is split in two steps so that :class:`welchpeaks.WelchPeaks` can
-reuse the first: ``make_plan`` (constants and scratch for a parameter set) and ``run_plan``.
-Backend modules are imported only when an execution is asked for, so importing welchpeaks
-imports no backend library.
+An execution is a backend (an :class:`welchpeaks.ir.Backend`: a table op -> kernel) plus what
+the planner needs to know about it: the device it runs on, whether it is usable here, which
+parameters it computes, its default precision. The graph it runs is the planner's: the
+unfused Welch chain, rewritten by the fusion pass where this backend has a fused kernel and
+the IO gate says fusing pays (:mod:`welchpeaks.plan`).
+
+Adding a backend is one module: its kernel factories, an ``ir.Backend`` of them, an
+:class:`Execution` subclass, ``register(...)``, and a line in ``_MODULES``. Backend modules are
+imported only when an execution is asked for, so importing welchpeaks imports no backend
+library.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, NamedTuple
 
 import numpy as np
 
+from welchpeaks.ir import Backend
 from welchpeaks.params import PeakParams
-
-
-class RowResult(NamedTuple):
-    """What an execution returns for ``rows`` signals."""
-
-    bins: np.ndarray  # int32 [rows, k], -1 where empty
-    power: np.ndarray  # [rows, k], NaN where empty
-    fbins: np.ndarray  # float64 [rows, k], fractional bin, NaN where empty
-    bad_rows: np.ndarray  # indices of rows whose frame held NaN or infinity (left empty)
 
 
 class Execution:
@@ -32,6 +28,7 @@ class Execution:
     name: str = ""
     description: str = ""
     device: str = "cpu"
+    backend: Backend
 
     def unavailable_reason(self) -> str | None:
         """None when usable here, else why not and how to fix it."""
@@ -44,17 +41,6 @@ class Execution:
     def default_dtype(self, input_dtype: np.dtype) -> np.dtype:
         """Compute precision when the user does not choose one."""
         return np.dtype(input_dtype)
-
-    def graph(self, params: PeakParams, n_seg: int, rows: int, length: int, compute: np.dtype):
-        """The graph this execution runs for ``rows`` signals of ``length`` samples (a
-        :class:`welchpeaks.ir.Graph` with input ``"x"`` and one peak-records output)."""
-        raise NotImplementedError
-
-    def make_plan(self, params: PeakParams, n_seg: int, compute: np.dtype) -> Any:
-        raise NotImplementedError
-
-    def run_plan(self, plan: Any, x2d: np.ndarray, out_dtype: np.dtype) -> RowResult:
-        raise NotImplementedError
 
 
 # name -> module that registers it (imported on first use)

@@ -9,7 +9,7 @@ accumulator. After the last segment it scales the power and selects the peaks of
 Everything a block touches stays in L1/L2; only ``k`` results per row are written. Scratch
 buffers are passed in (one set per worker, a cache line apart), so a call allocates nothing.
 
-Non-power-of-two ``n_fft`` uses :func:`prepare_segments` and :func:`power_select_spectrum`
+Non-power-of-two ``n_fft`` uses :func:`window_segments` and :func:`power_select_spectrum`
 around ``scipy.fft.rfft`` instead (same arithmetic, one more pass over memory).
 """
 
@@ -22,41 +22,19 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-#: Rows transformed together (a vector loop of 4 AVX2 registers of float32); partial blocks
-#: compute only their rows, rounded up to 8.
-LANES = 32
+from welchpeaks.numba_base import INLINE as _INL
+from welchpeaks.numba_base import LANES, butterfly_lanes, worker_rows
+from welchpeaks.numba_base import OPTS as _OPTS
 
-MODE_BINS = 0
-MODE_PEAKS = 1
-DETREND_NONE = 0
-DETREND_CONSTANT = 1
-DETREND_LINEAR = 2
+from welchpeaks.params import DETREND_CODES, MODE_CODES
 
-# 'reassoc' lets LLVM vectorise the per-row sums; NaN and infinity keep their IEEE meaning
-# (no 'nnan'/'ninf'), which the finiteness check relies on.
-_OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "contract"})
-# Helpers are inlined: a call or a slice in a hot loop costs reference counting, which is an
-# atomic operation shared by all threads.
-_INL = dict(_OPTS, inline="always")
-
+MODE_BINS = MODE_CODES["bins"]
+MODE_PEAKS = MODE_CODES["peaks"]
+DETREND_NONE = DETREND_CODES[False]
+DETREND_CONSTANT = DETREND_CODES["constant"]
+DETREND_LINEAR = DETREND_CODES["linear"]
 
 # ------------------------------------------------------------------------------ selection
-
-
-def worker_rows(workers: int, n: int, dtype) -> np.ndarray:
-    """``[workers, >= n]`` zeros whose rows (one per worker) never share a cache line: each row
-    is padded by at least a line, whatever the alignment of the allocation, so workers writing
-    their own rows do not invalidate each other's caches (false sharing, which costs more than
-    the whole kernel on two threads)."""
-    item = np.dtype(dtype).itemsize
-    return np.zeros((workers, -(-n * item // 64) * (64 // item) + 64 // item), dtype)
-
-
-def worker_blocks(workers: int, rows: int, dtype, lanes: int = LANES) -> np.ndarray:
-    """``[workers, >= rows, lanes]`` zeros, one block per worker, blocks a cache line apart
-    (see :func:`worker_rows`)."""
-    line = max(1, -(-64 // (lanes * np.dtype(dtype).itemsize)))
-    return np.zeros((workers, rows + line, lanes), dtype)
 
 
 def select_scratch(workers: int, k: int, n_bins: int, dtype) -> tuple[np.ndarray, ...]:
@@ -332,20 +310,6 @@ def _segment_trend(row, off, n, detrend):
     if detrend == DETREND_NONE:
         mean = 0.0
     return bad == 0.0, mean, slope
-
-
-@njit(**_INL)
-def butterfly_lanes(re, im, i0, i1, wr, wi, nv):
-    """One radix-2 butterfly ``(a, b) -> (a + w b, a - w b)`` on rows ``i0``/``i1`` of lanes ``< nv``."""
-    for lane in range(nv):
-        br = re[i1, lane] * wr - im[i1, lane] * wi
-        bi = re[i1, lane] * wi + im[i1, lane] * wr
-        ar = re[i0, lane]
-        ai = im[i0, lane]
-        re[i0, lane] = ar + br
-        im[i0, lane] = ai + bi
-        re[i1, lane] = ar - br
-        im[i1, lane] = ai - bi
 
 
 @njit(**_INL)
@@ -687,26 +651,25 @@ def fused_pow2(
 
 
 @njit(parallel=True, **_OPTS)
-def prepare_segments(x, n_rows, n_fft, hop, n_seg, window, detrend, segs, bad):
-    """Detrend and window every segment of every row into ``segs[rows, n_seg, n_fft]``."""
+def window_segments(segs_in, window, detrend, segs):
+    """Detrend and window every segment ``segs_in[rows, n_seg, n_fft]`` (a strided view of the
+    rows) into ``segs``. Non-finite segments come out non-finite."""
+    n_rows, n_seg, n_fft = segs_in.shape
     c = 0.5 * (n_fft - 1)
     for r in prange(n_rows):
-        row = x[r]
-        bad[r] = False
         for s in range(n_seg):
-            off = s * hop
-            finite, mean, slope = _segment_trend(row, off, n_fft, detrend)
-            if not finite:
-                bad[r] = True
+            seg = segs_in[r, s]
+            finite, mean, slope = _segment_trend(seg, 0, n_fft, detrend)
             for i in range(n_fft):
-                segs[r, s, i] = (float(row[off + i]) - mean - slope * (i - c)) * window[i]
+                segs[r, s, i] = (float(seg[i]) - mean - slope * (i - c)) * window[i]
 
 
 @njit(parallel=True, **_OPTS)
 def power_select_spectrum(
     spec, n_rows, scale, k, mode, min_distance, psd, vals, idx, cand, top, bad, out_bins, out_power, out_fbin
 ):
-    """Average ``|spec|**2`` over segments, scale, and select, one row per iteration."""
+    """Average ``|spec|**2`` over segments, scale, and select, one row per iteration. A row whose
+    PSD holds NaN or infinity is flagged in ``bad`` and left empty."""
     n_seg = spec.shape[1]
     n_bins = spec.shape[2]
     n_workers = psd.shape[0]
@@ -719,14 +682,18 @@ def power_select_spectrum(
         tt = top[t]
         for r in range(t * per, min(n_rows, (t + 1) * per)):
             _clear_row(out_bins, out_power, out_fbin, r)
-            if bad[r]:
-                continue
             prow[0] = -np.inf
             prow[n_bins + 1] = -np.inf
+            check = 0.0
             for q in range(n_bins):
                 v = 0.0
                 for s in range(n_seg):
                     z = spec[r, s, q]
                     v += z.real * z.real + z.imag * z.imag
-                prow[q + 1] = v * scale[q]
+                v *= scale[q]
+                prow[q + 1] = v
+                check += v - v  # NaN once any value is NaN or infinite
+            bad[r] = check != 0.0
+            if bad[r]:
+                continue
             select_into(prow, n_bins, k, mode, min_distance, tv, ti, tc, tt, out_bins, out_power, out_fbin, r)

@@ -1,10 +1,11 @@
 """The ``learned`` execution: Welch peaks through a (pruned) learned butterfly FFT.
 
-Windowing and detrending run in the ``fused-cpu`` segment kernel, the transform in the
-compiled butterfly program (:mod:`welchpeaks.learned.compiled`), power, mean and selection in
-the ``fused-cpu`` spectrum kernel. A pruned model only keeps its ``valid_bins`` lowest bins,
-so peaks are selected among those (the bin past the last counts as -inf for the local-maximum
-test). It exists per model, so it is not in the registry: pass ``model=`` to the API.
+Windowing and detrending run in the ``fused-cpu`` window kernel, the transform (the graph's
+``rfft`` node) in the compiled butterfly program (:mod:`welchpeaks.learned.compiled`), power,
+mean and selection in the ``fused-cpu`` spectrum kernel (the fusion pass makes that tail one
+``spectrum_peaks`` node). A pruned model only keeps its ``valid_bins`` lowest bins, so peaks are
+selected among those (the bin past the last counts as -inf for the local-maximum test). It
+exists per model, so it is not in the registry: pass ``model=`` to the API.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from welchpeaks.backends import Execution, RowResult
+from welchpeaks.backends import Execution
+from welchpeaks.backends.fused_cpu import BACKEND as FUSED_CPU
+from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.params import PeakParams
-from welchpeaks.spectral import one_sided_scale
 
 NAME = "learned"
 
@@ -41,42 +43,26 @@ def model_recall(model: Any) -> float | None:
     return float(val) if isinstance(val, (int, float)) else None
 
 
-class LearnedPlan:
-    def __init__(self, model: Any, params: PeakParams, n_seg: int, compute: np.dtype):
-        from welchpeaks.backends import fused_cpu
+def _rfft(model: Any):
+    """The ``rfft`` kernel factory of ``model``: the compiled butterfly program."""
+
+    def factory(node: Node, graph: Graph):
         from welchpeaks.learned.compiled import CompiledButterfly
 
-        self.params, self.n_seg, self.compute = params, n_seg, np.dtype(compute)
-        self.net = CompiledButterfly(model, self.compute)
-        nb = self.net.n_out
-        self.kern = fused_cpu._kernels()
-        self.mode, self.detrend = fused_cpu.kernel_codes(params)
-        self.window = params.window_array.astype(self.compute)
-        scale = one_sided_scale(params.window_array, params.n_fft, 1.0 if params.fs is None else params.fs,
-                                params.scaling) / n_seg
-        self.scale = np.ascontiguousarray(scale[:nb]).astype(self.compute)
-        w = self.net._re.shape[0]
-        self.select = self.kern.select_scratch(w, params.k, nb, self.compute)
+        net = CompiledButterfly(model, np.dtype(node.dtype.real.value[0]))
 
-    def run(self, x2d: np.ndarray, out_dtype: np.dtype) -> RowResult:
-        p, rows, n = self.params, x2d.shape[0], self.params.n_fft
-        bins = np.empty((rows, p.k), np.int32)
-        power = np.empty((rows, p.k), out_dtype)
-        fbin = np.empty((rows, p.k), np.float64)
-        bad = np.zeros(rows, np.bool_)
-        segs = np.empty((rows, self.n_seg, n), self.compute)
-        from welchpeaks.backends.fused_cpu import KERNEL_LOCK
+        def rfft(segs):
+            rows, n_seg, n = segs.shape
+            return net(segs.reshape(rows * n_seg, n)).reshape(rows, n_seg, net.n_out)
 
-        with KERNEL_LOCK:
-            self.kern.prepare_segments(x2d, rows, n, p.hop, self.n_seg, self.window, self.detrend, segs, bad)
-            spec = self.net(segs.reshape(rows * self.n_seg, n)).reshape(rows, self.n_seg, self.net.n_out)
-            self.kern.power_select_spectrum(spec, rows, self.scale, p.k, self.mode, p.min_distance, *self.select,
-                                            bad, bins, power, fbin)
-        return RowResult(bins, power, fbin, np.flatnonzero(bad))
+        return rfft
+
+    return factory
 
 
 class LearnedExec(Execution):
-    """The learned execution of one model."""
+    """The learned execution of one model: the Welch chain with the model's transform as its
+    ``rfft`` kernel, the ``fused-cpu`` window and spectrum kernels around it."""
 
     name = NAME
     description = "learned butterfly FFT (pruned butterflies skipped), then power, mean and selection"
@@ -84,6 +70,9 @@ class LearnedExec(Execution):
 
     def __init__(self, model: Any):
         self.model = load_model(model)
+        fused = FUSED_CPU.kernels
+        self.backend = Backend(NAME, {Op.rfft: _rfft(self.model), Op.window: fused[Op.window],
+                                      Op.spectrum_peaks: fused[Op.spectrum_peaks]}, base=FUSED_CPU.base)
 
     def unsupported_reason(self, params: PeakParams) -> str | None:
         if params.n_fft != self.model.n_fft:
@@ -93,8 +82,6 @@ class LearnedExec(Execution):
     def default_dtype(self, input_dtype: np.dtype) -> np.dtype:
         return np.dtype(np.float32)
 
-    def make_plan(self, params: PeakParams, n_seg: int, compute: np.dtype) -> LearnedPlan:
-        return LearnedPlan(self.model, params, n_seg, compute)
-
-    def run_plan(self, plan: LearnedPlan, x2d: np.ndarray, out_dtype: np.dtype) -> RowResult:
-        return plan.run(x2d, out_dtype)
+    def recall(self) -> float | None:
+        """The held-out top-k peak recall recorded with the model, if it was measured."""
+        return model_recall(self.model)

@@ -1,7 +1,10 @@
-"""The ``numpy`` execution: strided segment views, ``scipy.fft`` on all cores, array selection.
+"""The ``numpy`` backend: a NumPy kernel for every op of the IR, and the ``numpy`` execution.
 
+The execution runs the unfused Welch chain (strided segment views, detrend and window,
+``scipy.fft`` on all cores, power, segment mean, scale, array selection), one kernel per node.
 It computes in the input's precision (float64 stays float64) unless told otherwise, accepts
-every parameter, and serves as the portable baseline of the fast paths.
+every parameter, and is the portable baseline of the fast paths; the other CPU backends take
+the ops they do not fuse from it.
 """
 
 from __future__ import annotations
@@ -9,9 +12,11 @@ from __future__ import annotations
 import numpy as np
 from scipy.ndimage import maximum_filter1d, minimum_filter1d
 
-from welchpeaks.backends import Execution, RowResult, register
-from welchpeaks.params import PeakParams
-from welchpeaks.spectral import welch_psd
+from welchpeaks.backends import Execution, register
+from welchpeaks.ir import Backend, Graph, Node, Op
+from welchpeaks.ir.run import constant_value, identity_input
+from welchpeaks.result import RowPeaks
+from welchpeaks.spectral import detrend_segments, segment_view
 
 NAME = "numpy"
 
@@ -92,44 +97,122 @@ def select(psd: np.ndarray, k: int, mode: str, min_distance: int) -> tuple[np.nd
     return bins, power, fbins
 
 
-class NumpyPlan:
-    def __init__(self, params: PeakParams, n_seg: int, compute: np.dtype):
-        self.params = params
-        self.n_seg = n_seg
-        self.compute = np.dtype(compute)
+# ---------------------------------------------------------------------------- kernels
+# Each factory takes (node, graph) and returns the function that computes the node.
+
+
+def _dtype(node: Node) -> np.dtype:
+    return np.dtype(node.dtype.value[0])
+
+
+def _frames(node: Node, graph: Graph):
+    """A strided view of the rows' frames, in the graph's compute precision."""
+    n_fft, hop, n_seg = node.attrs["n_fft"], node.attrs["hop"], node.attrs["n_segments"]
+    dt, need = _dtype(node), n_fft + (n_seg - 1) * hop
+
+    def frames(x):
+        x = x[:, :need]
+        return segment_view(x if x.dtype == dt else x.astype(dt), n_fft, hop, n_seg)
+
+    return frames
+
+
+def _window(node: Node, graph: Graph):
+    detrend, window = node.attrs["detrend"], node.attrs["window"]
+
+    def windowed(segs):
+        with np.errstate(invalid="ignore", over="ignore"):  # non-finite rows are flagged by the selection
+            return (detrend_segments(segs, detrend) * window).astype(segs.dtype, copy=False)
+
+    return windowed
+
+
+def _rfft(node: Node, graph: Graph):
+    import scipy.fft
+
+    return lambda segs: scipy.fft.rfft(segs, axis=-1, workers=-1)
+
+
+def _power(node: Node, graph: Graph):
+    def power(z):
+        p = z.real * z.real
+        p += z.imag * z.imag
+        return p
+
+    return power
+
+
+def select_rows(psd: np.ndarray, k: int, mode: str, min_distance: int) -> RowPeaks:
+    """:func:`select` on PSD rows, rows holding NaN or infinity left empty and reported."""
+    finite = np.isfinite(psd).all(axis=1)
+    bad_rows = np.flatnonzero(~finite)
+    if bad_rows.size:
+        psd = np.where(finite[:, None], psd, 0)
+    bins, power, fbins = select(psd, k, mode, min_distance)
+    if bad_rows.size:
+        bins[bad_rows] = -1
+        power[bad_rows] = np.nan
+        fbins[bad_rows] = np.nan
+    return RowPeaks(bins, power, fbins, bad_rows)
+
+
+def _topk(node: Node, graph: Graph):
+    k, mode, md = node.attrs["k"], node.attrs["mode"], node.attrs["min_distance"]
+    return lambda psd: select_rows(psd, k, mode, md)
+
+
+def _fft(node: Node, graph: Graph):
+    inverse, norm = node.attrs["inverse"], node.attrs["norm"]
+
+    def fft(x):
+        half = x.shape[1] // 2
+        z = x[:, :half].astype(np.complex128) + 1j * x[:, half:]
+        out = np.fft.ifft(z, norm=norm) if inverse else np.fft.fft(z, norm=norm)
+        return np.concatenate([out.real, out.imag], axis=1).astype(x.dtype)
+
+    return fft
+
+
+def _block_peaks(node: Node, graph: Graph):
+    k, n_seg = node.attrs["k"], node.attrs["n_segments"]
+
+    def block_peaks(x):
+        half = x.shape[1] // 2
+        nb = half // 2 + 1
+        pw = x[:, :nb].astype(np.float64) ** 2 + x[:, half:half + nb].astype(np.float64) ** 2
+        pw[:, 1:nb - 1] *= 2.0
+        psd = pw.reshape(-1, n_seg, nb).mean(axis=1)
+        order = np.argsort(-psd, axis=1, kind="stable")[:, :k]
+        out = np.zeros((psd.shape[0], k, 2), np.float32)
+        out[:, : order.shape[1], 0] = order
+        out[:, : order.shape[1], 1] = np.take_along_axis(psd, order, 1)
+        return out.reshape(psd.shape[0], 2 * k)
+
+    return block_peaks
+
+
+KERNELS = {
+    Op.input: identity_input,
+    Op.constant: constant_value,
+    Op.frames: _frames,
+    Op.window: _window,
+    Op.rfft: _rfft,
+    Op.power: _power,
+    Op.segment_mean: lambda node, graph: (lambda p: p.mean(axis=-2, dtype=p.dtype)),
+    Op.mul: lambda node, graph: (lambda a, b: a * b),
+    Op.topk: _topk,
+    Op.sub: lambda node, graph: (lambda a, b: a - b),
+    Op.concat: lambda node, graph: (lambda *xs: np.concatenate(xs, axis=node.attrs["axis"])),
+    Op.fft: _fft,
+    Op.block_peaks: _block_peaks,
+}
+BACKEND = Backend(NAME, KERNELS)
 
 
 class NumpyExecution(Execution):
     name = NAME
-    description = "vectorised NumPy: strided segment views, scipy.fft on all cores, array selection"
-
-    def graph(self, params: PeakParams, n_seg: int, rows: int, length: int, compute: np.dtype):
-        from welchpeaks.ir.graph import welch_chain_graph
-
-        return welch_chain_graph(params, rows, length, n_seg, compute, name="numpy")
-
-    def make_plan(self, params: PeakParams, n_seg: int, compute: np.dtype) -> NumpyPlan:
-        return NumpyPlan(params, n_seg, compute)
-
-    def run_plan(self, plan: NumpyPlan, x2d: np.ndarray, out_dtype: np.dtype) -> RowResult:
-        p = plan.params
-        frame = x2d[:, : p.n_fft + (plan.n_seg - 1) * p.hop]
-        if frame.dtype != plan.compute:
-            frame = frame.astype(plan.compute)
-        finite = np.isfinite(frame).all(axis=1)
-        bad_rows = np.flatnonzero(~finite)
-        if bad_rows.size:
-            frame = np.where(finite[:, None], frame, 0)
-        psd = welch_psd(
-            frame, p.window_array, p.hop, plan.n_seg,
-            detrend=p.detrend, scaling=p.scaling, fs=1.0 if p.fs is None else p.fs,
-        )
-        bins, power, fbins = select(psd, p.k, p.mode, p.min_distance)
-        if bad_rows.size:
-            bins[bad_rows] = -1
-            power[bad_rows] = np.nan
-            fbins[bad_rows] = np.nan
-        return RowResult(bins, power.astype(out_dtype, copy=False), fbins, bad_rows)
+    backend = BACKEND
+    description = "vectorised NumPy: strided segment views, scipy.fft on all cores, array selection (unfused)"
 
 
 register(NumpyExecution())

@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from welchpeaks.backends import Execution, RowResult, register
-from welchpeaks.params import PeakParams
+from welchpeaks.backends import Execution, register
+from welchpeaks.ir import Backend, Graph, Node, Op
+from welchpeaks.ir.run import constant_value
+from welchpeaks.result import RowPeaks
 
 NAME = "torch"
 GPU_EXTRA = "pip install 'welchpeaks[gpu]'"
@@ -39,21 +41,6 @@ def as_tensor(x: Any, dtype: Any):
     torch = import_torch()
     t = x if torch.is_tensor(x) else torch.from_numpy(np.ascontiguousarray(x))
     return t.to(torch_dtype(dtype))
-
-
-class DeviceConstants:
-    """Host arrays of a plan, copied once to each device that asks for them."""
-
-    def __init__(self, host: dict[str, np.ndarray]):
-        self.host = host
-        self._on: dict[str, dict] = {}
-
-    def on(self, device) -> dict:
-        key = str(device)
-        if key not in self._on:
-            torch = import_torch()
-            self._on[key] = {k: torch.from_numpy(v).to(device) for k, v in self.host.items()}
-        return self._on[key]
 
 
 def refine_t(psd, bins, valid):
@@ -110,51 +97,108 @@ def select_t(psd, k: int, mode: str, min_distance: int):
     return bins, power, torch.where(valid, fb, torch.full_like(fb, float("nan")))
 
 
-def windowed_segments(x, p: PeakParams, n_seg: int, window):
-    """Detrended, windowed segments ``[rows, S, n_fft]`` of the frames of ``x``, and the mask
-    of rows whose frame holds NaN or infinity (those rows are computed on zeros)."""
-    torch = import_torch()
-    x = x[:, : p.n_fft + (n_seg - 1) * p.hop]
-    bad = ~torch.isfinite(x).all(1)
-    x = torch.where(bad[:, None], torch.zeros_like(x), x)
-    segs = x.unfold(1, p.n_fft, p.hop)  # a view
-    if p.detrend == "constant":
-        segs = segs - segs.mean(-1, keepdim=True)
-    elif p.detrend == "linear":
-        t = torch.arange(p.n_fft, dtype=x.dtype, device=x.device) - (p.n_fft - 1) / 2.0
-        segs = segs - segs.mean(-1, keepdim=True) - (segs * t).sum(-1, keepdim=True) / (t * t).sum() * t
-    return segs * window, bad
-
-
-def segment_spectra(plan: Any, x2d: Any, dtype: Any) -> tuple[Any, dict, Any, Any]:
-    """(rows as a tensor of ``dtype``, the plan's constants on its device, the rfft of its
-    windowed segments, the mask of non-finite rows): the first steps of the torch and
-    triton-block executions."""
-    torch = import_torch()
-    x = as_tensor(x2d, dtype)
-    c = plan.constants.on(x.device)
-    segs, bad = windowed_segments(x, plan.params, plan.n_seg, c["window"])
-    return x, c, torch.fft.rfft(segs, dim=-1), bad
-
-
-class TorchPlan:
-    def __init__(self, params: PeakParams, n_seg: int, compute: np.dtype):
-        from welchpeaks.spectral import one_sided_scale
-
-        self.params, self.n_seg, self.compute = params, n_seg, np.dtype(compute)
-        scale = one_sided_scale(params.window_array, params.n_fft, 1.0 if params.fs is None else params.fs,
-                                params.scaling)
-        self.constants = DeviceConstants({"window": params.window_array.astype(self.compute),
-                                          "scale": scale.astype(self.compute)})
-
-
 def bad_rows_of(bad) -> np.ndarray:
     """Indices of flagged rows, on the host (a small device-to-host copy)."""
     return np.flatnonzero(bad.cpu().numpy())
 
 
+def _dtype(node: Node) -> np.dtype:
+    return np.dtype(node.dtype.real.value[0])
+
+
+def on_device(host: np.ndarray):
+    """``host`` as a tensor on whatever device asks, copied once per device."""
+    cache: dict[str, Any] = {}
+
+    def get(device):
+        key = str(device)
+        if key not in cache:
+            cache[key] = import_torch().from_numpy(host).to(device)
+        return cache[key]
+
+    return get
+
+
+# ---------------------------------------------------------------------------- kernels
+
+
+def _input(node: Node, graph: Graph):
+    dt = _dtype(node)
+    return lambda x: as_tensor(x, dt)
+
+
+def _frames(node: Node, graph: Graph):
+    n_fft, hop, n_seg = node.attrs["n_fft"], node.attrs["hop"], node.attrs["n_segments"]
+    need = n_fft + (n_seg - 1) * hop
+    return lambda x: x[:, :need].unfold(1, n_fft, hop)  # a view
+
+
+def _window(node: Node, graph: Graph):
+    torch = import_torch()
+    detrend, n_fft = node.attrs["detrend"], node.shape[-1]
+    window = on_device(np.asarray(node.attrs["window"], _dtype(node)))
+
+    def windowed(segs):
+        if detrend == "constant":
+            segs = segs - segs.mean(-1, keepdim=True)
+        elif detrend == "linear":
+            t = torch.arange(n_fft, dtype=segs.dtype, device=segs.device) - (n_fft - 1) / 2.0
+            segs = segs - segs.mean(-1, keepdim=True) - (segs * t).sum(-1, keepdim=True) / (t * t).sum() * t
+        return segs * window(segs.device)
+
+    return windowed
+
+
+def _mul(node: Node, graph: Graph):
+    const = graph.node(node.inputs[1])
+    scale = on_device(np.asarray(const.attrs["value"]))
+    return lambda a, b: a * scale(a.device)
+
+
+def select_rows_t(psd, k: int, mode: str, min_distance: int):
+    """:func:`select_t` on PSD rows, rows holding NaN or infinity left empty and reported."""
+    torch = import_torch()
+    bad = ~torch.isfinite(psd).all(1)
+    psd = torch.where(bad[:, None], torch.zeros_like(psd), psd)
+    bins, power, fb = select_t(psd, k, mode, min_distance)
+    empty = bad[:, None]
+    bins = torch.where(empty, torch.full_like(bins, -1), bins)
+    power = torch.where(empty, torch.full_like(power, float("nan")), power)
+    fb = torch.where(empty, torch.full_like(fb, float("nan")), fb)
+    return RowPeaks(bins, power, fb, bad_rows_of(bad))
+
+
+def _topk(node: Node, graph: Graph):
+    k, mode, md = node.attrs["k"], node.attrs["mode"], node.attrs["min_distance"]
+    return lambda psd: select_rows_t(psd, k, mode, md)
+
+
+def _rfft(node: Node, graph: Graph):
+    torch = import_torch()
+    return lambda segs: torch.fft.rfft(segs, dim=-1)
+
+
+def _power(node: Node, graph: Graph):
+    return lambda z: z.real * z.real + z.imag * z.imag
+
+
+KERNELS = {
+    Op.input: _input,
+    Op.constant: constant_value,
+    Op.frames: _frames,
+    Op.window: _window,
+    Op.rfft: _rfft,
+    Op.power: _power,
+    Op.segment_mean: lambda node, graph: (lambda p: p.mean(-2)),
+    Op.mul: _mul,
+    Op.topk: _topk,
+}
+BACKEND = Backend(NAME, KERNELS)
+
+
 class TorchExec(Execution):
     name = NAME
+    backend = BACKEND
     device = "cuda"
     description = "PyTorch baseline: unfold, window, torch.fft.rfft, power, mean, sort/top-k (CPU or CUDA tensors)"
 
@@ -164,26 +208,6 @@ class TorchExec(Execution):
         except ImportError as exc:
             return str(exc)
         return None
-
-    def graph(self, params: PeakParams, n_seg: int, rows: int, length: int, compute: np.dtype):
-        from welchpeaks.ir.graph import welch_chain_graph
-
-        return welch_chain_graph(params, rows, length, n_seg, compute, name=NAME)
-
-    def make_plan(self, params: PeakParams, n_seg: int, compute: np.dtype) -> TorchPlan:
-        return TorchPlan(params, n_seg, compute)
-
-    def run_plan(self, plan: TorchPlan, x2d: Any, out_dtype: np.dtype) -> RowResult:
-        torch = import_torch()
-        p = plan.params
-        x, c, spec, bad = segment_spectra(plan, x2d, plan.compute)
-        psd = (spec.real * spec.real + spec.imag * spec.imag).mean(1) * c["scale"]
-        bins, power, fb = select_t(psd, p.k, p.mode, p.min_distance)
-        empty = bad[:, None]
-        bins = torch.where(empty, torch.full_like(bins, -1), bins)
-        power = torch.where(empty, torch.full_like(power, float("nan")), power)
-        fb = torch.where(empty, torch.full_like(fb, float("nan")), fb)
-        return RowResult(bins, power.to(torch_dtype(out_dtype)), fb, bad_rows_of(bad))
 
 
 register(TorchExec())

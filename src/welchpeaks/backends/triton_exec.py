@@ -22,18 +22,20 @@ from __future__ import annotations
 import importlib
 import math
 import os
-from typing import Any
 
 import numpy as np
 
-from welchpeaks.backends import Execution, RowResult, register
-from welchpeaks.backends.torch_exec import (
-    GPU_EXTRA, DeviceConstants, as_tensor, bad_rows_of, import_torch, torch_dtype, segment_spectra,
-)
+from welchpeaks.backends import Execution, register
+from welchpeaks.backends.torch_exec import BACKEND as TORCH
+from welchpeaks.backends.torch_exec import GPU_EXTRA, as_tensor, bad_rows_of, import_torch, on_device
+from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.params import PeakParams
+from welchpeaks.result import RowPeaks
 
 MAX_FUSED_N_FFT = 256
 BLOCK_ROWS = 16
+#: tl.dot precision of the fused kernel's DFT ("ieee": fp32 products)
+PRECISION = "ieee"
 
 
 def interpreting() -> bool:
@@ -60,24 +62,25 @@ def kernels():
     return importlib.import_module("welchpeaks.backends._triton_kernels")
 
 
-class TritonPlan:
-    """Constants of one parameter set: window, DFT matrices, per-bin scale (fp32, host)."""
+class TritonConstants:
+    """Constants of one parameter set: window, DFT matrices, per-bin scale (fp32), copied once
+    to each device that asks."""
 
-    def __init__(self, params: PeakParams, n_seg: int, precision: str):
-        from welchpeaks.spectral import one_sided_scale
-
+    def __init__(self, params: PeakParams, n_seg: int, dft: bool):
         n, nb = params.n_fft, params.n_bins
-        self.params, self.n_seg, self.precision = params, n_seg, precision
         self.np_, self.nbp = _next_pow2(n), _next_pow2(nb)
         self.bk = min(self.np_, 32)
-        scale = one_sided_scale(params.window_array, n, 1.0 if params.fs is None else params.fs, params.scaling)
-        host = {"window": params.window_array.astype(np.float32), "scale": (scale / n_seg).astype(np.float32)}
-        if n <= MAX_FUSED_N_FFT:
+        host = {"window": params.window_array.astype(np.float32),
+                "scale": (params.psd_scale() / n_seg).astype(np.float32)}
+        if dft:
             ang = 2.0 * math.pi * np.outer(np.arange(self.np_), np.arange(self.nbp)) / n
             live = (np.arange(self.np_)[:, None] < n) & (np.arange(self.nbp)[None, :] < nb)
             host["cos"] = np.where(live, np.cos(ang), 0.0).astype(np.float32)
             host["sin"] = np.where(live, -np.sin(ang), 0.0).astype(np.float32)
-        self.constants = DeviceConstants(host)
+        self._get = {k: on_device(v) for k, v in host.items()}
+
+    def on(self, device) -> dict:
+        return {k: get(device) for k, get in self._get.items()}
 
 
 def _outputs(rows: int, k: int, device):
@@ -88,7 +91,47 @@ def _outputs(rows: int, k: int, device):
             torch.zeros((rows,), dtype=torch.int32, device=device))
 
 
-_DETREND = {False: 0, "constant": 1, "linear": 2}
+def _fused(node: Node, graph: Graph):
+    """``welch_peaks``: raw frames in, peaks out, one kernel."""
+    p, n_seg = node.attrs["params"], node.attrs["n_segments"]
+    const = TritonConstants(p, n_seg, dft=True)
+
+    def fused(x):
+        x = as_tensor(x, np.float32)
+        if x.stride(1) != 1:
+            x = x.contiguous()
+        c = const.on(x.device)
+        rows = x.shape[0]
+        bins, power, fb, bad = _outputs(rows, p.k, x.device)
+        kernels().fused[(math.ceil(rows / BLOCK_ROWS),)](
+            x, x.stride(0), rows, p.hop, c["window"], c["cos"], c["sin"], c["scale"], bins, power, fb, bad,
+            N=p.n_fft, NP=const.np_, NB=p.n_bins, NBP=const.nbp, S=n_seg, BK=const.bk, BR=BLOCK_ROWS,
+            DETREND=p.detrend_code, K=p.k, PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance,
+            PRECISION=PRECISION,
+        )
+        return RowPeaks(bins, power, fb, bad_rows_of(bad))
+
+    return fused
+
+
+def _block(node: Node, graph: Graph):
+    """``spectrum_peaks``: power, mean and selection of the cuFFT spectrum, one kernel."""
+    p, n_seg = node.attrs["params"], node.attrs["n_segments"]
+    const = TritonConstants(p, n_seg, dft=False)
+
+    def block(spec):
+        torch = import_torch()
+        spec = torch.view_as_real(spec).to(torch.float32).contiguous()
+        rows = spec.shape[0]
+        bins, power, fb, bad = _outputs(rows, p.k, spec.device)
+        bad.copy_((~torch.isfinite(spec).flatten(1).all(1)).to(torch.int32))
+        kernels().block[(math.ceil(rows / BLOCK_ROWS),)](
+            spec, rows, const.on(spec.device)["scale"], bins, power, fb, bad, NB=p.n_bins, NBP=const.nbp,
+            S=n_seg, BR=BLOCK_ROWS, K=p.k, PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance,
+        )
+        return RowPeaks(bins, power, fb, bad_rows_of(bad))
+
+    return block
 
 
 class _TritonExecution(Execution):
@@ -105,12 +148,11 @@ class _TritonExecution(Execution):
     def default_dtype(self, input_dtype: np.dtype) -> np.dtype:
         return np.dtype(np.float32)
 
-    def make_plan(self, params: PeakParams, n_seg: int, compute: np.dtype) -> TritonPlan:
-        return TritonPlan(params, n_seg, "ieee")
-
 
 class TritonFused(_TritonExecution):
     name = "triton-fused"
+    backend = Backend(name, {Op.welch_peaks: _fused}, base=TORCH,
+                      accepts={Op.welch_peaks: lambda p: p.n_fft <= MAX_FUSED_N_FFT})
     description = "one Triton kernel: raw frames in, detrend+window, DFT on tensor cores, power, mean, select"
 
     def unsupported_reason(self, params: PeakParams) -> str | None:
@@ -119,58 +161,11 @@ class TritonFused(_TritonExecution):
                     "yet; use strategy='triton-block'")
         return super().unsupported_reason(params)
 
-    def graph(self, params: PeakParams, n_seg: int, rows: int, length: int, compute: np.dtype):
-        from welchpeaks.ir.graph import Graph
-
-        g = Graph(self.name)
-        x = g.input("x", (rows, length), np.float32)
-        return g.set_outputs([g.welch_peaks(x, params.k, n_seg, params=params)])
-
-    def run_plan(self, plan: TritonPlan, x2d: Any, out_dtype: np.dtype) -> RowResult:
-        p = plan.params
-        x = as_tensor(x2d, np.float32)
-        if x.stride(1) != 1:
-            x = x.contiguous()
-        c = plan.constants.on(x.device)
-        rows = x.shape[0]
-        bins, power, fb, bad = _outputs(rows, p.k, x.device)
-        grid = (math.ceil(rows / BLOCK_ROWS),)
-        kernels().fused[grid](
-            x, x.stride(0), rows, p.hop, c["window"], c["cos"], c["sin"], c["scale"], bins, power, fb, bad,
-            N=p.n_fft, NP=plan.np_, NB=p.n_bins, NBP=plan.nbp, S=plan.n_seg, BK=plan.bk, BR=BLOCK_ROWS,
-            DETREND=_DETREND[p.detrend], K=p.k, PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance,
-            PRECISION=plan.precision,
-        )
-        return RowResult(bins, power.to(torch_dtype(out_dtype)), fb, bad_rows_of(bad))
-
 
 class TritonBlock(_TritonExecution):
     name = "triton-block"
+    backend = Backend(name, {Op.spectrum_peaks: _block}, base=TORCH)
     description = "torch.fft.rfft (cuFFT) spectrum, then one Triton kernel: power, mean, select"
-
-    def graph(self, params: PeakParams, n_seg: int, rows: int, length: int, compute: np.dtype):
-        from welchpeaks.ir.graph import Graph
-
-        g = Graph(self.name)
-        x = g.input("x", (rows, length), np.float32)
-        seg = g.frames(x, params.n_fft, params.hop, n_seg)
-        spec = g.rfft(g.window(seg, params.window_array.astype(np.float32), params.detrend))
-        return g.set_outputs([g.welch_peaks(spec, params.k, n_seg, params=params)])
-
-    def run_plan(self, plan: TritonPlan, x2d: Any, out_dtype: np.dtype) -> RowResult:
-        torch = import_torch()
-        p = plan.params
-        x, c, spec, bad_rows = segment_spectra(plan, x2d, np.float32)
-        spec = torch.view_as_real(spec).contiguous()
-        rows = x.shape[0]
-        bins, power, fb, bad = _outputs(rows, p.k, x.device)
-        bad.copy_(bad_rows.to(torch.int32))
-        grid = (math.ceil(rows / BLOCK_ROWS),)
-        kernels().block[grid](
-            spec, rows, c["scale"], bins, power, fb, bad, NB=p.n_bins, NBP=plan.nbp, S=plan.n_seg, BR=BLOCK_ROWS,
-            K=p.k, PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance,
-        )
-        return RowResult(bins, power.to(torch_dtype(out_dtype)), fb, bad_rows_of(bad))
 
 
 register(TritonFused())

@@ -14,9 +14,6 @@ row alike) after warm-up. Rows:
 
 from __future__ import annotations
 
-import os
-import platform
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -80,7 +77,7 @@ def _rows_for(cell: Cell) -> dict[str, Callable[[], Any]]:
 
 def time_cell(cell: Cell, repeats: int, warmup: int = 2) -> list[dict[str, Any]]:
     """Median, min and max milliseconds of every row of one cell."""
-    from welchpeaks.bench.timing import round_robin, summary
+    from welchpeaks.timing import round_robin, summary
 
     samples = round_robin(_rows_for(cell), repeats, warmup)
     med = {name: float(np.median(s)) for name, s in samples.items()}
@@ -92,37 +89,6 @@ def time_cell(cell: Cell, repeats: int, warmup: int = 2) -> list[dict[str, Any]]
         }
         for name, s in samples.items()
     ]
-
-
-def machine_info() -> dict[str, Any]:
-    import numba
-    import scipy
-
-    import welchpeaks
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "numba_threads": numba.get_num_threads(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "versions": {
-            "welchpeaks": welchpeaks.__version__,
-            "numpy": np.__version__,
-            "scipy": scipy.__version__,
-            "numba": numba.__version__,
-        },
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-    }
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:

@@ -30,7 +30,7 @@ def measure_cell(cell: dict[str, int], device: str = "cpu", mode: str = "peaks",
                  budget_s: float = 2.0) -> dict[str, Any]:
     """Predicted and measured ns of every available execution for one cell, and the pick."""
     import welchpeaks
-    from welchpeaks.bench.timing import round_robin, summary
+    from welchpeaks.timing import round_robin, summary
     from welchpeaks.plan import estimate_costs, pick_strategy
 
     batch, n_fft, k, seg = cell["batch"], cell["n_fft"], cell["k"], cell["segments"]

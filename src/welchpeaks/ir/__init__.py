@@ -1,18 +1,10 @@
-"""Graph IR: what an execution computes, as data the planner can profile and a backend can run."""
+"""Graph IR: what an execution computes, as data the planner profiles and a backend runs."""
 
-from welchpeaks.ir.graph import (
-    METADATA_OPS,
-    DType,
-    Graph,
-    Node,
-    Op,
-    original_fft_graph,
-    original_fused_graph,
-)
-from welchpeaks.ir.passes import fuse_welch_chain, select_peaks_only_outputs
-from welchpeaks.ir.run import register_kernel, run
+from welchpeaks.ir.graph import METADATA_OPS, PEAK_OPS, DType, Graph, Node, Op, welch_chain_graph
+from welchpeaks.ir.passes import welch_chain_fusions
+from welchpeaks.ir.run import Backend, Program, compile, run, tracing
 
 __all__ = [
-    "DType", "Graph", "Node", "Op", "METADATA_OPS", "run", "register_kernel",
-    "original_fft_graph", "original_fused_graph", "fuse_welch_chain", "select_peaks_only_outputs",
+    "DType", "Graph", "Node", "Op", "METADATA_OPS", "PEAK_OPS", "welch_chain_graph", "welch_chain_fusions",
+    "Backend", "Program", "compile", "run", "tracing",
 ]

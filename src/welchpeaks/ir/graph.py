@@ -5,17 +5,21 @@ output shape and dtype of every op and reject mismatches with a ``ValueError`` t
 op and the shapes. Ops that only reinterpret memory (``METADATA_OPS``) launch nothing; every
 other node is one kernel launch when the graph runs (see :mod:`welchpeaks.plan.io`).
 
-Peak outputs (``topk`` and ``welch_peaks`` from rows or a complex spectrum) are records
-``[rows, k, 3]`` float64 of ``(bin, power, fractional bin)``, bin -1 and NaN where empty. The
-original system's ``welch_peaks`` on a real-block spectrum keeps its own layout ``[B, 2k]``
-float32 of ``(bin, power)`` pairs.
+Peak ops (``PEAK_OPS``: ``topk``, ``spectrum_peaks``, ``welch_peaks``) produce a
+:class:`welchpeaks.result.RowPeaks` (bins, power, fractional bins, rows left empty), which the
+IO profile counts as ``[rows, k, 3]`` float64 records. The original system's ``block_peaks``
+keeps its own layout ``[B, 2k]`` float32 of ``(bin, power)`` pairs.
+
+A graph's first input dimension is the batch: a compiled graph
+(:func:`welchpeaks.ir.compile`) runs any number of rows; the row count in the graph is the one
+the planner profiled.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -61,32 +65,32 @@ class DType(enum.Enum):
 
 
 class Op(str, enum.Enum):
+    """The ops an execution's graph is made of (and those of the original system's graphs,
+    which :mod:`welchpeaks.plan.original` builds for comparison)."""
+
     input = "input"
-    param = "param"
     constant = "constant"
-    reshape = "reshape"
-    transpose = "transpose"
-    narrow = "narrow"
-    frames = "frames"
-    add = "add"
-    sub = "sub"
-    mul = "mul"
-    concat = "concat"
-    fft = "fft"
+    frames = "frames"  # overlapping segments of rows (a view)
+    window = "window"  # detrend, then multiply by the window
     rfft = "rfft"
-    window = "window"
     power = "power"
     segment_mean = "segment_mean"
-    topk = "topk"
-    welch_peaks = "welch_peaks"
-    log_mel = "log_mel"
-    custom = "custom"
-    matmul = "matmul"
-    attention = "attention"
+    mul = "mul"  # times a per-bin constant (the PSD scale)
+    topk = "topk"  # peak selection on PSD rows
+    spectrum_peaks = "spectrum_peaks"  # fused: power, mean, scale and selection of a spectrum
+    welch_peaks = "welch_peaks"  # fused: the whole chain on the raw rows
+    # the original system's FFT graphs (real-block layout)
+    sub = "sub"
+    concat = "concat"
+    fft = "fft"
+    block_peaks = "block_peaks"
 
 
-#: Ops that reinterpret memory and launch nothing (``frames`` is a strided view of the rows).
-METADATA_OPS = frozenset({Op.input, Op.param, Op.constant, Op.reshape, Op.transpose, Op.narrow, Op.frames})
+#: Ops that launch nothing (``frames`` is a strided view of the rows).
+METADATA_OPS = frozenset({Op.input, Op.constant, Op.frames})
+#: Ops whose output is a :class:`welchpeaks.result.RowPeaks` (profiled as ``[rows, k, 3]``
+#: float64 records of bin, power and fractional bin).
+PEAK_OPS = frozenset({Op.topk, Op.spectrum_peaks, Op.welch_peaks})
 
 
 @dataclass
@@ -158,43 +162,11 @@ class Graph:
         self.inputs[name] = i
         return i
 
-    def param(self, name: str, value: np.ndarray) -> int:
-        value = np.asarray(value)
-        return self._add(Op.param, (), value.shape, DType.of(value.dtype), name=name, value=value)
-
     def constant(self, value: Any, dtype: Any = None) -> int:
         value = np.asarray(value, dtype=dtype)
         return self._add(Op.constant, (), value.shape, DType.of(value.dtype), value=value)
 
     # ------------------------------------------------------------------ views
-    def reshape(self, x: int, shape: Sequence[int]) -> int:
-        n = self.nodes[x]
-        shape = tuple(int(s) for s in shape)
-        if -1 in shape:
-            rest = int(np.prod([s for s in shape if s != -1]))
-            if shape.count(-1) > 1 or rest == 0 or n.numel % rest:
-                raise ValueError(f"reshape: cannot infer -1 in {list(shape)} from {list(n.shape)}")
-            shape = tuple(n.numel // rest if s == -1 else s for s in shape)
-        if int(np.prod(shape, dtype=np.int64)) != n.numel:
-            raise ValueError(f"reshape: {list(n.shape)} ({n.numel} elements) cannot become {list(shape)}")
-        return self._add(Op.reshape, (x,), shape, n.dtype, shape=shape)
-
-    def transpose(self, x: int, perm: Sequence[int]) -> int:
-        n = self.nodes[x]
-        perm = tuple(int(p) for p in perm)
-        if sorted(perm) != list(range(len(n.shape))):
-            raise ValueError(f"transpose: perm {list(perm)} is not a permutation of the {len(n.shape)} axes")
-        return self._add(Op.transpose, (x,), [n.shape[p] for p in perm], n.dtype, perm=perm)
-
-    def narrow(self, x: int, axis: int, start: int, length: int) -> int:
-        n = self.nodes[x]
-        ax = axis % len(n.shape)
-        if start < 0 or length < 0 or start + length > n.shape[ax]:
-            raise ValueError(f"narrow: [{start}, {start + length}) is outside axis {axis} of size {n.shape[ax]}")
-        shape = list(n.shape)
-        shape[ax] = length
-        return self._add(Op.narrow, (x,), shape, n.dtype, axis=ax, start=start, length=length)
-
     def frames(self, x: int, n_fft: int, hop: int, n_segments: int) -> int:
         """Overlapping segments ``[..., n_segments, n_fft]`` of rows ``[..., L]`` (a strided view)."""
         n = self._rank(x, (1, 2, 3), "frames")
@@ -214,9 +186,6 @@ class Graph:
         if na.dtype != nb.dtype:
             raise ValueError(f"{op.value}: dtypes {na.dtype.name} and {nb.dtype.name} differ; cast one first")
         return self._add(op, (a, b), shape, na.dtype)
-
-    def add(self, a: int, b: int) -> int:
-        return self._binary(Op.add, a, b)
 
     def sub(self, a: int, b: int) -> int:
         return self._binary(Op.sub, a, b)
@@ -266,14 +235,12 @@ class Graph:
             raise ValueError(f"window: detrend={detrend!r}; use 'constant', 'linear' or False")
         return self._add(Op.window, (x,), n.shape, n.dtype, window=window, detrend=detrend)
 
-    def power(self, x: int, scale: np.ndarray | None = None) -> int:
-        """``|X|**2`` of a complex spectrum, times ``scale`` per bin (one-sided density/spectrum scale)."""
+    def power(self, x: int) -> int:
+        """``|X|**2`` of a complex spectrum."""
         n = self.nodes[x]
         if not n.dtype.is_complex:
             raise ValueError(f"power: expects a complex spectrum; got {n.dtype.name}")
-        if scale is not None and np.shape(scale) != (n.shape[-1],):
-            raise ValueError(f"power: scale of shape {list(np.shape(scale))} does not fit {n.shape[-1]} bins")
-        return self._add(Op.power, (x,), n.shape, n.dtype.real, scale=scale)
+        return self._add(Op.power, (x,), n.shape, n.dtype.real)
 
     def segment_mean(self, x: int) -> int:
         """Mean over the segment axis: ``[..., S, bins]`` -> ``[..., bins]``."""
@@ -289,68 +256,36 @@ class Graph:
         return self._add(Op.topk, (x,), (n.shape[0], k, 3), DType.f64, k=k, mode=mode, min_distance=min_distance,
                          params=params)
 
-    def welch_peaks(self, x: int, k: int, n_segments: int, mode: str = "bins", *, params: Any = None) -> int:
-        """Power, segment mean and top-k in one node; the input decides the form.
+    def welch_peaks(self, x: int, n_segments: int, params: Any) -> int:
+        """The whole chain fused on raw rows ``[B, L]`` (segment, detrend, window, transform,
+        power, mean, scale, select): peak records ``[B, k, 3]``."""
+        n = self._rank(x, (2,), "welch_peaks")
+        need = params.frame_length(n_segments)
+        if n.dtype.is_complex or n.shape[1] < need:
+            raise ValueError(f"welch_peaks: rows {list(n.shape)} {n.dtype.name} are not real [B, >= {need}] "
+                             f"for {n_segments} segments")
+        return self._add(Op.welch_peaks, (x,), (n.shape[0], params.k, 3), DType.f64, n_segments=n_segments,
+                         params=params)
 
-        * ``params=None``: the original system's op on a real-block spectrum ``[B*S, 2N]`` (raw
-          one-sided ``|X|**2``, bins mode), ``(bin, power)`` pairs ``[B, 2k]`` float32 out.
-        * real rows ``[B, L]`` and ``params`` (a PeakParams): everything fused, from the raw
-          frames (segment, detrend, window, transform, power, mean, select).
-        * a complex spectrum ``[B, S, bins]`` and ``params``: power, mean and selection.
+    def spectrum_peaks(self, x: int, params: Any) -> int:
+        """Power, segment mean, scale and selection of a complex spectrum ``[B, S, bins]`` in one
+        node: peak records ``[B, k, 3]``."""
+        n = self._rank(x, (3,), "spectrum_peaks")
+        if not n.dtype.is_complex or n.shape[2] != params.n_bins:
+            raise ValueError(f"spectrum_peaks: {list(n.shape)} {n.dtype.name} is not a complex [B, S, {params.n_bins}]")
+        return self._add(Op.spectrum_peaks, (x,), (n.shape[0], params.k, 3), DType.f64, n_segments=n.shape[1],
+                         params=params)
 
-        The last two give peak records ``[B, k, 3]``.
-        """
-        n = self.nodes[x]
-        if k < 1 or n_segments < 1:
-            raise ValueError(f"welch_peaks: k={k}, n_segments={n_segments}; both must be >= 1")
-        if params is None:
-            if len(n.shape) != 2 or n.dtype.is_complex or n.shape[0] % n_segments or n.shape[1] % 2:
-                raise ValueError(f"welch_peaks: block spectrum {list(n.shape)} {n.dtype.name} is not real [B*{n_segments}, 2N]")
-            if mode != "bins":
-                raise ValueError("welch_peaks: the block-spectrum form selects bins (mode='bins')")
-            return self._add(Op.welch_peaks, (x,), (n.shape[0] // n_segments, 2 * k), DType.f32,
-                             k=k, n_segments=n_segments, mode=mode, source="block")
-        if n.dtype.is_complex:
-            if len(n.shape) != 3 or n.shape[1] != n_segments or n.shape[2] != params.n_bins:
-                raise ValueError(f"welch_peaks: spectrum {list(n.shape)} is not [B, {n_segments}, {params.n_bins}]")
-            source = "spectrum"
-        else:
-            need = params.n_fft + (n_segments - 1) * params.hop
-            if len(n.shape) != 2 or n.shape[1] < need:
-                raise ValueError(f"welch_peaks: rows {list(n.shape)} are not [B, >= {need}] for {n_segments} segments")
-            source = "rows"
-        return self._add(Op.welch_peaks, (x,), (n.shape[0], k, 3), DType.f64, k=k, n_segments=n_segments,
-                         mode=params.mode, source=source, params=params)
-
-    def log_mel(self, x: int, filterbank: np.ndarray) -> int:
-        """log10 of mel energies of a real-block spectrum ``[R, 2N]`` with a ``[n_mels, N//2+1]`` bank."""
-        n = self._rank(x, (2,), "log_mel")
-        fb = np.asarray(filterbank)
-        if fb.ndim != 2 or fb.shape[1] != n.shape[1] // 4 + 1:
-            raise ValueError(f"log_mel: filterbank {list(fb.shape)} does not fit spectrum rows of {n.shape[1] // 2}")
-        return self._add(Op.log_mel, (x,), (n.shape[0], fb.shape[0]), n.dtype, filterbank=fb)
-
-    # ------------------------------------------------------------------ general
-    def custom(self, xs: Sequence[int], fn: Callable[..., np.ndarray], shape: Sequence[int], dtype: Any, name: str = "custom") -> int:
-        """An opaque host function ``fn(*inputs) -> array`` of the declared shape and dtype."""
-        return self._add(Op.custom, tuple(xs), shape, DType.of(dtype), fn=fn, name=name)
-
-    def matmul(self, a: int, b: int) -> int:
-        na, nb = self.nodes[a], self.nodes[b]
-        if len(na.shape) < 2 or len(nb.shape) < 2 or na.shape[-1] != nb.shape[-2]:
-            raise ValueError(f"matmul: {list(na.shape)} @ {list(nb.shape)}: inner dimensions differ")
-        try:
-            batch = np.broadcast_shapes(na.shape[:-2], nb.shape[:-2])
-        except ValueError:
-            raise ValueError(f"matmul: batch dims of {list(na.shape)} and {list(nb.shape)} do not broadcast") from None
-        return self._add(Op.matmul, (a, b), batch + (na.shape[-2], nb.shape[-1]), na.dtype)
-
-    def attention(self, q: int, k: int, v: int) -> int:
-        """softmax(q k^T / sqrt(d)) v over ``[..., T, d]`` tensors."""
-        nq, nk, nv = self.nodes[q], self.nodes[k], self.nodes[v]
-        if nq.shape[-1] != nk.shape[-1] or nk.shape[-2] != nv.shape[-2]:
-            raise ValueError(f"attention: q {list(nq.shape)}, k {list(nk.shape)}, v {list(nv.shape)} do not fit")
-        return self._add(Op.attention, (q, k, v), nq.shape[:-1] + nv.shape[-1:], nq.dtype)
+    def block_peaks(self, x: int, k: int, n_segments: int) -> int:
+        """The original system's WelchPeaks op: raw one-sided ``|X|**2`` of a real-block spectrum
+        ``[B*S, 2N]``, mean over segments, the ``k`` highest bins as ``(bin, power)`` pairs
+        ``[B, 2k]`` float32."""
+        n = self._rank(x, (2,), "block_peaks")
+        if k < 1 or n_segments < 1 or n.dtype.is_complex or n.shape[0] % n_segments or n.shape[1] % 2:
+            raise ValueError(f"block_peaks: block spectrum {list(n.shape)} {n.dtype.name} is not real "
+                             f"[B*{n_segments}, 2N], or k={k} < 1")
+        return self._add(Op.block_peaks, (x,), (n.shape[0] // n_segments, 2 * k), DType.f32, k=k,
+                         n_segments=n_segments)
 
     def set_outputs(self, outputs: Sequence[int]) -> "Graph":
         outs = [int(o) for o in outputs]
@@ -364,38 +299,18 @@ class Graph:
         return [n.id for n in self.nodes if i in n.inputs]
 
 
-def original_fft_graph(batch: int, n_fft: int, n_segments: int = 2) -> Graph:
-    """The original system's FFT-only graph: input, Sub (zeros), Concat, Fft; spectrum out."""
-    g = Graph("fft-only")
-    x = g.input("signal", (batch * n_segments, n_fft))
-    zeros = g.sub(x, x)
-    block = g.concat([x, zeros], axis=1)
-    return g.set_outputs([g.fft(block)])
-
-
-def original_fused_graph(batch: int, n_fft: int, k: int, n_segments: int = 2) -> Graph:
-    """The original's fused graph: the FFT-only graph plus WelchPeaks; peaks are the only output."""
-    g = Graph("fused")
-    x = g.input("segs", (batch * n_segments, n_fft))
-    zeros = g.sub(x, x)
-    spec = g.fft(g.concat([x, zeros], axis=1))
-    return g.set_outputs([g.welch_peaks(spec, k, n_segments, mode="bins")])
-
-
 def welch_chain_graph(params: Any, rows: int, length: int, n_segments: int, dtype: Any, name: str = "welch-chain") -> Graph:
     """The unfused Welch-peaks graph: frames, window, rfft, power, segment mean, scale, top-k.
 
-    It computes exactly what :func:`welchpeaks.spectral.welch_psd` and the numpy selection do,
-    in the same order of operations.
+    It computes exactly what :func:`welchpeaks.spectral.welch_psd` and the reference selection
+    do, in the same order of operations. Every execution starts from this graph; the planner's
+    fusion pass rewrites it for backends with fused kernels.
     """
-    from welchpeaks.spectral import one_sided_scale
-
     dt = np.dtype(dtype)
     g = Graph(name)
     x = g.input("x", (rows, length), dt)
     seg = g.frames(x, params.n_fft, params.hop, n_segments)
     spec = g.rfft(g.window(seg, params.window_array.astype(dt), params.detrend))
     psd = g.segment_mean(g.power(spec))
-    scale = one_sided_scale(params.window_array, params.n_fft, 1.0 if params.fs is None else params.fs, params.scaling)
-    psd = g.mul(psd, g.constant(scale.astype(dt)))
+    psd = g.mul(psd, g.constant(params.psd_scale().astype(dt)))
     return g.set_outputs([g.topk(psd, params.k, params.mode, params.min_distance, params=params)])

@@ -1,24 +1,26 @@
-"""Graph rewrites the planner applies, each decided by an IO fusion gate.
+"""Fusion rewrites of the Welch chain: legality only.
 
-* :func:`fuse_welch_chain`: frames -> window -> rfft -> power -> segment_mean (-> scale) ->
-  topk becomes one ``welch_peaks`` node on the raw rows.
-* :func:`select_peaks_only_outputs`: drop a spectrum / PSD output when the peaks computed from
-  it are what the caller needs (the original system's SelectPeaksOnlyOutputs).
-
-A pass returns ``(graph, decision)``; ``decision`` says what the gate saw. Without a gate the
-rewrite is applied.
+:func:`welch_chain_fusions` lists the rewrites a backend can run: the chain
+``frames -> window -> rfft -> power -> segment_mean -> mul(scale) -> topk`` becomes one
+``welch_peaks`` node on the raw rows, or its tail ``power -> ... -> topk`` one
+``spectrum_peaks`` node on the spectrum, where the backend has its own kernel for the fused
+op at these parameters. Whether a rewrite pays is not decided here: the planner scores each
+with its IO fusion gate (:mod:`welchpeaks.plan.fusion`), as Inductor keeps legality apart
+from profitability.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from welchpeaks.ir.graph import Graph, Op
 
-_CHAIN = (Op.segment_mean, Op.power, Op.rfft, Op.window, Op.frames)
+#: The chain from the scale back to the frames, as the unfused graph builds it.
+_TAIL = (Op.segment_mean, Op.power)
+_HEAD = (Op.rfft, Op.window, Op.frames)
 
 
-def _copy_except(graph: Graph, drop: set[int], replace: dict[int, Any], name: str) -> Graph:
+def _copy_except(graph: Graph, drop: set[int], replace: dict[int, Callable[[Graph, dict], int]], name: str) -> Graph:
     """A new graph without the ``drop`` nodes; ``replace[id](g, idmap)`` builds a node's substitute."""
     g = Graph(name)
     idmap: dict[int, int] = {}
@@ -34,93 +36,51 @@ def _copy_except(graph: Graph, drop: set[int], replace: dict[int, Any], name: st
     return g.set_outputs([idmap[o] for o in graph.outputs])
 
 
-def _chain_of(graph: Graph, topk: int) -> tuple[list[int], int] | None:
-    """Nodes from the topk back to the frames, and the rows they read; None if it is no chain."""
-    n = graph.node(topk)
-    if n.op is not Op.topk or n.attrs.get("params") is None:
-        return None
-    chain = [topk]
-    cur = graph.node(n.inputs[0])
-    if cur.op is Op.mul:  # the per-bin scale: psd * constant
-        const = [i for i in cur.inputs if graph.node(i).op is Op.constant]
-        if len(const) != 1:
-            return None
-        chain += [cur.id, const[0]]
-        cur = graph.node([i for i in cur.inputs if i != const[0]][0])
-    for op in _CHAIN:
+def _walk(graph: Graph, start: int, ops: tuple[Op, ...], chain: list[int]) -> int | None:
+    """Follow first inputs from ``start`` through ``ops``, appending to ``chain``; the node
+    reached after them, or None if the graph differs."""
+    cur = graph.node(start)
+    for op in ops:
         if cur.op is not op:
             return None
         chain.append(cur.id)
         cur = graph.node(cur.inputs[0])
-    for i in chain[1:]:
-        if i in graph.outputs or any(c not in chain for c in graph.consumers(i)):
-            return None
-    return chain, cur.id
+    return cur.id
 
 
-def fuse_welch_chain(graph: Graph, gate: Any = None, **io_options: Any) -> tuple[Graph, dict]:
-    """Fuse every Welch chain into one ``welch_peaks`` node if ``gate.should_fuse`` agrees."""
-    replace, drop = {}, set()
+def _private(graph: Graph, chain: list[int]) -> bool:
+    """No node of the chain but its head is an output or feeds anything outside the chain."""
+    return all(i not in graph.outputs and all(c in chain for c in graph.consumers(i)) for i in chain[1:])
+
+
+def welch_chain_fusions(graph: Graph, backend: Any) -> list[tuple[Op, Graph]]:
+    """The rewrites of ``graph``'s Welch chain ``backend`` has kernels for, most fused first:
+    ``(fused op, rewritten graph)``. Empty when there is no chain or no fused kernel."""
+    out: list[tuple[Op, Graph]] = []
     for n in graph.nodes:
-        found = _chain_of(graph, n.id)
-        if found is None:
+        if n.op is not Op.topk or n.attrs.get("params") is None:
             continue
-        chain, rows = found
         p = n.attrs["params"]
-        n_seg = graph.node(chain[-1]).attrs["n_segments"]
-        drop.update(chain[1:])
-        replace[n.id] = lambda g, m, rows=rows, p=p, n_seg=n_seg: g.welch_peaks(m[rows], p.k, n_seg, params=p)
-    if not replace:
-        return graph, {"fused": False, "reason": "no window -> rfft -> power -> segment_mean -> topk chain"}
-    fused = _copy_except(graph, drop, replace, graph.name + "+fused")
-    return _decide(graph, fused, gate, io_options)
-
-
-def select_peaks_only_outputs(graph: Graph, gate: Any = None, **io_options: Any) -> tuple[Graph, dict]:
-    """Drop spectrum / PSD outputs that feed a peaks node.
-
-    When the peaks node is an output too, the spectrum output is dropped unconditionally
-    (the caller gets the same peaks with less readback); otherwise the peaks replace the
-    spectrum as the output if the gate agrees.
-    """
-    peaks = [n.id for n in graph.nodes if n.op in (Op.topk, Op.welch_peaks)]
-    upstream: dict[int, int] = {}
-    for pk in peaks:
-        stack = list(graph.node(pk).inputs)
-        while stack:
-            i = stack.pop()
-            upstream.setdefault(i, pk)
-            stack.extend(graph.node(i).inputs)
-    outs = list(graph.outputs)
-    new_outs, changed = [], False
-    for o in outs:
-        pk = upstream.get(o)
-        if pk is None:
-            new_outs.append(o)
+        scale = graph.node(n.inputs[0])
+        if scale.op is not Op.mul:
             continue
-        changed = True
-        if pk not in outs and pk not in new_outs:
-            new_outs.append(pk)
-    if not changed:
-        return graph, {"fused": False, "reason": "no spectrum output feeds a peaks node"}
-    after = _copy_except(graph, set(), {}, graph.name + "+peaks-only")
-    after.outputs = new_outs
-    if all(graph.node(upstream[o]).id in outs for o in outs if o in upstream):
-        return after, {"fused": True, "reason": "the peaks are already an output; the spectrum output is redundant"}
-    return _decide(graph, after, gate, io_options)
-
-
-def _decide(before: Graph, after: Graph, gate: Any, io_options: dict) -> tuple[Graph, dict]:
-    from welchpeaks.plan.fusion import fusion_benefit
-    from welchpeaks.plan.io import profile_graph_io
-
-    b, a = profile_graph_io(before, **io_options), profile_graph_io(after, **io_options)
-    benefit = fusion_benefit(b, a)
-    info = {"before": b, "after": a, "benefit": benefit}
-    if gate is None:
-        return after, {**info, "fused": True, "reason": "no gate given"}
-    score = gate.score_ns(benefit)
-    ok = score >= gate.min_gain_ns
-    info.update(score_ns=score, min_gain_ns=gate.min_gain_ns, fused=ok,
-                reason=f"gate score {score:.0f} ns {'>=' if ok else '<'} min gain {gate.min_gain_ns:.0f} ns")
-    return (after if ok else before), info
+        const = [i for i in scale.inputs if graph.node(i).op is Op.constant]
+        if len(const) != 1:
+            continue
+        psd = next(i for i in scale.inputs if i != const[0])
+        tail = [n.id, scale.id, const[0]]
+        spec = _walk(graph, psd, _TAIL, tail)
+        if spec is None or not _private(graph, tail):
+            continue
+        whole = list(tail)
+        rows = _walk(graph, spec, _HEAD, whole)
+        n_seg = graph.node(spec).shape[-2]
+        if rows is not None and _private(graph, whole) and backend.fuses(Op.welch_peaks, p):
+            out.append((Op.welch_peaks, _copy_except(
+                graph, set(whole[1:]), {n.id: lambda g, m, rows=rows: g.welch_peaks(m[rows], n_seg, p)},
+                graph.name)))
+        if backend.fuses(Op.spectrum_peaks, p):
+            out.append((Op.spectrum_peaks, _copy_except(
+                graph, set(tail[1:]), {n.id: lambda g, m, spec=spec: g.spectrum_peaks(m[spec], p)}, graph.name)))
+        break  # one chain per graph: an execution computes one Welch-peaks call
+    return out

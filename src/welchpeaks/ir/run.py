@@ -1,213 +1,148 @@
-"""Execute a :class:`Graph` op by op.
+"""Compile a :class:`Graph` for a backend into a program, and run it.
 
-Every op has a NumPy kernel here, so any graph runs with ``backend="numpy"``. A backend
-registers faster kernels for the ops it provides with :func:`register_kernel` (the numba
-backend registers the fused ``welch_peaks``); ops a backend lacks fall back to NumPy.
+A backend is a small table, op -> kernel factory (as in tinygrad): ``factory(node, graph)``
+returns the function that computes that node from its inputs' values, with whatever constants
+and scratch it needs bound once. :func:`compile` turns a graph into a :class:`Program`, an
+ordered list of those calls with the slots of their inputs; running the program runs the
+list. :func:`run` is compile-then-run, and it is the same code that
+:class:`welchpeaks.WelchPeaks` runs: the planner compiles the graph it chose, once, and every
+call executes that program.
+
+:func:`tracing` records every kernel a program invokes (backend, op, node), so tests can show
+that what ran is exactly the graph that was planned.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+import contextlib
+import threading
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
 from welchpeaks.ir.graph import Graph, Node, Op
 
-Kernel = Callable[[Node, list], Any]
-_KERNELS: dict[str, dict[Op, Kernel]] = {"numpy": {}}
-#: backend name -> module that registers its kernels (imported on first use)
-_BACKEND_MODULES = {"numba": "welchpeaks.backends.fused_cpu"}
+KernelFactory = Callable[[Node, Graph], Callable[..., Any]]
 
 
-def register_kernel(backend: str, op: Op, fn: Kernel) -> None:
-    _KERNELS.setdefault(backend, {})[op] = fn
+class Backend:
+    """A named table of kernel factories, with an optional ``base`` backend for the ops it does
+    not implement itself.
+
+    ``accepts`` maps a fused op to a predicate over :class:`welchpeaks.params.PeakParams`: the
+    fusion pass rewrites into that op only where the predicate holds (for example, a kernel
+    written for power-of-two ``n_fft`` only). Fused ops are never inherited from ``base``: a
+    backend fuses only what it says it fuses.
+    """
+
+    FUSED = frozenset({Op.welch_peaks, Op.spectrum_peaks})
+
+    def __init__(self, name: str, kernels: Mapping[Op, KernelFactory], base: "Backend | None" = None,
+                 accepts: Mapping[Op, Callable[[Any], bool]] | None = None):
+        self.name = name
+        self.kernels = dict(kernels)
+        self.base = base
+        self.accepts = dict(accepts or {})
+
+    def factory(self, op: Op) -> KernelFactory:
+        if op in self.kernels:
+            return self.kernels[op]
+        if self.base is not None and op not in self.FUSED:
+            return self.base.factory(op)
+        raise ValueError(f"backend {self.name!r} has no kernel for op {op.value!r}")
+
+    def fuses(self, op: Op, params: Any) -> bool:
+        """True when this backend has its own kernel for the fused ``op`` at ``params``."""
+        return op in self.kernels and self.accepts.get(op, lambda p: True)(params)
+
+    def __repr__(self) -> str:
+        return f"Backend({self.name!r}, ops={sorted(o.value for o in self.kernels)})"
 
 
-def _kernel(backend: str, op: Op) -> Kernel:
-    if backend not in _KERNELS and backend in _BACKEND_MODULES:
-        import importlib
-
-        importlib.import_module(_BACKEND_MODULES[backend])
-    if backend not in _KERNELS:
-        raise ValueError(f"backend={backend!r} is unknown; use one of {sorted(set(_KERNELS) | set(_BACKEND_MODULES))}")
-    return _KERNELS[backend].get(op) or numpy_kernel(op)
+_TRACE = threading.local()
 
 
-def run(graph: Graph, inputs: Mapping[str, Any], backend: str = "numpy") -> tuple:
-    """Values of ``graph.outputs`` for ``inputs`` (name -> array), computed on ``backend``."""
+@contextlib.contextmanager
+def tracing() -> Iterator[list[tuple[str, str, int]]]:
+    """Record, in this thread, every kernel call of every program run inside the block as
+    ``(backend, op, node id)``."""
+    log: list[tuple[str, str, int]] = []
+    outer = getattr(_TRACE, "log", None)
+    _TRACE.log = log
+    try:
+        yield log
+    finally:
+        _TRACE.log = outer
+
+
+class Program:
+    """A graph compiled for one backend: an ordered list of kernel calls.
+
+    Call it with the graph's inputs (by name, or positionally in the graph's input order); it
+    returns the values of the graph's outputs as a tuple. Intermediates are dropped as soon as
+    their last consumer ran. The program runs any number of rows (the graph's first input
+    dimension is the batch); the other dimensions are the caller's contract.
+    """
+
+    def __init__(self, graph: Graph, backend: Backend):
+        self.graph = graph
+        self.backend = backend
+        last_use: dict[int, int] = {}
+        for n in graph.nodes:
+            for i in n.inputs:
+                last_use[i] = n.id
+        keep = set(graph.outputs)
+        self._input_names = list(graph.inputs)
+        self.steps: list[tuple[Node, Callable[..., Any], tuple[int, ...], tuple[int, ...]]] = []
+        for n in graph.nodes:
+            fn = backend.factory(n.op)(n, graph)
+            free = tuple(i for i in set(n.inputs) if last_use.get(i) == n.id and i not in keep)
+            self.steps.append((n, fn, n.inputs, free))
+        self._outputs = tuple(graph.outputs)
+
+    def __call__(self, *args: Any, **named: Any) -> tuple:
+        if args:
+            named.update(zip(self._input_names, args))
+        values: list[Any] = [None] * len(self.steps)
+        log = getattr(_TRACE, "log", None)
+        for node, fn, ins, free in self.steps:
+            if log is not None:
+                log.append((self.backend.name, node.op.value, node.id))
+            if node.op is Op.input:
+                values[node.id] = fn(named[node.attrs["name"]])
+            else:
+                values[node.id] = fn(*[values[i] for i in ins])
+            for i in free:
+                values[i] = None
+        return tuple(values[o] for o in self._outputs)
+
+
+def compile(graph: Graph, backend: Backend) -> Program:  # noqa: A001  (the IR's verb)
+    """``graph`` as a program of ``backend``'s kernels (constants and scratch bound once)."""
+    return Program(graph, backend)
+
+
+def run(graph: Graph, inputs: Mapping[str, Any], backend: Backend) -> tuple:
+    """Values of ``graph.outputs`` for ``inputs`` (name -> array), computed by ``backend``:
+    the inputs are checked against the graph, then :func:`compile` and the program's call."""
     missing = set(graph.inputs) - set(inputs)
     if missing:
         raise ValueError(f"inputs: graph {graph.name!r} needs {sorted(missing)}")
-    values: list[Any] = [None] * len(graph.nodes)
-    last_use = {}
-    for n in graph.nodes:
-        for i in n.inputs:
-            last_use[i] = n.id
-    keep = set(graph.outputs)
-    for n in graph.nodes:
-        if n.op is Op.input:
-            v = np.asarray(inputs[n.attrs["name"]])
-            if v.shape != n.shape:
-                raise ValueError(f"inputs[{n.attrs['name']!r}]: shape {list(v.shape)}; the graph expects {list(n.shape)}")
-            values[n.id] = v
-        else:
-            values[n.id] = _kernel(backend, n.op)(n, [values[i] for i in n.inputs])
-        for i in n.inputs:  # free intermediates as soon as their last consumer ran
-            if last_use.get(i) == n.id and i not in keep:
-                values[i] = None
-    return tuple(values[o] for o in graph.outputs)
+    for name, i in graph.inputs.items():
+        node, shape = graph.node(i), tuple(inputs[name].shape)
+        if len(shape) != len(node.shape) or shape[1:] != node.shape[1:]:
+            raise ValueError(f"inputs[{name!r}]: shape {list(shape)}; the graph expects {list(node.shape)} "
+                             "(any number of rows)")
+    if not isinstance(backend, Backend):
+        raise TypeError(f"backend={backend!r} must be an ir.Backend (welchpeaks.backends.get(name).backend)")
+    return compile(graph, backend)(**inputs)
 
 
-# ---------------------------------------------------------------------------- numpy kernels
+def identity_input(node: Node, graph: Graph) -> Callable[[Any], Any]:
+    """The default ``input`` kernel: the caller's array as it is."""
+    return lambda x: x
 
 
-def _np(op: Op):
-    def deco(fn: Kernel) -> Kernel:
-        register_kernel("numpy", op, fn)
-        return fn
-
-    return deco
-
-
-@_np(Op.param)
-@_np(Op.constant)
-def _leaf(n, a):
-    return n.attrs["value"]
-
-
-@_np(Op.reshape)
-def _reshape(n, a):
-    return a[0].reshape(n.shape)
-
-
-@_np(Op.transpose)
-def _transpose(n, a):
-    return a[0].transpose(n.attrs["perm"])
-
-
-@_np(Op.narrow)
-def _narrow(n, a):
-    sl = [slice(None)] * a[0].ndim
-    sl[n.attrs["axis"]] = slice(n.attrs["start"], n.attrs["start"] + n.attrs["length"])
-    return a[0][tuple(sl)]
-
-
-@_np(Op.frames)
-def _frames(n, a):
-    from welchpeaks.spectral import segment_view
-
-    return segment_view(a[0], n.attrs["n_fft"], n.attrs["hop"], n.attrs["n_segments"])
-
-
-_np(Op.add)(lambda n, a: a[0] + a[1])
-_np(Op.sub)(lambda n, a: a[0] - a[1])
-_np(Op.mul)(lambda n, a: a[0] * a[1])
-_np(Op.concat)(lambda n, a: np.concatenate(a, axis=n.attrs["axis"]))
-
-
-@_np(Op.fft)
-def _fft(n, a):
-    x = a[0]
-    half = x.shape[1] // 2
-    z = x[:, :half].astype(np.complex128) + 1j * x[:, half:]
-    norm = n.attrs["norm"]
-    out = np.fft.ifft(z, norm=norm) if n.attrs["inverse"] else np.fft.fft(z, norm=norm)
-    return np.concatenate([out.real, out.imag], axis=1).astype(x.dtype)
-
-
-@_np(Op.rfft)
-def _rfft(n, a):
-    import scipy.fft
-
-    return scipy.fft.rfft(a[0], axis=-1, workers=-1)
-
-
-def _windowed(x: np.ndarray, detrend: Any, window: np.ndarray) -> np.ndarray:
-    from welchpeaks.spectral import detrend_segments
-
-    return (detrend_segments(x, detrend) * window).astype(x.dtype, copy=False)
-
-
-_np(Op.window)(lambda n, a: _windowed(a[0], n.attrs["detrend"], n.attrs["window"]))
-
-
-@_np(Op.power)
-def _power(n, a):
-    z = a[0]
-    p = z.real * z.real + z.imag * z.imag
-    return p if n.attrs["scale"] is None else p * n.attrs["scale"].astype(p.dtype)
-
-
-_np(Op.segment_mean)(lambda n, a: a[0].mean(axis=-2, dtype=a[0].dtype))
-
-
-def records(bins: np.ndarray, power: np.ndarray, fbins: np.ndarray) -> np.ndarray:
-    """Peak records ``[rows, k, 3]`` float64 of (bin, power, fractional bin)."""
-    return np.stack([bins.astype(np.float64), power.astype(np.float64), fbins], axis=-1)
-
-
-def numpy_kernel(op: Op) -> Kernel:
-    """The NumPy kernel of ``op`` (what other backends fall back to)."""
-    return _KERNELS["numpy"][op]
-
-
-def _select_records(psd: np.ndarray, k: int, mode: str, min_distance: int) -> np.ndarray:
-    """Peak records of PSD rows; rows with a non-finite value are left empty."""
-    from welchpeaks.backends.numpy_exec import select
-
-    bad = ~np.isfinite(psd).all(axis=1)
-    out = records(*select(np.where(bad[:, None], 0, psd), k, mode, min_distance))
-    out[bad] = [-1, np.nan, np.nan]
-    return out
-
-
-_np(Op.topk)(lambda n, a: _select_records(a[0], n.attrs["k"], n.attrs["mode"], n.attrs["min_distance"]))
-
-
-@_np(Op.welch_peaks)
-def _welch_peaks(n, a):
-    x = a[0]
-    k, S = n.attrs["k"], n.attrs["n_segments"]
-    if n.attrs["source"] == "block":
-        half = x.shape[1] // 2
-        nb = half // 2 + 1
-        pw = x[:, :nb].astype(np.float64) ** 2 + x[:, half:half + nb].astype(np.float64) ** 2
-        pw[:, 1:nb - 1] *= 2.0
-        psd = pw.reshape(-1, S, nb).mean(axis=1)
-        order = np.argsort(-psd, axis=1, kind="stable")[:, :k]
-        out = np.zeros((psd.shape[0], k, 2), np.float32)
-        out[:, : order.shape[1], 0] = order
-        out[:, : order.shape[1], 1] = np.take_along_axis(psd, order, 1)
-        return out.reshape(psd.shape[0], 2 * k)
-    from welchpeaks.spectral import one_sided_scale
-
-    from welchpeaks.spectral import segment_view
-
-    p = n.attrs["params"]
-    if n.attrs["source"] == "rows":
-        x = segment_view(x, p.n_fft, p.hop, S)
-        x = _rfft(None, [_windowed(x, p.detrend, p.window_array.astype(x.dtype))])
-    scale = one_sided_scale(p.window_array, p.n_fft, 1.0 if p.fs is None else p.fs, p.scaling)
-    psd = (x.real * x.real + x.imag * x.imag).mean(axis=1) * scale.astype(x.real.dtype)
-    return _select_records(psd, k, p.mode, p.min_distance)
-
-
-@_np(Op.log_mel)
-def _log_mel(n, a):
-    x = a[0]
-    half = x.shape[1] // 2
-    nb = half // 2 + 1
-    pw = x[:, :nb] ** 2 + x[:, half:half + nb] ** 2
-    return np.log10(np.maximum(pw @ n.attrs["filterbank"].T.astype(x.dtype), 1e-10)).astype(x.dtype)
-
-
-_np(Op.custom)(lambda n, a: np.asarray(n.attrs["fn"](*a)))
-_np(Op.matmul)(lambda n, a: a[0] @ a[1])
-
-
-@_np(Op.attention)
-def _attention(n, a):
-    q, k, v = a
-    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
-    s = np.exp(s - s.max(axis=-1, keepdims=True))
-    return (s / s.sum(axis=-1, keepdims=True)) @ v
+def constant_value(node: Node, graph: Graph) -> Callable[[], Any]:
+    value = np.asarray(node.attrs["value"])
+    return lambda: value

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from welchpeaks.backends._numba_kernels import _OPTS, LANES, butterfly_lanes, worker_blocks
+from welchpeaks.numba_base import KERNEL_LOCK, LANES, OPTS, butterfly_lanes, numba_threads, worker_blocks
 
 
-@njit(parallel=True, **_OPTS)
+@njit(parallel=True, **OPTS)
 def _run(x, perm, i0s, i1s, wrs, wis, n_out, out, buf_re, buf_im):
     """``out[r, q] = network(x[r])[q]`` for ``q < n_out``; ``buf_*`` are [workers, >= n, LANES]."""
     rows, n = x.shape
@@ -75,8 +75,6 @@ class CompiledButterfly:
     """
 
     def __init__(self, model: Any, dtype: Any = np.float32):
-        import numba
-
         arrs = model.compiled_arrays()
         self.n_fft = int(model.n_fft)
         self.n_out = int(model.valid_bins)
@@ -86,7 +84,7 @@ class CompiledButterfly:
         self.i0, self.i1 = i0.astype(np.int64), i1.astype(np.int64)
         self.wr, self.wi = wr.astype(self.dtype), wi.astype(self.dtype)
         self.perm = arrs["perm"].astype(np.int64)
-        w = numba.get_num_threads()
+        w = numba_threads()
         self._re = worker_blocks(w, self.n_fft, self.dtype)
         self._im = worker_blocks(w, self.n_fft, self.dtype)
 
@@ -99,8 +97,6 @@ class CompiledButterfly:
         if x.ndim != 2 or x.shape[1] != self.n_fft:
             raise ValueError(f"x has shape {x.shape}; the compiled network takes [rows, {self.n_fft}]")
         out = np.empty((x.shape[0], self.n_out), np.complex64 if self.dtype == np.float32 else np.complex128)
-        from welchpeaks.backends.fused_cpu import KERNEL_LOCK
-
         with KERNEL_LOCK:
             _run(x, self.perm, self.i0, self.i1, self.wr, self.wi, self.n_out, out, self._re, self._im)
         return out

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from welchpeaks.numba_base import bit_reverse
+
 try:
     import torch
 except ImportError:
@@ -35,11 +37,6 @@ def check_n_fft(n_fft: Any) -> int:
     if isinstance(n_fft, bool) or not isinstance(n_fft, (int, np.integer)) or n_fft < 4 or n_fft & (n_fft - 1):
         raise ValueError(f"n_fft={n_fft!r}: the butterfly network needs a power of two >= 4 (for example 256)")
     return int(n_fft)
-
-
-def bit_reverse(n: int) -> np.ndarray:
-    bits = n.bit_length() - 1
-    return np.array([int(format(i, f"0{bits}b")[::-1], 2) for i in range(n)], np.int64)
 
 
 def exact_angles(n: int) -> np.ndarray:

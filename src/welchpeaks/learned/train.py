@@ -334,7 +334,7 @@ def evaluate(model: ButterflyFFT, data: str | None = None, k: int = 4, batch: in
     against ``scipy.fft.rfft`` (medians of ``repeats``, round robin)."""
     import scipy.fft
 
-    from welchpeaks.bench.timing import round_robin, summary
+    from welchpeaks.timing import round_robin, summary
     from welchpeaks.learned.compiled import CompiledButterfly
 
     n = model.n_fft

@@ -1,42 +1,24 @@
-"""The planner: IO profiles, the fusion gate, measured cost models and the strategy picker."""
+"""The planner: IO profiles, the fusion gate, measured cost models, the picker and the
+per-executor planner that compiles the chosen graph."""
 
 from welchpeaks.plan.cost import (
     BackendCostModel,
-    CpuCostModel,
-    CudaCostModel,
     LogLogTable,
     cost_model_for,
+    cpu_cost_model,
     estimate_graph_cost,
     estimate_graph_cost_with_io,
+    io_fusion_gate_for,
     set_cost_model,
 )
-from welchpeaks.plan.fusion import DEFAULT_GATES, FusionBenefit, IoFusionGate, fusion_benefit, io_fusion_gate_for
+from welchpeaks.plan.fusion import FusionBenefit, IoFusionGate, fuse, fusion_benefit
 from welchpeaks.plan.io import GraphIoProfile, host_readback_bytes, profile_graph_io
-from welchpeaks.plan.picker import estimate_costs, pick_strategy
+from welchpeaks.plan.picker import estimate_costs, execution_graph, pick_for, pick_strategy
+from welchpeaks.plan.planner import CallPlan, Planner
 
 __all__ = [
     "GraphIoProfile", "profile_graph_io", "host_readback_bytes", "FusionBenefit", "fusion_benefit", "IoFusionGate",
-    "io_fusion_gate_for", "DEFAULT_GATES", "BackendCostModel", "CpuCostModel", "CudaCostModel", "LogLogTable",
-    "estimate_graph_cost", "estimate_graph_cost_with_io", "cost_model_for", "set_cost_model",
-    "estimate_costs", "pick_strategy", "pick_best_device", "fastest_device_for",
+    "fuse", "io_fusion_gate_for", "BackendCostModel", "cpu_cost_model", "LogLogTable", "estimate_graph_cost",
+    "estimate_graph_cost_with_io", "cost_model_for", "set_cost_model", "estimate_costs", "execution_graph",
+    "pick_for", "pick_strategy", "CallPlan", "Planner",
 ]
-
-
-def pick_best_device(graph, models):
-    """The device whose *measured* model prices ``graph`` lowest (default models are not ranked)."""
-    best, best_ns = None, float("inf")
-    for m in models:
-        if m.status != "measured":
-            continue
-        ns = estimate_graph_cost_with_io(graph, m)
-        if ns < best_ns:
-            best, best_ns = m.device, ns
-    if best is None:
-        raise ValueError("pick_best_device: no measured cost model given; run `welchpeaks calibrate`")
-    return best
-
-
-def fastest_device_for(graph, policy=None):
-    """:func:`pick_best_device` over the devices with a model here (``policy``: device names to consider)."""
-    models = [m for d in (policy or ["cpu", "cuda"]) if (m := cost_model_for(d, calibrate=(d == "cpu"))) is not None]
-    return pick_best_device(graph, models)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import tempfile
 import time
 import warnings
@@ -21,12 +20,22 @@ from typing import Any, Callable
 
 import numpy as np
 
-from welchpeaks.plan.cost import BackendCostModel, CpuCostModel, LogLogTable
+from welchpeaks import backends
+from welchpeaks.machine import machine_info
+from welchpeaks.params import make_params
+from welchpeaks.plan.cost import (
+    BackendCostModel,
+    LogLogTable,
+    cost_model_for,
+    cpu_cost_model,
+    estimate_graph_cost,
+    provisional_cost_model,
+)
 
 FORMAT = 2
-QUICK_GRID = {"n_fft": [64, 1024], "rows": [1, 32, 1024], "bins": [33, 513], "sgemm": [64, 256], "repeats": 3}
+QUICK_GRID = {"n_fft": [64, 1024], "rows": [1, 32, 1024], "bins": [33, 513], "repeats": 3}
 FULL_GRID = {"n_fft": [64, 256, 1024, 4096], "rows": [1, 16, 512, 8192], "bins": [33, 129, 513, 2049],
-             "sgemm": [64, 256, 1024], "repeats": 5}
+             "repeats": 5}
 
 
 class CalibrationNotice(UserWarning):
@@ -43,22 +52,21 @@ def cache_dir() -> Path:
 
 
 def machine_key(device: str) -> dict[str, Any]:
-    import numba
-    import scipy
+    """What a cached model is valid for: this machine, thread count and library versions."""
+    info = machine_info()
+    return {"device": device, "cpu": info["cpu"], "cores": info["cores"], "threads": info["numba_threads"],
+            "node": info["node"], **info["versions"]}
 
-    import welchpeaks
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {
-        "device": device, "cpu": cpu, "cores": os.cpu_count(), "threads": numba.get_num_threads(),
-        "node": platform.node(), "python": platform.python_version(), "welchpeaks": welchpeaks.__version__,
-        "numpy": np.__version__, "scipy": scipy.__version__, "numba": numba.__version__,
-    }
+def set_call_timer(timer: Callable[[str, int], float] | None) -> None:
+    """Hand calibration the function that times one call through the public API for an
+    execution name and a repeat count (ns per call on one 64-sample signal): the API registers it when it is
+    imported, so this layer never imports the layer above it."""
+    global _CALL_TIMER
+    _CALL_TIMER = timer
+
+
+_CALL_TIMER: Callable[[str, int], float] | None = None
 
 
 def cache_path(device: str) -> Path:
@@ -118,7 +126,7 @@ def load_or_measure(device: str, measure: bool = True) -> BackendCostModel | Non
 # ---------------------------------------------------------------------------- measuring
 
 
-def _median_ns(fn: Callable[[], Any], repeats: int, inner: int | None = None) -> float:
+def median_ns(fn: Callable[[], Any], repeats: int, inner: int | None = None) -> float:
     """Median ns of one call of ``fn``.
 
     Warm-up runs at least two calls and 1 ms, so caches, thread pools and lazily built plans
@@ -154,13 +162,11 @@ def _monotone(vals: list[list[float]]) -> list[list[float]]:
 
 def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = None) -> BackendCostModel:
     """Measure this machine's CPU cost model (``quick``: a small grid, a few seconds)."""
-    import numba
     import scipy.fft
 
-    from welchpeaks.backends.fused_cpu import FusedCpuPlan
+    from welchpeaks.backends.fused_cpu import FusedCpuPlan  # numba: imported when measuring
     from welchpeaks.backends.numpy_exec import select
-    from welchpeaks.params import make_params
-    from welchpeaks.plan.cost import estimate_graph_cost
+    from welchpeaks.numba_base import numba_threads
 
     grid = QUICK_GRID if quick else FULL_GRID
     reps = grid["repeats"]
@@ -168,18 +174,23 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
     rng = np.random.default_rng(0)
 
     a = np.ones(8), np.ones(8), np.empty(8)
-    dispatch = _median_ns(lambda: np.add(a[0], a[1], out=a[2]), reps)
+    dispatch = median_ns(lambda: np.add(a[0], a[1], out=a[2]), reps)
     tick("launch cost")
     # what an unfused step sees: it reads its input and writes a fresh (page-faulting) buffer
     big = np.ones((4 if quick else 16) << 20, np.float32)
-    bw = 2 * big.nbytes / _median_ns(lambda: np.multiply(big, 2), reps)
+    bw = 2 * big.nbytes / median_ns(lambda: np.multiply(big, 2), reps)
     tick("memory bandwidth")
     p1 = make_params(n_fft=64, k=1, segments=1)
     tiny = FusedCpuPlan(p1, 1, np.dtype(np.float32))
     x1 = np.ones((1, 64), np.float32)
-    roundtrip = _median_ns(lambda: tiny.run(x1, np.dtype(np.float32)), reps)
+    roundtrip = median_ns(lambda: tiny.run(x1), reps)
     tick("round trip")
-    calls = _time_tiny_calls(reps, tick)
+    # Calls through the API plan with the CPU model's gate: a provisional model (no curves,
+    # which a requested execution does not need) stands in while they are timed.
+    model = cpu_cost_model(status="default", dispatch_ns=dispatch, roundtrip_ns=roundtrip, memory_bw=bw, h2d_bw=bw,
+                           d2h_bw=bw, threads=numba_threads(), min_gain_ns=dispatch)
+    with provisional_cost_model(model):
+        calls = _time_tiny_calls(reps, tick)
 
     tables: dict[str, LogLogTable] = {}
     ns_, rows_ = grid["n_fft"], grid["rows"]
@@ -189,7 +200,7 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
             row = []
             for r in rows_:
                 x = rng.standard_normal((r, n)).astype(dt)
-                row.append(_median_ns(lambda x=x: scipy.fft.rfft(x, axis=-1, workers=-1), reps))
+                row.append(median_ns(lambda x=x: scipy.fft.rfft(x, axis=-1, workers=-1), reps))
                 tick(f"fft {dt} n_fft {n} x {r}")
             vals.append(row)
         tables[f"fft:{dt}"] = LogLogTable(ns_, rows_, _monotone(vals))
@@ -199,7 +210,7 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
             row = []
             for r in rows_:
                 psd = rng.chisquare(4, (r, nb)).astype(np.float32)
-                row.append(_median_ns(lambda psd=psd: select(psd, 16, mode, 1), reps))
+                row.append(median_ns(lambda psd=psd: select(psd, 16, mode, 1), reps))
                 tick(f"select {mode} {nb} bins x {r}")
             vals.append(row)
         tables[f"select:{mode}"] = LogLogTable(grid["bins"], rows_, _monotone(vals))
@@ -209,7 +220,7 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
             row = []
             for nb in grid["bins"]:
                 psd = rng.chisquare(4, (rk, nb)).astype(np.float32)
-                row.append(_median_ns(lambda psd=psd, k=k: select(psd, k, mode, 1), reps) / rk)
+                row.append(median_ns(lambda psd=psd, k=k: select(psd, k, mode, 1), reps) / rk)
             per_row.append(row)
             tick(f"select {mode} k {k}")
         tables[f"select-k:{mode}"] = LogLogTable([4, 16, 64], grid["bins"], per_row)
@@ -221,8 +232,8 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
                 plan = FusedCpuPlan(p, s, np.dtype(dt))
                 row = []
                 for r in rows_:
-                    x = rng.standard_normal((r, n + (s - 1) * (n // 2))).astype(dt)
-                    row.append(_median_ns(lambda x=x: plan.run(x, np.dtype(dt)), reps))
+                    x = rng.standard_normal((r, p.frame_length(s))).astype(dt)
+                    row.append(median_ns(lambda x=x: plan.run(x), reps))
                     tick(f"fused-cpu {dt} {s} seg n_fft {n} x {r}")
                 vals.append(row)
             tables[f"fused:{dt}:s{s}"] = LogLogTable(ns_, rows_, _monotone(vals))
@@ -233,20 +244,13 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
         for n in ns_:
             x = rng.standard_normal((rk, n + n // 2)).astype(np.float32)
             plan = FusedCpuPlan(make_params(n_fft=n, k=k, segments=2), 2, np.dtype(np.float32))
-            row.append(_median_ns(lambda plan=plan, x=x: plan.run(x, np.dtype(np.float32)), reps) / rk)
+            row.append(median_ns(lambda plan=plan, x=x: plan.run(x), reps) / rk)
         per_row.append(row)
         tick(f"fused-cpu k {k}")
     tables["fused-k"] = LogLogTable([4, 16, 64], ns_, per_row)
-    flops, times = [], []
-    for m in grid["sgemm"]:
-        am = rng.standard_normal((m, m)).astype(np.float32)
-        flops.append(2.0 * m ** 3)
-        times.append([_median_ns(lambda am=am: am @ am, reps)])
-        tick(f"sgemm {m}")
-    tables["sgemm"] = LogLogTable(flops, [1], times)
-    model = CpuCostModel(
+    model = cpu_cost_model(
         status="measured", dispatch_ns=dispatch, roundtrip_ns=roundtrip, memory_bw=bw, h2d_bw=bw, d2h_bw=bw,
-        threads=numba.get_num_threads(), tables=tables, min_gain_ns=dispatch, host_thunk_penalty_ns=0.0,
+        threads=numba_threads(), tables=tables, min_gain_ns=dispatch, host_thunk_penalty_ns=0.0,
         meta={"quick": quick, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "grid": grid},
     )
     model.call_ns = {name: max(t - estimate_graph_cost(g, model), 0.0) for name, (t, g) in calls.items()}
@@ -254,21 +258,23 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
 
 
 def _time_tiny_calls(reps: int, tick: Callable[[str], None]) -> dict[str, tuple[float, Any]]:
-    """Per execution: ns of one API call on one 64-sample signal, and that call's graph.
+    """Per execution: ns of one API call on one 64-sample signal (timed by the function the API
+    handed in, :func:`set_call_timer`), and the graph that call runs.
 
     Less what the graph's nodes cost, that is the fixed cost of a call (validation, plan
     lookup, result assembly, many small array calls), which decides small batches. Measured
     first, before BLAS or FFT thread pools are left spinning by the large measurements.
     """
-    from welchpeaks import backends
-    from welchpeaks.api import WelchPeaks
+    from welchpeaks.plan.picker import execution_graph
 
-    x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
-    out = {}
+    out: dict[str, tuple[float, Any]] = {}
+    if _CALL_TIMER is None:
+        return out
+    params = make_params(n_fft=64, k=1, segments=1)
     for name in backends.available("cpu"):
-        wp = WelchPeaks(n_fft=64, k=1, segments=1, strategy=name, dtype="float32")
-        t = _median_ns(lambda wp=wp: wp(x), reps)
-        out[name] = (t, backends.get(name).graph(wp.params, 1, 1, 64, np.dtype(np.float32)))
+        t = _CALL_TIMER(name, reps)
+        graph, _ = execution_graph(backends.get(name), params, 1, 1, 64, np.float32, cost_model_for("cpu"))
+        out[name] = (t, graph)
         tick(f"call overhead {name}")
     return out
 
@@ -277,6 +283,4 @@ def steps(quick: bool) -> int:
     """How many progress ticks :func:`measure_cpu` makes (for a progress bar)."""
     grid = QUICK_GRID if quick else FULL_GRID
     n, r, b = len(grid["n_fft"]), len(grid["rows"]), len(grid["bins"])
-    from welchpeaks import backends
-
-    return 3 + 2 * n * r + 2 * (b * r + 3) + 4 * n * r + 3 + len(grid["sgemm"]) + len(backends.available("cpu"))
+    return 3 + 2 * n * r + 2 * (b * r + 3) + 4 * n * r + 3 + len(backends.available("cpu"))

@@ -8,15 +8,17 @@ node; :func:`estimate_graph_cost_with_io` adds round trips, syncs and readback.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
-from welchpeaks.ir.graph import METADATA_OPS, Graph, Node, Op
-from welchpeaks.plan.io import CPU_SYNC_OPS, RLX_SYNC_OPS, GraphIoProfile, host_readback_bytes, profile_graph_io
+from welchpeaks.ir import METADATA_OPS, Graph, Node, Op
+from welchpeaks.plan.fusion import IoFusionGate
+from welchpeaks.plan.io import GraphIoProfile, host_readback_bytes, profile_graph_io
 
 
 @dataclass
@@ -67,8 +69,7 @@ class BackendCostModel:
 
     ``tables`` keys: ``fft:<dtype>`` (n_fft x transforms), ``select:<mode>`` (n_bins x rows),
     ``fused:<dtype>:s<S>`` (n_fft x rows: the whole fused kernel for S segments, k 16),
-    ``fused-k`` (k x n_fft) and ``select-k:<mode>`` (k x n_bins): ns per row at k, ``sgemm``
-    (flops x 1: ns). ``call_ns`` is each execution's fixed cost of one call through the API
+    ``fused-k`` (k x n_fft) and ``select-k:<mode>`` (k x n_bins): ns per row at k. ``call_ns`` is each execution's fixed cost of one call through the API
     (validation, planning lookup, result assembly) beyond its nodes; ``roundtrip_ns`` stands in
     for an execution without one.
     """
@@ -91,10 +92,6 @@ class BackendCostModel:
     @property
     def on_host(self) -> bool:
         return self.device == "cpu"
-
-    @property
-    def sync_ops(self) -> frozenset:
-        return CPU_SYNC_OPS if self.on_host else RLX_SYNC_OPS
 
     def _table(self, key: str) -> LogLogTable:
         if key not in self.tables:
@@ -127,13 +124,7 @@ class BackendCostModel:
         t = max(t1 + (n_segments - 1) * (t2 - t1), t1) + self._k_term("fused-k", k, rows, n_fft)
         return max(t, 1.0)
 
-    def sgemm_gflops(self, m: int, k: int, n: int) -> float:
-        flops = 2.0 * m * k * n
-        return flops / self._table("sgemm")(flops, 1)
-
-    def gate(self):
-        from welchpeaks.plan.fusion import IoFusionGate
-
+    def gate(self) -> IoFusionGate:
         return IoFusionGate(self.dispatch_ns, self.roundtrip_ns, self.memory_bw, self.h2d_bw, self.d2h_bw,
                             self.unified_memory, self.host_thunk_penalty_ns, self.min_gain_ns,
                             device=self.device, status=self.status)
@@ -150,12 +141,9 @@ class BackendCostModel:
         return cls(**d)
 
 
-def CpuCostModel(**kw: Any) -> BackendCostModel:
+def cpu_cost_model(**kw: Any) -> BackendCostModel:
+    """A CPU model (unified memory: nothing is read back)."""
     return BackendCostModel(device="cpu", unified_memory=True, **kw)
-
-
-def CudaCostModel(**kw: Any) -> BackendCostModel:
-    return BackendCostModel(device="cuda", unified_memory=False, **kw)
 
 
 # ---------------------------------------------------------------------------- node costs
@@ -180,24 +168,15 @@ def node_cost_ns(graph: Graph, node: Node, model: BackendCostModel) -> float:
         return model.dispatch_ns + model.fft_ns(n, node.shape[0], _dtype_name(node))
     if node.op is Op.topk:
         return base + model.select_ns(src.shape[1], node.attrs["k"], src.shape[0], node.attrs["mode"])
-    if node.op is Op.welch_peaks and node.attrs["source"] == "rows":
+    if node.op is Op.welch_peaks:
         p = node.attrs["params"]
         return model.dispatch_ns + model.fused_ns(p.n_fft, node.shape[0], node.attrs["n_segments"], p.k,
                                                   _dtype_name(src), p.mode)
-    if node.op is Op.welch_peaks and node.attrs["source"] == "spectrum":
-        return base + model.select_ns(src.shape[2], node.attrs["k"], src.shape[0], node.attrs["mode"])
-    if node.op is Op.matmul:
-        a, b = graph.node(node.inputs[0]), graph.node(node.inputs[1])
-        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-        batch = node.numel // (m * n)
-        return model.dispatch_ns + batch * 2.0 * m * k * n / model.sgemm_gflops(m, k, n)
-    if node.op is Op.attention:
-        q, v = graph.node(node.inputs[0]), graph.node(node.inputs[2])
-        t, d = q.shape[-2], q.shape[-1]
-        s = graph.node(node.inputs[1]).shape[-2]
-        batch = q.numel // (t * d)
-        flops = 2.0 * batch * t * s * (d + v.shape[-1])
-        return base + flops / model.sgemm_gflops(t, d, s)
+    if node.op is Op.spectrum_peaks:
+        p = node.attrs["params"]
+        return base + model.select_ns(src.shape[2], p.k, src.shape[0], p.mode)
+    if node.op is Op.block_peaks:
+        return base + model.select_ns(src.shape[1] // 4 + 1, node.attrs["k"], node.shape[0], "bins")
     return base
 
 
@@ -218,13 +197,13 @@ def _io_terms(graph: Graph, io: GraphIoProfile, model: BackendCostModel) -> dict
 def estimate_graph_cost_with_io(graph: Graph, model: BackendCostModel, io: GraphIoProfile | None = None) -> float:
     """Node costs, plus one round trip per run (the measured per-call cost of the execution
     named like the graph, if any) and per sync point, plus readback of the outputs."""
-    io = io or profile_graph_io(graph, sync_ops=model.sync_ops)
+    io = io or profile_graph_io(graph)
     return estimate_graph_cost(graph, model) + sum(_io_terms(graph, io, model).values())
 
 
 def cost_breakdown(graph: Graph, model: BackendCostModel) -> dict[str, Any]:
     """Every term of :func:`estimate_graph_cost_with_io`, for explanations."""
-    io = profile_graph_io(graph, sync_ops=model.sync_ops)
+    io = profile_graph_io(graph)
     nodes = {f"%{n.id} {n.op.value}": node_cost_ns(graph, n, model) for n in graph.nodes if n.op not in METADATA_OPS}
     terms = _io_terms(graph, io, model)
     return {"io": io.to_dict(), "nodes_ns": nodes, **terms, "total_ns": sum(nodes.values()) + sum(terms.values())}
@@ -234,6 +213,7 @@ def cost_breakdown(graph: Graph, model: BackendCostModel) -> dict[str, Any]:
 
 _MODELS: dict[str, BackendCostModel] = {}
 _LOCK = threading.Lock()
+_MEASURING = threading.RLock()
 
 
 def set_cost_model(model: BackendCostModel | None, device: str = "cpu") -> None:
@@ -250,9 +230,44 @@ def cost_model_for(device: str, calibrate: bool = True) -> BackendCostModel | No
     with _LOCK:
         if device in _MODELS:
             return _MODELS[device]
-        from welchpeaks.plan.calibrate import load_or_measure
+    from welchpeaks.plan.calibrate import load_or_measure
 
+    with _MEASURING:  # one load or measurement at a time
+        with _LOCK:
+            if device in _MODELS:
+                return _MODELS[device]
         model = load_or_measure(device, measure=calibrate)
         if model is not None:
-            _MODELS[device] = model
+            set_cost_model(model)
         return model
+
+
+@contextlib.contextmanager
+def provisional_cost_model(model: BackendCostModel) -> Iterator[None]:
+    """Use ``model`` for its device inside the block (a measurement's own calls plan with it),
+    then put back what was there."""
+    with _LOCK:
+        previous = _MODELS.get(model.device)
+        _MODELS[model.device] = model
+    try:
+        yield
+    finally:
+        with _LOCK:
+            if _MODELS.get(model.device) is model:
+                if previous is None:
+                    _MODELS.pop(model.device, None)
+                else:
+                    _MODELS[model.device] = previous
+
+
+def io_fusion_gate_for(device: str) -> IoFusionGate:
+    """The gate of ``device``: from its cost model when one is measured or cached, else the
+    original system's default."""
+    from welchpeaks.plan.original import DEFAULT_GATES
+
+    model = cost_model_for(device, calibrate=False)
+    if model is not None:
+        return model.gate()
+    if device in DEFAULT_GATES:
+        return DEFAULT_GATES[device]
+    raise ValueError(f"device={device!r} has no fusion gate; use 'cpu', 'cuda' or one of {sorted(DEFAULT_GATES)}")

@@ -1,10 +1,13 @@
-"""Fusion benefit and the IO gate that decides whether a rewrite pays."""
+"""Fusion benefit, the IO gate that decides whether a rewrite pays, and :func:`fuse`, which
+applies the rewrites of the fusion pass that the gate accepts."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
-from welchpeaks.plan.io import GraphIoProfile
+from welchpeaks.ir import Graph, welch_chain_fusions
+from welchpeaks.plan.io import GraphIoProfile, profile_graph_io
 
 
 @dataclass(frozen=True)
@@ -72,29 +75,30 @@ class IoFusionGate:
         return asdict(self)
 
 
-def _default(device, dispatch, rt, bw, rb, unified, penalty, gain) -> IoFusionGate:
-    return IoFusionGate(dispatch, rt, bw, rb, rb, unified, penalty, gain, device=device, status="default")
+def fuse(graph: Graph, backend: Any, gate: IoFusionGate, **io_options: Any) -> tuple[Graph, dict[str, Any]]:
+    """The graph ``backend`` runs: ``graph`` (the unfused chain) rewritten by the fusion pass
+    where the backend has a fused kernel and ``gate`` says fusing pays.
 
-
-#: The original system's per-target constants (rlx-system.md section 2.2), for devices this
-#: library cannot measure. Labelled "default"; never used to rank devices.
-DEFAULT_GATES: dict[str, IoFusionGate] = {
-    "metal": _default("metal", 500, 5_000, 200, 200, True, 2_000_000, 1_000),
-    "mlx": _default("mlx", 500, 5_000, 200, 200, True, 2_000_000, 1_000),
-    "cuda": _default("cuda", 2_000, 20_000, 800, 50, False, 15_000_000, 5_000),
-    "rocm": _default("rocm", 2_000, 20_000, 800, 50, False, 15_000_000, 5_000),
-    "wgpu": _default("wgpu", 3_000, 30_000, 100, 40, False, 25_000_000, 10_000),
-    "tpu": _default("tpu", 3_000, 30_000, 100, 40, False, 25_000_000, 10_000),
-}
-
-
-def io_fusion_gate_for(device: str) -> IoFusionGate:
-    """The gate of ``device``: from its cost model when one is measured or known, else the default."""
-    from welchpeaks.plan.cost import cost_model_for
-
-    model = cost_model_for(device, calibrate=False)
-    if model is not None:
-        return model.gate()
-    if device in DEFAULT_GATES:
-        return DEFAULT_GATES[device]
-    raise ValueError(f"device={device!r} has no fusion gate; use 'cpu', 'cuda' or one of {sorted(DEFAULT_GATES)}")
+    Every legal rewrite (:func:`welchpeaks.ir.welch_chain_fusions`) is scored by the gate
+    against the unfused graph; the best score at or above the gate's minimum gain wins, and
+    with none there the graph stays unfused. The decision lists every candidate's score.
+    """
+    before = profile_graph_io(graph, **io_options)
+    candidates = []
+    for op, rewritten in welch_chain_fusions(graph, backend):
+        benefit = fusion_benefit(before, profile_graph_io(rewritten, **io_options))
+        candidates.append((gate.score_ns(benefit), op, rewritten, benefit))
+    decision: dict[str, Any] = {
+        "min_gain_ns": gate.min_gain_ns, "gate": gate.status,
+        "candidates": {op.value: {"score_ns": score, **benefit.to_dict()} for score, op, _, benefit in candidates},
+    }
+    passing = [c for c in candidates if c[0] >= gate.min_gain_ns]
+    if not candidates:
+        return graph, {**decision, "fused": None, "reason": f"{backend.name} has no fused kernel for this chain"}
+    if not passing:
+        best = max(c[0] for c in candidates)
+        return graph, {**decision, "fused": None,
+                       "reason": f"unfused: best gate score {best:.0f} ns < min gain {gate.min_gain_ns:.0f} ns"}
+    score, op, rewritten, benefit = max(passing, key=lambda c: c[0])
+    return rewritten, {**decision, "fused": op.value, "score_ns": score, **benefit.to_dict(),
+                       "reason": f"fused into {op.value}: gate score {score:.0f} ns >= min gain {gate.min_gain_ns:.0f} ns"}

@@ -5,12 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
-from welchpeaks.ir.graph import METADATA_OPS, Graph, Op
-
-#: Ops the original system ran as host thunks behind a device sync, on every backend.
-RLX_SYNC_OPS = frozenset({Op.log_mel, Op.custom, Op.welch_peaks})
-#: On the CPU nothing waits for a device: no op is a sync point.
-CPU_SYNC_OPS: frozenset = frozenset()
+from welchpeaks.ir import METADATA_OPS, Graph, Op
 
 
 @dataclass(frozen=True)
@@ -28,13 +23,14 @@ def profile_graph_io(
     graph: Graph,
     outputs: Iterable[int] | None = None,
     fft_host_sync: bool = False,
-    sync_ops: frozenset = RLX_SYNC_OPS,
+    sync_ops: frozenset = frozenset(),
 ) -> GraphIoProfile:
     """Count what one run of ``graph`` does.
 
     Every node that is not a metadata op is one launch and moves the bytes of its inputs plus
-    its output. A node whose op is in ``sync_ops`` (a property of the backend that runs it;
-    the default is the original system's list) is a host sync point, and so is every ``fft``
+    its output. A node whose op is in ``sync_ops`` (a property of the backend that runs it:
+    none of welchpeaks' kernels waits on the host; the original system's graphs pass
+    :data:`welchpeaks.plan.original.SYNC_OPS`) is a host sync point, and so is every ``fft``
     when ``fft_host_sync``. ``outputs`` (node ids, default the graph's) are returned to the
     caller.
     """

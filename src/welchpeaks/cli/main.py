@@ -1,4 +1,4 @@
-"""The ``welchpeaks`` command line: a thin typer shell over the API."""
+"""The ``welchpeaks`` commands: peaks, demo, bench, explain, calibrate, strategies."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from typing import Optional
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from welchpeaks.cli.common import fail as _fail
+from welchpeaks.cli.common import write_json as _write_json
+from welchpeaks.cli.common import console, err
 
 app = typer.Typer(
     help="The strongest spectral peaks of batches of signals (Welch PSD + top-K).",
@@ -19,15 +22,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err = Console(stderr=True)
-
-
-def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
 def _parse_segments(value: Optional[str]) -> int | str | None:
     if value is None or value.lower() in ("all", "none"):
         return None
@@ -211,12 +205,6 @@ def _check_mode(mode: str) -> list[str]:
     return modes
 
 
-def _write_json(path: Optional[Path], doc: dict) -> None:
-    if path is not None:
-        path.write_text(json.dumps(doc, indent=1, default=str))
-        console.print(f"wrote {path}")
-
-
 @bench_app.callback(invoke_without_command=True)
 def bench(
     ctx: typer.Context,
@@ -232,7 +220,8 @@ def bench(
     """Time the executions against scipy.signal.welch + top-k on the same data."""
     if ctx.invoked_subcommand is not None:
         return
-    from welchpeaks.bench.peaks import Cell, machine_info, markdown_table, time_cell
+    from welchpeaks.bench.peaks import Cell, markdown_table, time_cell
+    from welchpeaks.machine import machine_info
 
     if repeats < 3:
         _fail("--repeats must be >= 3 for a median and a range")
@@ -280,7 +269,7 @@ def bench_phases(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the reports as JSON."),
 ) -> None:
     """The fusion phases (baseline, block, fused): IO profiles, the gate, predicted vs measured."""
-    from welchpeaks.bench.peaks import machine_info
+    from welchpeaks.machine import machine_info
     from welchpeaks.bench.phases import run_phases
 
     _check_mode(mode)
@@ -336,7 +325,7 @@ def bench_picker(
 ) -> None:
     """Regret and prediction quality of strategy='auto' over a grid of cells."""
     from welchpeaks.bench import picker as bp
-    from welchpeaks.bench.peaks import machine_info
+    from welchpeaks.machine import machine_info
 
     _check_mode(mode)
     grid = dict(bp.QUICK_GRID if quick else bp.DEFAULT_GRID)
@@ -387,7 +376,7 @@ def explain(
         wp = welchpeaks.WelchPeaks(n_fft=n_fft, k=k, segments=_parse_segments(segments), mode=mode, device=device,
                                    dtype=dtype)
         seg = wp.params.segments or 1
-        info = wp.explain(batch=batch, length=n_fft + (seg - 1) * wp.params.hop)
+        info = wp.explain(batch=batch, length=wp.params.frame_length(seg))
     except (ValueError, TypeError) as exc:
         _fail(str(exc))
     if as_json:
@@ -396,20 +385,20 @@ def explain(
     cm = info["cost_model"]
     table = Table(title=f"batch {batch}, n_fft {n_fft}, k {k}, {info['segments']} segment(s), {mode}, {dtype} on "
                         f"{device} ({cm['status']} cost model)")
-    for col in ("execution", "launches", "syncs", "host bytes", "traffic bytes", "nodes us", "round trip us",
-                "readback us", "total ms", "gate score us", "min gain us"):
-        table.add_column(col, justify="right")
+    for col in ("execution", "graph", "launches", "traffic bytes", "nodes us", "round trip us", "readback us",
+                "total ms", "fusion (IO gate)"):
+        table.add_column(col, justify="left" if col in ("graph", "fusion (IO gate)") else "right")
     for name, c in info["costs"].items():
         if not np.isfinite(c["total_ns"]):
-            table.add_row(name, *["-"] * 7, "unavailable", "", "")
+            table.add_row(name, "unavailable", *["-"] * 6, c.get("why", ""))
             continue
         io = c["io"]
+        ops = [op for op in c["graph"] if op not in ("input", "constant")]
         table.add_row(
-            ("* " if name == info["strategy"] else "") + name, str(io["kernel_launches"]), str(io["sync_points"]),
-            f"{io['host_output_bytes']:,}", f"{io['device_traffic_bytes']:,}",
-            f"{sum(c['nodes_ns'].values()) / 1e3:,.1f}", f"{c['roundtrip_ns'] / 1e3:,.1f}",
-            f"{c['readback_ns'] / 1e3:,.1f}", f"{c['total_ns'] / 1e6:.3f}",
-            f"{c['gate']['score_ns'] / 1e3:,.1f}", f"{c['gate']['min_gain_ns'] / 1e3:,.1f}",
+            ("* " if name == info["strategy"] else "") + name, " > ".join(ops), str(io["kernel_launches"]),
+            f"{io['device_traffic_bytes']:,}", f"{sum(c['nodes_ns'].values()) / 1e3:,.1f}",
+            f"{c['roundtrip_ns'] / 1e3:,.1f}", f"{c['readback_ns'] / 1e3:,.1f}", f"{c['total_ns'] / 1e6:.3f}",
+            c["fusion"]["reason"],
         )
     console.print(table)
     console.print(f"picked [bold]{info['strategy']}[/]: {info['why']}")
@@ -456,7 +445,6 @@ def strategies() -> None:
     console.print(table)
 
 
-from welchpeaks import cli_learn  # noqa: E402,F401  (registers `welchpeaks learn`)
 
 if __name__ == "__main__":
     app()

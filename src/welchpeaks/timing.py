@@ -1,4 +1,4 @@
-"""Round-robin timing shared by every ``welchpeaks bench`` command.
+"""Round-robin timing shared by every benchmark (``welchpeaks bench``, the learned executor's evaluation).
 
 Each round calls every row once, so slow drifts of the machine (frequency, other tenants) hit
 all rows alike; results are medians with the min and max, never a last sample.

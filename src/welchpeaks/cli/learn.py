@@ -9,11 +9,12 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from welchpeaks.cli import _fail, _write_json, app, console, err
+from welchpeaks.cli.common import console, err
+from welchpeaks.cli.common import fail as _fail
+from welchpeaks.cli.common import write_json as _write_json
 
 learn_app = typer.Typer(help="Learned butterfly FFTs: train, prune for a signal domain, evaluate (needs torch).",
                         no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-app.add_typer(learn_app, name="learn")
 
 
 def _learned() -> Any:

@@ -1,0 +1,64 @@
+"""Input coercion: NumPy arrays, lists, torch tensors and CuPy arrays to what the planner takes.
+
+Host data becomes a float32 or float64 NumPy array; torch tensors and CuPy arrays (through
+DLPack, no copy) become float torch tensors on their device. Anything else gets a TypeError
+or ValueError that says what to pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def tensor_input(x: Any, name: str = "x") -> Any:
+    """A torch tensor for torch and CuPy inputs (CuPy through DLPack, no copy); None otherwise.
+
+    Checks what :func:`as_real_array` checks, and keeps the data on its device.
+    """
+    mod = type(x).__module__
+    if isinstance(x, np.ndarray) or not mod.startswith(("torch", "cupy")):
+        return None
+    from welchpeaks.backends.torch_exec import import_torch
+
+    torch = import_torch()
+    t = x if torch.is_tensor(x) else torch.from_dlpack(x)
+    if t.is_complex():
+        raise TypeError(f"{name} is complex ({t.dtype}); welch_peaks analyses real signals: pass x.real")
+    if t.dtype == torch.bool:
+        raise TypeError(f"{name} has dtype {t.dtype}; pass real numbers (float32, float64 or integers)")
+    if t.dim() == 0 or t.numel() == 0:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; pass signals shaped [..., samples]")
+    if t.dtype in (torch.float32, torch.float64):
+        return t
+    return t.to(torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else torch.float64)
+
+
+def np_dtype(arr: Any) -> np.dtype:
+    """The NumPy dtype of an array or of a float tensor (torch.float32 -> float32)."""
+    return np.dtype(str(arr.dtype).replace("torch.", ""))
+
+
+def as_real_array(x: Any, name: str = "x") -> np.ndarray:
+    """``x`` as a float32 or float64 array, or a TypeError/ValueError that says what to do."""
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # ragged lists and the like
+        raise ValueError(f"{name} could not be read as an array ({exc}); pass equal-length rows") from None
+    if np.iscomplexobj(arr):
+        raise TypeError(
+            f"{name} is complex ({arr.dtype}); welch_peaks analyses real signals: pass the real part "
+            "(x.real) or, for analytic signals, use scipy.signal.welch(..., return_onesided=False)"
+        )
+    if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"{name} has dtype {arr.dtype}; pass real numbers (float32, float64 or integers)")
+    if arr.ndim == 0:
+        raise ValueError(f"{name} is a scalar; pass signals shaped [..., samples]")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty (shape {arr.shape}); pass at least one signal with samples")
+    if arr.dtype == np.float32 or arr.dtype == np.float64:
+        return arr
+    if arr.dtype == np.float16:
+        return arr.astype(np.float32)
+    return arr.astype(np.float64)

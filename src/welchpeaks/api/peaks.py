@@ -1,0 +1,331 @@
+"""``welch_peaks`` and ``WelchPeaks``: validate, plan, run, wrap.
+
+Input is validated and normalised here, once (:mod:`welchpeaks.params`,
+:mod:`welchpeaks.api.coerce`); every decision about how to compute a call is the planner's
+(:class:`welchpeaks.plan.Planner`); the planner's compiled program computes it; this module
+turns its rows into a :class:`PeakResult`.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from welchpeaks import backends
+from welchpeaks.api.coerce import as_real_array, np_dtype, tensor_input
+from welchpeaks.params import PeakParams, make_params
+from welchpeaks.plan import calibrate
+from welchpeaks.plan.calibrate import median_ns
+from welchpeaks.plan.planner import CallPlan, Planner
+from welchpeaks.result import PeakResult
+
+DEVICES = ("cpu", "cuda")
+
+
+def available_strategies(device: str = "cpu") -> list[str]:
+    """Executions installed and usable here on ``device`` (for example ``['numpy', 'fused-cpu']``)."""
+    _check_device(device)
+    return backends.available(device)
+
+
+def _check_device(device: str) -> None:
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r} is unknown; use one of {list(DEVICES)}")
+    if device == "cuda":
+        try:
+            from welchpeaks.backends.torch_exec import import_torch
+
+            ok = import_torch().cuda.is_available()
+        except ImportError as exc:
+            raise ValueError(f"device='cuda' needs torch: {exc}") from None
+        if not ok:
+            raise ValueError("device='cuda': torch sees no CUDA device here; use device='cpu'")
+
+
+def _resolve_strategy(strategy: str, params: PeakParams) -> backends.Execution | None:
+    """The execution a strategy name asks for; None for 'auto' (the planner picks per call)."""
+    if not isinstance(strategy, str):
+        raise TypeError(f"strategy={strategy!r} must be a string: 'auto' or one of {backends.names()}")
+    if strategy == "auto":
+        return None
+    if strategy not in backends.names():
+        raise ValueError(f"strategy={strategy!r} is unknown; use 'auto' or one of {backends.names()}")
+    ex = backends.get(strategy)
+    why = ex.unavailable_reason()
+    if why is not None:
+        raise ValueError(f"strategy={strategy!r} is unavailable here: {why}")
+    why = ex.unsupported_reason(params)
+    if why is not None:
+        raise ValueError(f"strategy={strategy!r} cannot compute these options: {why}; use strategy='auto'")
+    return ex
+
+
+def _learned_execution(strategy: str, model: Any, min_recall: Any, device: str,
+                       params: PeakParams) -> backends.Execution | None:
+    """The learned execution of ``model`` (None without one), after checking its options."""
+    if isinstance(min_recall, bool) or not isinstance(min_recall, numbers.Real) or not 0 <= min_recall <= 1:
+        raise ValueError(f"min_recall={min_recall!r} must be a fraction in [0, 1] (default 0.99)")
+    if model is None:
+        if strategy == "learned":
+            raise ValueError("strategy='learned' needs model=: a ButterflyFFT or the path of its weights "
+                             "(welchpeaks learn fft / learn prune write them)")
+        return None
+    if device != "cpu":
+        raise ValueError(f"model= runs on the CPU in this version; use device='cpu', not {device!r}")
+    from welchpeaks.backends.learned_exec import LearnedExec
+
+    ex = LearnedExec(model)
+    why = ex.unsupported_reason(params)
+    if why is not None:
+        raise ValueError(f"model= cannot compute these options: {why}; pass a model trained for n_fft={params.n_fft}")
+    return ex
+
+
+def _check_layout(layout: str | None, segments: Any) -> str | None:
+    if layout is None:
+        return None
+    if layout != "auto":
+        raise ValueError(f"layout={layout!r} is unknown; use layout='auto' (or choose a layout with "
+                         "segments='ultra', 'fast' or 'reference')")
+    if segments not in (None, 2, "fast"):
+        raise ValueError(f"layout='auto' chooses the number of segments itself; drop segments={segments!r}")
+    return layout
+
+
+class WelchPeaks:
+    """A reusable Welch-peaks executor: validate once, plan once, call many times.
+
+    Parameters are those of :func:`welch_peaks` (``segments`` defaults to 2, the original
+    system's ``fast`` layout). Calling it on arrays ``[..., samples]`` returns a
+    :class:`PeakResult`. Windows, twiddles and scratch buffers are kept between calls, and
+    one instance may be called from several threads at once.
+
+    Examples
+    --------
+    >>> import numpy as np, welchpeaks
+    >>> wp = welchpeaks.WelchPeaks(n_fft=256, k=4, segments=2, fs=1000.0)
+    >>> t = np.arange(384) / 1000.0
+    >>> x = np.stack([np.sin(2 * np.pi * f * t) for f in (100.0, 250.0)])
+    >>> r = wp(x)
+    >>> r.bins[:, 0].tolist()
+    [26, 64]
+    """
+
+    def __init__(
+        self,
+        n_fft: int = 256,
+        k: int = 16,
+        segments: int | str | None = 2,
+        hop: int | None = None,
+        fs: float | None = None,
+        mode: str = "peaks",
+        strategy: str = "auto",
+        device: str = "cpu",
+        *,
+        window: Any = "hann",
+        detrend: str | bool = "constant",
+        scaling: str = "density",
+        min_distance: int = 1,
+        nan_policy: str = "raise",
+        dtype: str | None = None,
+        layout: str | None = None,
+        model: Any = None,
+        min_recall: float = 0.99,
+    ):
+        self.layout = _check_layout(layout, segments)
+        self.params = make_params(
+            k=k, n_fft=n_fft, hop=hop, segments=1 if self.layout else segments, fs=fs, window=window,
+            detrend=detrend, scaling=scaling, mode=mode, min_distance=min_distance, nan_policy=nan_policy,
+            dtype=dtype,
+        )
+        _check_device(device)
+        self.device = device
+        self.requested = strategy
+        learned = _learned_execution(strategy, model, min_recall, device, self.params)
+        forced = learned if strategy == "learned" else _resolve_strategy(strategy, self.params)
+        self.planner = Planner(self.params, device, forced, learned, min_recall, self.layout)
+        self._last: tuple[int, int, np.dtype] | None = None
+        self._last_call: CallPlan | None = None
+
+    @property
+    def strategy(self) -> str:
+        """Name of the execution that ran last ('auto' before the first call under auto)."""
+        if self._last_call is not None:
+            return self._last_call.execution
+        return self.planner.forced.name if self.planner.forced is not None else "auto"
+
+    def explain(self, batch: int | None = None, length: int | None = None) -> dict[str, Any]:
+        """Why the execution runs: every decision of the planner with its reason, the graph that
+        will run, and per execution its IO profile, fusion decision, every cost term (ns) and
+        total, for ``batch`` signals of ``length`` samples (default: the last call's, else one
+        signal of exactly one frame)."""
+        p = self.params
+        last = self._last or (1, p.frame_length(p.segments or 1), np.dtype(p.dtype or "float32"))
+        batch = last[0] if batch is None else batch
+        length = last[1] if length is None else length
+        p.check_length(length)
+        return {"requested": self.requested, **self.planner.explain(batch, length, last[2]), "params": p.to_dict()}
+
+    def __call__(self, x: Any) -> PeakResult:
+        t = tensor_input(x)
+        if t is not None:
+            forced = self.planner.forced
+            if not t.is_cuda and (forced is None or forced.device == "cpu"):
+                import torch
+
+                res = self(t.detach().numpy())  # zero-copy view; a host execution computes it
+                conv = {f: torch.from_numpy(np.ascontiguousarray(getattr(res, f))) for f in ("bins", "power", "freqs")}
+                return PeakResult(strategy=res.strategy, params=res.params, **conv)
+            return self._run(t, tensor=True)
+        return self._run(as_real_array(x), tensor=False)
+
+    def _run(self, arr: Any, tensor: bool) -> PeakResult:
+        """Validate the length, plan, run the plan's program, wrap its rows."""
+        p = self.params
+        length = arr.shape[-1]
+        p.check_length(length)
+        lead = tuple(arr.shape[:-1])
+        rows = arr.reshape(-1, length)
+        in_dtype = np_dtype(arr)
+        call = self.planner.plan(rows.shape[0], length, in_dtype, tensor)
+        if not tensor and not rows.flags.c_contiguous:
+            rows = np.ascontiguousarray(rows[:, :call.frame])
+        out = call.run(rows)
+        self._last, self._last_call = (rows.shape[0], length, in_dtype), call
+        bins, power, fbins = out.bins, out.power, out.fbins
+        if not tensor and not isinstance(bins, np.ndarray):
+            bins, power, fbins = bins.cpu().numpy(), power.cpu().numpy(), fbins.cpu().numpy()
+        if out.bad_rows.size and p.nan_policy == "raise":
+            first = int(out.bad_rows[0])
+            where = np.unravel_index(first, lead) if lead else ()
+            raise ValueError(
+                f"x has NaN or infinity in signal {tuple(int(i) for i in where)} (row {first} of "
+                f"{rows.shape[0]}; {out.bad_rows.size} signal(s) in all) within the analysed frame "
+                f"(first {call.frame} samples); clean the data or pass nan_policy='propagate' to get "
+                "empty slots (-1/NaN) for those signals"
+            )
+        if tensor:
+            import torch
+
+            power = power.to(torch.float64 if in_dtype == np.float64 else torch.float32)
+        elif power.dtype != in_dtype:
+            power = power.astype(in_dtype)
+        shape = lead + (p.k,)
+        info = p.to_dict()
+        info.update(segments=call.n_seg, frame=call.frame, compute_dtype=call.compute.name)
+        if call.layout is not None:
+            info.update(layout=call.layout[0], layout_choice=call.layout[1])
+        return PeakResult(
+            bins=bins.reshape(shape),
+            power=power.reshape(shape),
+            freqs=(fbins * p.freq_scale()).reshape(shape),
+            strategy=call.execution,
+            params=info,
+        )
+
+
+def welch_peaks(
+    x: Any,
+    *,
+    k: int = 16,
+    n_fft: int = 256,
+    hop: int | None = None,
+    segments: int | str | None = None,
+    fs: float | None = None,
+    window: Any = "hann",
+    detrend: str | bool = "constant",
+    scaling: str = "density",
+    mode: str = "peaks",
+    min_distance: int = 1,
+    strategy: str = "auto",
+    device: str = "cpu",
+    nan_policy: str = "raise",
+    dtype: str | None = None,
+    layout: str | None = None,
+    model: Any = None,
+    min_recall: float = 0.99,
+) -> PeakResult:
+    """The ``k`` strongest spectral peaks of every signal in a batch.
+
+    The PSD is exactly ``welch(x[..., :frame], fs=fs or 1.0, window=window, nperseg=n_fft,
+    noverlap=n_fft - hop, detrend=detrend, scaling=scaling)`` with
+    ``frame = n_fft + (segments - 1) * hop``.
+
+    Parameters
+    ----------
+    x : array_like ``[..., samples]``
+        Real signals; every leading dimension is batch.
+    k : int
+        Peaks per signal.
+    n_fft : int
+        Segment length (any size >= 4; powers of two are fastest).
+    hop : int, optional
+        Samples between segment starts; default ``n_fft // 2``.
+    segments : int, str or None
+        ``None`` uses every whole segment that fits (SciPy); an int uses the first ``segments``;
+        presets ``'ultra'`` (1), ``'fast'`` (2) and ``'reference'`` (8).
+    fs : float, optional
+        Sample rate; frequencies are in Hz when given, else in cycles per sample.
+    window, detrend, scaling
+        As in ``scipy.signal.welch`` (detrend: ``'constant'``, ``'linear'`` or ``False``).
+    mode : {'peaks', 'bins'}
+        ``'peaks'``: the strongest local maxima, frequency refined by log-parabolic
+        interpolation; ``'bins'``: the strongest bins (the original system's semantics).
+    min_distance : int
+        In ``'peaks'`` mode, drop peaks closer than this many bins to a stronger kept one.
+    strategy : str
+        ``'auto'``, or an execution from :func:`available_strategies`.
+    device : str
+        ``'cpu'``.
+    nan_policy : {'raise', 'propagate'}
+        What to do with signals holding NaN or infinity within the frame: raise a ValueError
+        naming the first, or leave their slots empty (-1 / NaN) and compute the others.
+    dtype : {'float32', 'float64'}, optional
+        Compute precision. Default: the input's precision (``fused-cpu`` requested by name
+        computes in float32 unless told otherwise).
+    layout : {'auto'}, optional
+        ``'auto'`` reproduces the original system's speed-only choice between 1 and 2
+        segments (``'ultra'`` and ``'fast'``): the layout predicted to run faster, which
+        changes the numbers returned. The result's ``params['layout']`` and
+        ``params['layout_choice']`` say what was chosen and why. Default: ``segments`` decides.
+    model : ButterflyFFT or path, optional
+        A learned butterfly FFT (``welchpeaks learn``). ``strategy='learned'`` runs it;
+        under ``'auto'`` it competes on measured time, but only when its recorded held-out
+        peak recall is at least ``min_recall``.
+    min_recall : float
+        The lowest peak recall ``'auto'`` accepts from a learned model (default 0.99).
+
+    Returns
+    -------
+    PeakResult
+        ``bins``, ``power``, ``freqs`` of shape ``[..., k]``, strongest first; empty slots
+        hold bin -1 and NaN.
+
+    Examples
+    --------
+    >>> import numpy as np, welchpeaks
+    >>> t = np.arange(2048) / 8000.0
+    >>> x = np.sin(2 * np.pi * 1000.0 * t) + 0.5 * np.sin(2 * np.pi * 2500.0 * t)
+    >>> r = welchpeaks.welch_peaks(x, k=2, fs=8000.0)
+    >>> np.round(r.freqs, 0).tolist()
+    [1000.0, 2500.0]
+    """
+    executor = WelchPeaks(
+        n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device,
+        window=window, detrend=detrend, scaling=scaling, min_distance=min_distance,
+        nan_policy=nan_policy, dtype=dtype, layout=layout, model=model, min_recall=min_recall,
+    )
+    return executor(x)
+
+
+def _time_call(name: str, repeats: int) -> float:
+    """ns of one call through :class:`WelchPeaks` with execution ``name`` on one 64-sample
+    signal (what calibration measures as the fixed cost of a call)."""
+    wp = WelchPeaks(n_fft=64, k=1, segments=1, strategy=name, dtype="float32")
+    x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
+    return median_ns(lambda: wp(x), repeats)
+
+
+calibrate.set_call_timer(_time_call)

@@ -1,0 +1,105 @@
+"""``welch``: ``scipy.signal.welch``'s signature and results, on welchpeaks' vectorised path
+where it applies (real input, the usual options), else SciPy itself."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from welchpeaks.params import is_int
+from welchpeaks.spectral import welch_psd
+
+
+def welch(
+    x: Any,
+    fs: float = 1.0,
+    window: Any = "hann",
+    nperseg: int | None = None,
+    noverlap: int | None = None,
+    nfft: int | None = None,
+    detrend: Any = "constant",
+    return_onesided: bool = True,
+    scaling: str = "density",
+    axis: int = -1,
+    average: str = "mean",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Welch power spectral density, with the signature and results of ``scipy.signal.welch``.
+
+    Real input with a window (by name or array), ``detrend`` in ``'constant'``, ``'linear'``
+    or ``False``, ``average`` ``'mean'`` or ``'median'`` and a one-sided result runs on
+    welchpeaks' own vectorised path (all cores); anything else (complex input, a callable
+    detrend, two-sided output, ``nperseg`` longer than the signal, ...) is passed to SciPy,
+    so every call SciPy accepts works and gives SciPy's result.
+
+    Returns
+    -------
+    freqs : float64 ``[nfft//2 + 1]``
+    psd : ``x``'s shape with ``axis`` replaced by the frequencies (float32 for float32 input)
+
+    Examples
+    --------
+    >>> import numpy as np, welchpeaks
+    >>> t = np.arange(4096) / 1000.0
+    >>> f, p = welchpeaks.welch(np.sin(2 * np.pi * 50 * t), fs=1000.0, nperseg=256)
+    >>> float(f[np.argmax(p)])
+    50.78125
+    """
+    import scipy.signal
+
+    args = dict(
+        fs=fs, window=window, nperseg=nperseg, noverlap=noverlap, nfft=nfft, detrend=detrend,
+        return_onesided=return_onesided, scaling=scaling, axis=axis, average=average,
+    )
+    fast = _welch_fast_args(x, fs, window, nperseg, noverlap, nfft, detrend, return_onesided, scaling, axis, average)
+    if fast is None:
+        return scipy.signal.welch(x, **args)
+    arr, ax, win, seg, ovl, n_fft_out = fast
+    moved = np.moveaxis(arr, ax, -1)
+    lead = moved.shape[:-1]
+    rows = np.ascontiguousarray(moved).reshape(-1, moved.shape[-1])
+    hop = seg - ovl
+    n_seg = (rows.shape[1] - seg) // hop + 1
+    psd = welch_psd(
+        rows, np.asarray(win, np.float64), hop, n_seg, detrend=detrend, scaling=scaling,
+        fs=float(fs), nfft=int(n_fft_out), average=average,
+    )
+    freqs = np.fft.rfftfreq(int(n_fft_out), 1.0 / fs)
+    psd = np.moveaxis(psd.reshape(lead + (psd.shape[-1],)), -1, ax)
+    return freqs, psd
+
+
+def _welch_fast_args(x, fs, window, nperseg, noverlap, nfft, detrend, return_onesided, scaling, axis, average):
+    """(array, axis, window, nperseg, noverlap, nfft) when our path computes this call, else None."""
+    import scipy.signal
+
+    arr = np.asarray(x)
+    real = arr.dtype.kind in "iuf" and arr.dtype != np.float16 and arr.dtype.itemsize <= 8
+    if not (real and arr.ndim >= 1 and arr.size > 0 and return_onesided is True):
+        return None
+    if average not in ("mean", "median") or scaling not in ("density", "spectrum"):
+        return None
+    if not (detrend is False or (isinstance(detrend, str) and detrend in ("constant", "linear"))):
+        return None
+    if not (isinstance(fs, numbers.Real) and np.isfinite(fs) and fs > 0):
+        return None
+    if not (is_int(axis) and -arr.ndim <= axis < arr.ndim):
+        return None
+    ax = axis % arr.ndim
+    seg = 256 if nperseg is None else nperseg
+    if not (is_int(seg) and 0 < seg <= arr.shape[ax]):
+        return None
+    ovl = seg // 2 if noverlap is None else noverlap
+    n_out = seg if nfft is None else nfft
+    if not (is_int(ovl) and 0 <= ovl < seg and is_int(n_out) and n_out >= seg):
+        return None
+    try:
+        win = scipy.signal.get_window(window, seg) if isinstance(window, (str, tuple)) else np.asarray(window)
+    except (ValueError, TypeError):
+        return None
+    if not (win.ndim == 1 and win.shape[0] == seg and win.dtype.kind in "iuf"):
+        return None
+    if arr.dtype.kind in "iu":
+        arr = arr.astype(np.result_type(arr.dtype, np.float32))  # scipy's promotion: int16 -> float32
+    return arr, ax, win, int(seg), int(ovl), int(n_out)

@@ -1,0 +1,74 @@
+"""Numba machinery shared by every CPU kernel of welchpeaks (the fused CPU kernels and the
+learned butterfly network): compile options, the lane width, the kernel lock, padded
+per-worker scratch, the radix-2 lane butterfly and bit reversal.
+
+It sits below ``backends`` and ``learned`` so that both use one copy of each.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from numba import njit
+
+#: Rows transformed together (a vector loop of 4 AVX2 registers of float32); partial blocks
+#: compute only their rows, rounded up to 8.
+LANES = 32
+
+# 'reassoc' lets LLVM vectorise the per-row sums; NaN and infinity keep their IEEE meaning
+# (no 'nnan'/'ninf'), which the finiteness checks rely on.
+OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "contract"})
+# Helpers are inlined: a call or a slice in a hot loop costs reference counting, which is an
+# atomic operation shared by all threads.
+INLINE = dict(OPTS, inline="always")
+
+# Numba's default (workqueue) threading layer must not be entered from two threads at once;
+# a kernel already uses every core, so serialising launches costs no throughput. Every caller
+# of a parallel numba kernel holds it (re-entrant: a plan may call a locked helper).
+KERNEL_LOCK = threading.RLock()
+
+
+def numba_threads() -> int:
+    """Threads a parallel numba kernel uses here."""
+    import numba
+
+    return int(numba.get_num_threads())
+
+
+def worker_rows(workers: int, n: int, dtype) -> np.ndarray:
+    """``[workers, >= n]`` zeros whose rows (one per worker) never share a cache line: each row
+    is padded by at least a line, whatever the alignment of the allocation, so workers writing
+    their own rows do not invalidate each other's caches (false sharing, which costs more than
+    the whole kernel on two threads)."""
+    item = np.dtype(dtype).itemsize
+    return np.zeros((workers, -(-n * item // 64) * (64 // item) + 64 // item), dtype)
+
+
+def worker_blocks(workers: int, rows: int, dtype, lanes: int = LANES) -> np.ndarray:
+    """``[workers, >= rows, lanes]`` zeros, one block per worker, blocks a cache line apart
+    (see :func:`worker_rows`)."""
+    line = max(1, -(-64 // (lanes * np.dtype(dtype).itemsize)))
+    return np.zeros((workers, rows + line, lanes), dtype)
+
+
+def bit_reverse(n: int) -> np.ndarray:
+    """The bit-reversal permutation of ``range(n)`` (``n`` a power of two) as int64."""
+    bits = max(n.bit_length() - 1, 0)
+    if bits == 0:
+        return np.zeros(max(n, 1), np.int64)
+    return np.array([int(format(i, f"0{bits}b")[::-1], 2) for i in range(n)], np.int64)
+
+
+@njit(**INLINE)
+def butterfly_lanes(re, im, i0, i1, wr, wi, nv):
+    """One radix-2 butterfly ``(a, b) -> (a + w b, a - w b)`` on rows ``i0``/``i1`` of lanes ``< nv``."""
+    for lane in range(nv):
+        br = re[i1, lane] * wr - im[i1, lane] * wi
+        bi = re[i1, lane] * wi + im[i1, lane] * wr
+        ar = re[i0, lane]
+        ai = im[i0, lane]
+        re[i0, lane] = ar + br
+        im[i0, lane] = ai + bi
+        re[i1, lane] = ar - br
+        im[i1, lane] = ai - bi

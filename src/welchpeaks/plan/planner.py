@@ -1,0 +1,236 @@
+"""The planner of one :class:`welchpeaks.WelchPeaks`: every decision about how a call is
+computed, made once per call shape and remembered.
+
+For a call (rows, samples, input dtype, where the data is) it decides:
+
+* the number of segments (``layout='auto'``: the original system's speed-only choice between
+  1 and 2 segments);
+* the compute precision;
+* the execution: the one asked for, or under ``auto`` the cost model's pick
+  (:func:`welchpeaks.plan.picker.pick_for`), raced on measured time against a learned model
+  when one is given and eligible; for data already on a CUDA device, the CUDA pick;
+* the graph that execution runs (the Welch chain, fused where its backend has kernels and the
+  gate says it pays), compiled once into an :class:`welchpeaks.ir.Program`.
+
+Each decision carries its reason, and :meth:`Planner.explain` reports them with every cost
+term. Plans and picks share one bounded least-recently-used cache.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from welchpeaks import backends
+from welchpeaks.ir import Graph, Program, compile
+from welchpeaks.params import PeakParams
+from welchpeaks.plan.cache import LruCache
+from welchpeaks.plan.cost import cost_model_for
+from welchpeaks.plan.picker import execution_graph, pick_for
+
+#: strategy='auto' on CUDA data while no CUDA cost model is measured: the first that can run
+CUDA_PREFERENCE = ("triton-fused", "triton-block", "torch")
+LAYOUTS = {"ultra": 1, "fast": 2}
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """How one call shape is computed: run ``program`` on the rows."""
+
+    execution: str
+    program: Program
+    n_seg: int
+    frame: int
+    compute: np.dtype
+    why: str
+    fusion: dict[str, Any]  # the gate's decision that shaped the graph
+    layout: tuple[str, str] | None  # (name, why) under layout='auto'
+    upload: bool  # host rows go to the CUDA device first
+
+    @property
+    def graph(self) -> Graph:
+        return self.program.graph
+
+    def run(self, rows: Any) -> Any:
+        """The program's :class:`welchpeaks.result.RowPeaks` for ``rows``."""
+        if self.upload:
+            import torch
+
+            rows = torch.from_numpy(rows).to("cuda")
+        return self.program(x=rows)[0]
+
+
+class Planner:
+    """Decisions for one parameter set; thread safe.
+
+    ``forced``: the execution asked for by name (None under ``auto``); ``learned``: a learned
+    execution that may race the pick under ``auto``; ``layout``: None or ``'auto'``.
+    """
+
+    def __init__(self, params: PeakParams, device: str, forced: backends.Execution | None,
+                 learned: Any = None, min_recall: float = 0.99, layout: str | None = None, cache_size: int = 256):
+        self.params = params
+        self.device = device
+        self.forced = forced
+        self.learned = learned
+        self.min_recall = float(min_recall)
+        self.layout = layout
+        self._calls = LruCache(cache_size)
+        self._programs = LruCache(cache_size)
+
+    # ------------------------------------------------------------------ decisions
+    def compute_dtype(self, input_dtype: np.dtype) -> np.dtype:
+        if self.params.dtype is not None:
+            return np.dtype(self.params.dtype)
+        if self.forced is None:
+            return np.dtype(input_dtype)  # auto never lowers the input's precision
+        return self.forced.default_dtype(input_dtype)
+
+    def learned_ineligible(self) -> str | None:
+        """None when auto may run the learned model, else why not."""
+        recall = self.learned.recall()
+        if recall is None:
+            return "its peak recall was never measured (welchpeaks learn prune records it)"
+        if recall < self.min_recall:
+            return f"its held-out peak recall {recall:.4f} is below min_recall={self.min_recall}"
+        return None
+
+    def _segments(self, rows: int, length: int, input_dtype: np.dtype) -> tuple[int, tuple[str, str] | None]:
+        if self.layout != "auto":
+            return self.params.n_segments_for(length), None
+        p = self.params
+        if length < p.frame_length(2):
+            return 1, ("ultra", f"layout auto: ultra, the signals are too short for 2 segments ({length} samples)")
+        compute = self.compute_dtype(input_dtype)
+        best = {}
+        for name, n_seg in LAYOUTS.items():
+            pick, costs, _ = pick_for(p, n_seg, rows, length, compute, self.device)
+            # a forced execution the cost model does not price (learned) is compared through
+            # the planner's pick for the same layout
+            forced = self.forced.name if self.forced is not None else pick
+            best[name] = costs[forced if forced in costs else pick]["total_ns"]
+        name = min(best, key=best.get)
+        return LAYOUTS[name], (name, f"layout auto (speed only, as the original system; accuracy is not weighed): "
+                                     f"{name}, predicted ultra {best['ultra'] / 1e6:.3g} ms vs fast "
+                                     f"{best['fast'] / 1e6:.3g} ms")
+
+    def _execution(self, rows: int, n_seg: int, length: int, compute: np.dtype,
+                   on_cuda: bool) -> tuple[backends.Execution, str]:
+        if on_cuda:
+            return self._cuda_execution()
+        if self.forced is not None:
+            return self.forced, "requested"
+        name, _, why = pick_for(self.params, n_seg, rows, length, compute, self.device)
+        if self.learned is not None:
+            reason = self.learned_ineligible()
+            if reason is None:
+                return self._race_learned(backends.get(name), rows, n_seg, length, compute)
+            why += f"; the learned model does not race: {reason}"
+        return backends.get(name), why
+
+    def _cuda_execution(self) -> tuple[backends.Execution, str]:
+        """The execution for data already on a CUDA device."""
+        if self.forced is not None:
+            if self.forced.device == "cpu":
+                raise ValueError(f"strategy={self.forced.name!r} runs on host arrays and x is on a CUDA device; use "
+                                 "strategy='auto' or a GPU execution, or pass x.cpu()")
+            return self.forced, "requested"
+        reasons = {}
+        for name in CUDA_PREFERENCE:
+            ex = backends.get(name)
+            why = ex.unavailable_reason() or ex.unsupported_reason(self.params)
+            if why is None:
+                return ex, (f"data on a CUDA device and no CUDA cost model measured yet: the first of "
+                            f"{list(CUDA_PREFERENCE)} that computes these parameters")
+            reasons[name] = why
+        raise ValueError("no GPU execution can compute this call (" + "; ".join(f"{n}: {w}" for n, w in reasons.items())
+                         + ")")
+
+    def _race_learned(self, best: backends.Execution, rows: int, n_seg: int, length: int,
+                      compute: np.dtype) -> tuple[backends.Execution, str]:
+        """Time the learned model against the cost model's pick on a synthetic batch like the
+        call's (at most 1024 signals, median of 3 after a warm-up); the faster wins."""
+        sample = np.random.default_rng(0).standard_normal((min(rows, 1024), length)).astype(compute)
+        times = {}
+        for ex in (best, self.learned):
+            program, _ = self.program(ex, n_seg, min(rows, 1024), length, compute)
+            program(x=sample)
+            runs = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                program(x=sample)
+                runs.append(time.perf_counter() - t0)
+            times[ex.name] = float(np.median(runs))
+        winner = self.learned if times[self.learned.name] < times[best.name] else best
+        return winner, (f"auto: learned model raced the cost model's pick {best.name!r} on measured time "
+                        f"({', '.join(f'{n} {t * 1e3:.3g} ms' for n, t in times.items())}): {winner.name}")
+
+    def graph(self, ex: backends.Execution, n_seg: int, rows: int, length: int,
+              compute: np.dtype) -> tuple[Graph, dict[str, Any]]:
+        """The graph ``ex`` runs for this call and the fusion decision behind it."""
+        model = cost_model_for(ex.device) if ex.device == self.device else None
+        if model is None:
+            model = cost_model_for("cpu")  # the gate of the host model stands in
+        return execution_graph(ex, self.params, n_seg, rows, length, compute, model)
+
+    def program(self, ex: backends.Execution, n_seg: int, rows: int, length: int,
+                compute: np.dtype) -> tuple[Program, dict[str, Any]]:
+        """The compiled graph of ``ex`` for this call (compiled once per graph structure), and
+        the fusion decision behind it."""
+        graph, decision = self.graph(ex, n_seg, rows, length, compute)
+        key = (ex.name, id(ex), n_seg, np.dtype(compute).name, tuple(n.op for n in graph.nodes))
+        return self._programs.get_or_make(key, lambda: compile(graph, ex.backend)), decision
+
+    def plan(self, rows: int, length: int, input_dtype: np.dtype, on_cuda: bool = False) -> CallPlan:
+        """How a call on ``rows`` signals of ``length`` samples is computed (remembered)."""
+        key = (rows, length, input_dtype, on_cuda)
+        call = self._calls.get(key)
+        if call is None:
+            n_seg, layout = self._segments(rows, length, input_dtype)
+            compute = self.compute_dtype(input_dtype)
+            ex, why = self._execution(rows, n_seg, length, compute, on_cuda)
+            upload = not on_cuda and ex.device == "cuda" and self.device == "cuda"
+            program, fusion = self.program(ex, n_seg, rows, length, compute)
+            call = CallPlan(ex.name, program, n_seg, self.params.frame_length(n_seg), compute, why, fusion, layout,
+                            upload)
+            self._calls.put(key, call)
+        return call
+
+    # ------------------------------------------------------------------ explanation
+    def explain(self, batch: int, length: int, input_dtype: np.dtype) -> dict[str, Any]:
+        """Every decision for ``batch`` signals of ``length`` samples, with each execution's IO
+        profile, cost terms (ns), total and fusion decision, and the graph that will run."""
+        from welchpeaks.plan.picker import strategy_breakdown
+
+        call = self.plan(batch, length, np.dtype(input_dtype))
+        model = cost_model_for(self.device)
+        extra = [self.learned] if self.learned is not None else []
+        costs = copy.deepcopy(strategy_breakdown(self.params, call.n_seg, batch, length, call.compute, self.device,
+                                                 model, extra=extra))
+        out = {
+            "strategy": call.execution,
+            "device": self.device,
+            "why": call.why,
+            "graph": repr(call.graph),
+            "fusion": call.fusion,
+            "batch": batch,
+            "length": length,
+            "segments": call.n_seg,
+            "compute_dtype": call.compute.name,
+            "cost_model": {"status": model.status, "dispatch_ns": model.dispatch_ns, "roundtrip_ns": model.roundtrip_ns,
+                           "memory_bw_gbps": model.memory_bw, "threads": model.threads},
+            "costs": costs,
+            "available": backends.available(self.device),
+        }
+        if call.layout is not None:
+            out["layout"], out["layout_choice"] = call.layout
+        if self.learned is not None:
+            out["learned"] = {"recall": self.learned.recall(), "min_recall": self.min_recall,
+                              "active_fraction": self.learned.model.active_fraction(),
+                              "eligible_for_auto": self.learned_ineligible() or "yes: races the cost model's pick"}
+        return out
+

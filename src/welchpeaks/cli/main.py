@@ -385,22 +385,23 @@ def explain(
     cm = info["cost_model"]
     table = Table(title=f"batch {batch}, n_fft {n_fft}, k {k}, {info['segments']} segment(s), {mode}, {dtype} on "
                         f"{device} ({cm['status']} cost model)")
-    for col in ("execution", "graph", "launches", "traffic bytes", "nodes us", "round trip us", "readback us",
-                "total ms", "fusion (IO gate)"):
-        table.add_column(col, justify="left" if col in ("graph", "fusion (IO gate)") else "right")
+    for col in ("execution", "graph it runs", "launches", "traffic MB", "nodes ms", "total ms", "fused"):
+        table.add_column(col, justify="left" if col in ("graph it runs", "fused") else "right")
+    unavailable = []
     for name, c in info["costs"].items():
         if not np.isfinite(c["total_ns"]):
-            table.add_row(name, "unavailable", *["-"] * 6, c.get("why", ""))
+            unavailable.append(f"{name} ({c.get('why', '')})")
             continue
-        io = c["io"]
         ops = [op for op in c["graph"] if op not in ("input", "constant")]
         table.add_row(
-            ("* " if name == info["strategy"] else "") + name, " > ".join(ops), str(io["kernel_launches"]),
-            f"{io['device_traffic_bytes']:,}", f"{sum(c['nodes_ns'].values()) / 1e3:,.1f}",
-            f"{c['roundtrip_ns'] / 1e3:,.1f}", f"{c['readback_ns'] / 1e3:,.1f}", f"{c['total_ns'] / 1e6:.3f}",
-            c["fusion"]["reason"],
+            ("* " if name == info["strategy"] else "") + name, " > ".join(ops), str(c["io"]["kernel_launches"]),
+            f"{c['io']['device_traffic_bytes'] / 1e6:,.2f}", f"{sum(c['nodes_ns'].values()) / 1e6:.3f}",
+            f"{c['total_ns'] / 1e6:.3f}", c["fusion"]["fused"] or "no",
         )
     console.print(table)
+    if unavailable:
+        console.print("unavailable: " + "; ".join(unavailable), highlight=False)
+    console.print(f"fusion of {info['strategy']}: {info['fusion']['reason']}", highlight=False)
     console.print(f"picked [bold]{info['strategy']}[/]: {info['why']}")
 
 

@@ -1,0 +1,67 @@
+"""Per-call time of a reused WelchPeaks, this tree against the code at cc6b438, in one process.
+
+The old tree is exported beside this one as the package ``welchpeaks_cc6b438`` (imports
+renamed; see docs/performance.md for the two commands). Both executors are built with the same
+parameters, warmed up, then timed round robin, cell by cell (each round calls both once, and
+half the rounds call the old one first), for ``--repeats`` rounds; medians with min-max, and
+the ratio new / old per cell.
+
+    PYTHONPATH=/tmp/oldwp python docs/bench/overhead_vs_cc6b438.py --json docs/bench/overhead-vs-cc6b438.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import warnings
+
+import numpy as np
+
+import welchpeaks
+import welchpeaks_cc6b438 as old
+from welchpeaks.machine import machine_info
+from welchpeaks.timing import round_robin, summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=201)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    cells = []
+    for strategy in ("auto", "fused-cpu"):
+        for batch in (32, 8192):
+            for mode in ("peaks", "bins"):
+                cells.append((strategy, batch, mode))
+    out = []
+    for strategy, batch, mode in cells:
+        x = np.random.default_rng(batch).standard_normal((batch, 384)).astype(np.float32)
+        opts = dict(n_fft=256, k=16, segments=2, mode=mode, strategy=strategy)
+        rows, runs = {}, {}
+        for tag, mod in (("new", welchpeaks), ("cc6b438", old)):
+            os.environ["WELCHPEAKS_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"wp-cache-{tag}")
+            wp = mod.WelchPeaks(**opts)
+            wp(x)
+            rows[tag] = lambda wp=wp, x=x: wp(x)
+            runs[tag] = wp.strategy
+        # the two rows of a cell alternate which goes first, so neither always follows the other
+        first = round_robin(rows, args.repeats // 2 + 1, warmup=5)
+        second = round_robin(dict(reversed(list(rows.items()))), args.repeats // 2 + 1, warmup=5)
+        new, ref = (summary(first[t] + second[t]) for t in ("new", "cc6b438"))
+        base = f"{strategy} b{batch} {mode}"
+        out.append({"strategy": strategy, "batch": batch, "mode": mode, "runs": runs["new"],
+                    "runs_cc6b438": runs["cc6b438"], "new": new, "cc6b438": ref,
+                    "ratio_new_over_old": new["median_ms"] / ref["median_ms"]})
+        print(f"{base:28s} new {new['median_ms']:8.4f} ms ({new['min_ms']:.4f}-{new['max_ms']:.4f})  "
+              f"cc6b438 {ref['median_ms']:8.4f} ms ({ref['min_ms']:.4f}-{ref['max_ms']:.4f})  "
+              f"ratio {new['median_ms'] / ref['median_ms']:.3f}  [{runs['new']}]")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"machine": machine_info(), "repeats": args.repeats, "cells": out}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

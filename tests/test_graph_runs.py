@@ -129,3 +129,23 @@ def test_auto_explains_its_decisions():
     for c in exp["costs"].values():
         if np.isfinite(c["total_ns"]):
             assert "reason" in c["fusion"] and c["graph"][0] == "input"
+
+
+def test_bit_reverse_is_the_permutation():
+    from welchpeaks.numba_base import bit_reverse
+
+    for n in (1, 2, 4, 8, 64, 2048):
+        bits = n.bit_length() - 1
+        assert bit_reverse(n).tolist() == [int(format(i, f"0{bits}b")[::-1], 2) if bits else 0 for i in range(n)]
+
+
+def test_array_windows_plan_and_share_programs():
+    x = _rows(64, np.float32)[:, :96]
+    x[5, 3] = 0.0
+    w = np.hanning(64)
+    a = welchpeaks.welch_peaks(x, n_fft=64, k=4, segments=2, window=w)
+    b = welchpeaks.WelchPeaks(n_fft=64, k=4, segments=2, window=w.copy())
+    np.testing.assert_array_equal(a.bins, b(x).bins)
+    assert b.explain()["strategy"] == a.strategy
+    ref = welchpeaks.welch_peaks(x.astype(np.float64), n_fft=64, k=4, segments=2, window=w, strategy="numpy")
+    np.testing.assert_array_equal(a.bins, ref.bins)

@@ -55,9 +55,11 @@ def worker_blocks(workers: int, rows: int, dtype, lanes: int = LANES) -> np.ndar
 def bit_reverse(n: int) -> np.ndarray:
     """The bit-reversal permutation of ``range(n)`` (``n`` a power of two) as int64."""
     bits = max(n.bit_length() - 1, 0)
-    if bits == 0:
-        return np.zeros(max(n, 1), np.int64)
-    return np.array([int(format(i, f"0{bits}b")[::-1], 2) for i in range(n)], np.int64)
+    idx = np.arange(max(n, 1), dtype=np.int64)
+    rev = np.zeros_like(idx)
+    for b in range(bits):
+        rev |= ((idx >> b) & 1) << (bits - 1 - b)
+    return rev
 
 
 @njit(**INLINE)

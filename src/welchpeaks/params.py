@@ -6,6 +6,7 @@ Everything a user passes is checked here, once, at the door; code below the API 
 
 from __future__ import annotations
 
+import hashlib
 import numbers
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,8 +107,9 @@ class PeakParams:
     segments: int | None  # None: every whole segment that fits the signal
     k: int
     fs: float | None
-    window: Any  # as the user gave it (name, tuple or array), for reports
+    window: Any = field(compare=False)  # as the user gave it (name, tuple or array), for reports
     window_array: np.ndarray = field(repr=False, compare=False)
+    window_key: Any = field(repr=False)  # hashable identity of the window: its name, or its values' digest
     detrend: str | bool
     scaling: str
     mode: str
@@ -242,7 +244,8 @@ def make_params(
         k=k,
         fs=fs,
         window=window,
-        window_array=resolve_window(window, n_fft),
+        window_array=(warr := resolve_window(window, n_fft)),
+        window_key=window if isinstance(window, (str, tuple)) else ("array", hashlib.sha256(warr.tobytes()).hexdigest()),
         detrend=detrend,
         scaling=scaling,
         mode=mode,

@@ -32,6 +32,8 @@ log = logging.getLogger("welchpeaks.plan")
 
 #: pick_for's answers: key -> (the cost model they were computed with, answer)
 _PICKS = LruCache(1024)
+#: execution_graph's answers, so the graph the picker priced is the object the planner compiles
+_GRAPHS = LruCache(1024)
 
 
 def _model(device: str, model: BackendCostModel | None) -> BackendCostModel:
@@ -44,9 +46,17 @@ def _model(device: str, model: BackendCostModel | None) -> BackendCostModel:
 def execution_graph(ex: backends.Execution, params: PeakParams, n_seg: int, batch: int, length: int,
                     compute: Any, model: BackendCostModel) -> tuple[Graph, dict[str, Any]]:
     """The graph ``ex`` runs for ``batch`` rows of ``length`` samples, and the fusion decision
-    that made it: the Welch chain in ``compute`` precision, fused where ``model``'s gate says so."""
-    chain = welch_chain_graph(params, batch, length, n_seg, compute, name=ex.name)
-    return fuse(chain, ex.backend, model.gate())
+    that made it: the Welch chain in ``compute`` precision, fused where ``model``'s gate says so.
+    Remembered, so pricing and planning the same call see the same graph object (callers must
+    not modify it)."""
+    gate = model.gate()
+    key = (ex.name, frozenset(ex.backend.kernels), params, n_seg, batch, length, np.dtype(compute).name, gate)
+
+    def make() -> tuple[Graph, dict[str, Any]]:
+        chain = welch_chain_graph(params, batch, length, n_seg, compute, name=ex.name)
+        return fuse(chain, ex.backend, gate)
+
+    return _GRAPHS.get_or_make(key, make)
 
 
 def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, compute: Any,

@@ -13,7 +13,8 @@ For a call (rows, samples, input dtype, where the data is) it decides:
   gate says it pays), compiled once into an :class:`welchpeaks.ir.Program`.
 
 Each decision carries its reason, and :meth:`Planner.explain` reports them with every cost
-term. Plans and picks share one bounded least-recently-used cache.
+term. Plans, picks and compiled programs are kept in bounded least-recently-used caches
+(:class:`welchpeaks.plan.cache.LruCache`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from welchpeaks.plan.cache import LruCache
 from welchpeaks.plan.cost import cost_model_for
 from welchpeaks.plan.picker import execution_graph, pick_for
 
+#: Compiled programs, shared by every planner: a program's kernels hold their constants and
+#: scratch (guarded by the kernel lock where they are shared), so one-shot calls of the same
+#: shape reuse them. The key holds the backend itself (learned backends differ per model).
+_PROGRAMS = LruCache(64)
 #: strategy='auto' on CUDA data while no CUDA cost model is measured: the first that can run
 CUDA_PREFERENCE = ("triton-fused", "triton-block", "torch")
 LAYOUTS = {"ultra": 1, "fast": 2}
@@ -80,7 +85,6 @@ class Planner:
         self.min_recall = float(min_recall)
         self.layout = layout
         self._calls = LruCache(cache_size)
-        self._programs = LruCache(cache_size)
 
     # ------------------------------------------------------------------ decisions
     def compute_dtype(self, input_dtype: np.dtype) -> np.dtype:
@@ -182,8 +186,8 @@ class Planner:
         """The compiled graph of ``ex`` for this call (compiled once per graph structure), and
         the fusion decision behind it."""
         graph, decision = self.graph(ex, n_seg, rows, length, compute)
-        key = (ex.name, id(ex), n_seg, np.dtype(compute).name, tuple(n.op for n in graph.nodes))
-        return self._programs.get_or_make(key, lambda: compile(graph, ex.backend)), decision
+        key = (ex.backend, self.params, n_seg, np.dtype(compute).name, tuple(n.op for n in graph.nodes))
+        return _PROGRAMS.get_or_make(key, lambda: compile(graph, ex.backend)), decision
 
     def plan(self, rows: int, length: int, input_dtype: np.dtype, on_cuda: bool = False) -> CallPlan:
         """How a call on ``rows`` signals of ``length`` samples is computed (remembered)."""

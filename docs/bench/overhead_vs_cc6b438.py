@@ -2,9 +2,9 @@
 
 The old tree is exported beside this one as the package ``welchpeaks_cc6b438`` (imports
 renamed; see docs/performance.md for the two commands). Both executors are built with the same
-parameters, warmed up, then timed round robin, cell by cell (each round calls both once, and
-half the rounds call the old one first), for ``--repeats`` rounds; medians with min-max, and
-the ratio new / old per cell.
+parameters, warmed up, then timed round robin, cell by cell (each round calls both once; half
+the rounds call the old one first, and the executors are built twice, each tree first once),
+for ``--repeats`` rounds in all; medians with min-max, and the ratio new / old per cell.
 
     PYTHONPATH=/tmp/oldwp python docs/bench/overhead_vs_cc6b438.py --json docs/bench/overhead-vs-cc6b438.json
 """
@@ -40,17 +40,24 @@ def main() -> None:
     for strategy, batch, mode in cells:
         x = np.random.default_rng(batch).standard_normal((batch, 384)).astype(np.float32)
         opts = dict(n_fft=256, k=16, segments=2, mode=mode, strategy=strategy)
-        rows, runs = {}, {}
-        for tag, mod in (("new", welchpeaks), ("cc6b438", old)):
-            os.environ["WELCHPEAKS_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"wp-cache-{tag}")
-            wp = mod.WelchPeaks(**opts)
-            wp(x)
-            rows[tag] = lambda wp=wp, x=x: wp(x)
-            runs[tag] = wp.strategy
-        # the two rows of a cell alternate which goes first, so neither always follows the other
-        first = round_robin(rows, args.repeats // 2 + 1, warmup=5)
-        second = round_robin(dict(reversed(list(rows.items()))), args.repeats // 2 + 1, warmup=5)
-        new, ref = (summary(first[t] + second[t]) for t in ("new", "cc6b438"))
+        samples: dict[str, list[float]] = {"new": [], "cc6b438": []}
+        runs = {}
+        # Twice, with fresh executors built in the other order: where an executor's scratch lands
+        # in memory moves its time by a few percent (the one built second ran faster here), so
+        # each tree is built first once. Within a pass the two alternate which is called first.
+        for order in ((("new", welchpeaks), ("cc6b438", old)), (("cc6b438", old), ("new", welchpeaks))):
+            rows = {}
+            for tag, mod in order:
+                os.environ["WELCHPEAKS_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"wp-cache-{tag}")
+                wp = mod.WelchPeaks(**opts)
+                wp(x)
+                rows[tag] = lambda wp=wp, x=x: wp(x)
+                runs[tag] = wp.strategy
+            n = args.repeats // 4 + 1
+            for timed in (round_robin(rows, n, warmup=5), round_robin(dict(reversed(list(rows.items()))), n, warmup=5)):
+                for tag in samples:
+                    samples[tag] += timed[tag]
+        new, ref = summary(samples["new"]), summary(samples["cc6b438"])
         base = f"{strategy} b{batch} {mode}"
         out.append({"strategy": strategy, "batch": batch, "mode": mode, "runs": runs["new"],
                     "runs_cc6b438": runs["cc6b438"], "new": new, "cc6b438": ref,

@@ -20,6 +20,11 @@ MODES = ("peaks", "bins")
 SCALINGS = ("density", "spectrum")
 NAN_POLICIES = ("raise", "propagate")
 COMPUTE_DTYPES = ("float32", "float64")
+#: The longest segment a parameter set may declare (its window is built at once).
+MAX_N_FFT = 1 << 24
+#: PSD scales (1 / (fs * sum(w**2)) or 1 / sum(w)**2) allowed: powers in float32 keep their
+#: precision inside this range for signals of ordinary size.
+SCALE_RANGE = (1e-30, 1e30)
 #: How every kernel (numba, Triton) spells ``detrend`` and ``mode``.
 DETREND_CODES: dict[Any, int] = {False: 0, "constant": 1, "linear": 2}
 MODE_CODES: dict[str, int] = {"bins": 0, "peaks": 1}
@@ -95,8 +100,28 @@ def resolve_window(window: Any, n_fft: int) -> np.ndarray:
     if not np.all(np.isfinite(arr)):
         raise ValueError("window array contains NaN or infinity; pass finite values")
     if not np.any(arr):
-        raise ValueError("window array is all zeros; its power would be zero")
+        raise ValueError("window array is all zeros; its power would be zero: pass a window with non-zero values")
     return arr
+
+def _check_scale(window: np.ndarray, n_fft: int, fs: float | None, scaling: str) -> None:
+    """The PSD scale must be a finite, positive number that float32 holds too: a window without
+    energy (or, for ``scaling='spectrum'``, summing to zero) or an extreme ``fs`` is refused."""
+    with np.errstate(all="ignore"):
+        energy, total = float(np.sum(window * window)), float(np.sum(window))
+    if not (np.isfinite(energy) and energy > 0):
+        raise ValueError(f"the window's energy sum(window**2) is {energy:g}, which float64 cannot use; pass a window "
+                         "with values of ordinary size (a name such as 'hann', or an array scaled near 1)")
+    if scaling == "spectrum" and not (np.isfinite(total) and total ** 2 > 0):
+        raise ValueError(f"scaling='spectrum' divides by sum(window)**2, and this window sums to {total:g}; "
+                         "use scaling='density' or a window with a non-zero sum")
+    with np.errstate(all="ignore"):
+        base = 1.0 / ((1.0 if fs is None else fs) * energy) if scaling == "density" else 1.0 / total ** 2
+    if not (SCALE_RANGE[0] <= base <= SCALE_RANGE[1]):
+        what = f"fs={fs!r}" if scaling == "density" and fs is not None else "the window's size"
+        raise ValueError(f"{what} makes the PSD scale {base:.3g}, outside [{SCALE_RANGE[0]:g}, {SCALE_RANGE[1]:g}] "
+                         "where float32 powers stay exact; give fs in Hz of ordinary size (or None) and a window "
+                         "with values near 1")
+
 
 @dataclass(frozen=True)
 class PeakParams:
@@ -200,6 +225,9 @@ def make_params(
 ) -> PeakParams:
     """Validate user parameters and return a :class:`PeakParams`."""
     n_fft = _require_int("n_fft", n_fft, 4, "pass n_fft=4 or larger (256 is the usual choice)")
+    if n_fft > MAX_N_FFT:
+        raise ValueError(f"n_fft={n_fft} is larger than welchpeaks handles ({MAX_N_FFT} samples per segment); "
+                         "pass a smaller n_fft (256 to 4096 are usual)")
     if hop is None:
         hop = n_fft // 2
     hop = _require_int("hop", hop, 1, f"pass 1 <= hop <= n_fft={n_fft} (default n_fft//2)")
@@ -209,6 +237,7 @@ def make_params(
             f"pass 1 <= hop <= {n_fft} (default n_fft//2)"
         )
     k = _require_int("k", k, 1, "pass k=1 or more peaks per signal")
+    n_bins = n_fft // 2 + 1
     nseg = resolve_segments(segments)
     if fs is not None:
         if isinstance(fs, bool) or not isinstance(fs, numbers.Real):
@@ -228,6 +257,7 @@ def make_params(
     min_distance = _require_int(
         "min_distance", min_distance, 1, "pass min_distance=1 (no thinning) or more bins"
     )
+    min_distance = min(min_distance, n_bins)  # any larger distance keeps one peak, like n_bins
     if not isinstance(nan_policy, str) or nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy={nan_policy!r} is unknown; use 'raise' or 'propagate'")
     if dtype is not None:
@@ -237,6 +267,8 @@ def make_params(
             pass
         if dtype not in COMPUTE_DTYPES:
             raise ValueError(f"dtype={dtype!r} is not a compute precision; use 'float32', 'float64' or None")
+    window_array = resolve_window(window, n_fft)
+    _check_scale(window_array, n_fft, fs, scaling)
     return PeakParams(
         n_fft=n_fft,
         hop=hop,
@@ -244,8 +276,9 @@ def make_params(
         k=k,
         fs=fs,
         window=window,
-        window_array=(warr := resolve_window(window, n_fft)),
-        window_key=window if isinstance(window, (str, tuple)) else ("array", hashlib.sha256(warr.tobytes()).hexdigest()),
+        window_array=window_array,
+        window_key=(window if isinstance(window, (str, tuple))
+                    else ("array", hashlib.sha256(window_array.tobytes()).hexdigest())),
         detrend=detrend,
         scaling=scaling,
         mode=mode,

@@ -11,7 +11,8 @@ Selection semantics (shared by all executions):
 ``bins``
     the ``k`` highest PSD bins, by power descending, ties to the lower bin.
 ``peaks``
-    local maxima ``p[j] > p[j-1] and p[j] >= p[j+1]`` (a missing neighbour counts as -inf),
+    local maxima ``p[j] > p[j-1] and p[j] >= p[j+1]`` (a missing neighbour counts as -inf) with
+    power above zero (a constant or silent row has no peak),
     thinned like ``scipy.signal.find_peaks(distance=min_distance)`` (strongest first; a
     candidate closer than ``min_distance`` bins to a kept one is dropped; ties to the lower
     bin), the ``k`` strongest kept, each refined by a parabola through the log-power of the
@@ -105,13 +106,14 @@ def welch_psd(
 
 
 def local_maxima(p: np.ndarray) -> list[int]:
-    """Indices ``j`` with ``p[j] > p[j-1]`` and ``p[j] >= p[j+1]`` (missing neighbours: -inf)."""
+    """Indices ``j`` with ``p[j] > p[j-1]``, ``p[j] >= p[j+1]`` (missing neighbours: -inf) and
+    ``p[j] > 0`` (a bin without power is never a peak)."""
     n = len(p)
     out = []
     for j in range(n):
         left = p[j - 1] if j > 0 else -math.inf
         right = p[j + 1] if j < n - 1 else -math.inf
-        if p[j] > left and p[j] >= right:
+        if p[j] > left and p[j] >= right and p[j] > 0:
             out.append(j)
     return out
 

@@ -22,6 +22,8 @@ from welchpeaks.plan.planner import CallPlan, Planner
 from welchpeaks.result import PeakResult
 
 DEVICES = ("cpu", "cuda")
+#: k may exceed the bins (the extra slots come back empty), but not by more result memory than this
+MAX_EMPTY_SLOT_BYTES = 256 << 20
 
 
 def available_strategies(device: str = "cpu") -> list[str]:
@@ -181,6 +183,33 @@ class WelchPeaks:
             return self._run(t, tensor=True)
         return self._run(as_real_array(x), tensor=False)
 
+    def _check_rows(self, rows: Any, bad_rows: np.ndarray, power: Any, lead: tuple, call: CallPlan) -> None:
+        """Rows left empty or holding infinite power: a row whose frame is finite overflowed the
+        compute precision (always an error, one behaviour for every execution); a row with NaN or
+        infinity is an error under ``nan_policy='raise'``."""
+        host = rows if isinstance(rows, np.ndarray) else rows.detach().cpu().numpy()
+        frame = host[:, :call.frame]
+        inf_rows = np.flatnonzero(np.isinf(power if isinstance(power, np.ndarray) else power.cpu().numpy()).any(1))
+        candidates = np.union1d(bad_rows, inf_rows)
+        finite = np.isfinite(frame[candidates]).all(axis=1)
+
+        def signal(row: int) -> tuple[int, ...]:
+            return tuple(int(i) for i in np.unravel_index(row, lead)) if lead else ()
+
+        if finite.any():
+            row = int(candidates[np.argmax(finite)])
+            peak = float(np.max(np.abs(frame[row])))
+            fix = "pass dtype='float64' or scale the data down" if call.compute == np.float32 else "scale the data down"
+            raise ValueError(f"the power spectrum of signal {signal(row)} (row {row}) overflows {call.compute.name} "
+                             f"(|x| up to {peak:.3g}); {fix}")
+        if bad_rows.size and self.params.nan_policy == "raise":
+            first = int(bad_rows[0])
+            raise ValueError(
+                f"x has NaN or infinity in signal {signal(first)} (row {first} of {rows.shape[0]}; "
+                f"{bad_rows.size} signal(s) in all) within the analysed frame (first {call.frame} samples); "
+                "clean the data or pass nan_policy='propagate' to get empty slots (-1/NaN) for those signals"
+            )
+
     def _run(self, arr: Any, tensor: bool) -> PeakResult:
         """Validate the length, plan, run the plan's program, wrap its rows."""
         p = self.params
@@ -189,6 +218,9 @@ class WelchPeaks:
         lead = tuple(arr.shape[:-1])
         rows = arr.reshape(-1, length)
         in_dtype = np_dtype(arr)
+        if p.k > p.n_bins and rows.shape[0] * p.k * 16 > MAX_EMPTY_SLOT_BYTES:
+            raise ValueError(f"k={p.k} asks for {rows.shape[0] * p.k * 16 / 2**30:.1f} GiB of results, but n_fft={p.n_fft} "
+                             f"has only {p.n_bins} bins, so every slot past {p.n_bins} is empty; pass k <= {p.n_bins}")
         call = self.planner.plan(rows.shape[0], length, in_dtype, tensor)
         if not tensor and not rows.flags.c_contiguous:
             rows = np.ascontiguousarray(rows[:, :call.frame])
@@ -197,15 +229,8 @@ class WelchPeaks:
         bins, power, fbins = out.bins, out.power, out.fbins
         if not tensor and not isinstance(bins, np.ndarray):
             bins, power, fbins = bins.cpu().numpy(), power.cpu().numpy(), fbins.cpu().numpy()
-        if out.bad_rows.size and p.nan_policy == "raise":
-            first = int(out.bad_rows[0])
-            where = np.unravel_index(first, lead) if lead else ()
-            raise ValueError(
-                f"x has NaN or infinity in signal {tuple(int(i) for i in where)} (row {first} of "
-                f"{rows.shape[0]}; {out.bad_rows.size} signal(s) in all) within the analysed frame "
-                f"(first {call.frame} samples); clean the data or pass nan_policy='propagate' to get "
-                "empty slots (-1/NaN) for those signals"
-            )
+        if out.bad_rows.size or _any_inf(power):
+            self._check_rows(rows, out.bad_rows, power, lead, call)
         if tensor:
             import torch
 
@@ -224,6 +249,15 @@ class WelchPeaks:
             strategy=call.execution,
             params=info,
         )
+
+
+def _any_inf(power: Any) -> bool:
+    """True when a reported power is infinite (its row's power overflowed the precision)."""
+    if isinstance(power, np.ndarray):
+        return bool(np.isinf(power).any())
+    import torch
+
+    return bool(torch.isinf(power).any())
 
 
 def welch_peaks(

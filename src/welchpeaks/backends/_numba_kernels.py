@@ -179,7 +179,7 @@ def _candidates(prow, n_bins, mode, cand):
     for j in range(n_bins):  # branchless compaction of the local maxima
         p = prow[j + 1]
         cand[n_cand] = j
-        n_cand += (p > prow[j]) & (p >= prow[j + 2])
+        n_cand += (p > prow[j]) & (p >= prow[j + 2]) & (p > 0.0)  # a zero-power bin is no peak
     return n_cand
 
 
@@ -203,7 +203,7 @@ def _select_keyed(prow, n_bins, k, mode, vals, idx, cand, top):
         for j in range(n_bins):
             p = prow[j + 1]
             cand[n_cand] = (np.int64(_float32_bits(np.float32(p))) << 32) | (_LOW32 - j)
-            n_cand += (p > prow[j]) & (p >= prow[j + 2])
+            n_cand += (p > prow[j]) & (p >= prow[j + 2]) & (p > 0.0)  # a zero-power bin is no peak
     idx[0] = np.iinfo(np.int64).max
     for c in range(1, k + 1):
         idx[c] = -1

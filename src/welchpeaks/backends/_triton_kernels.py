@@ -15,7 +15,7 @@ def select_store(psd, f, rows, rmask, NB: tl.constexpr, K: tl.constexpr, PEAKS: 
         right = tl.gather(psd, tl.minimum(fb2 + 1, NB - 1) + 0 * rows[:, None], 1)
         left = tl.where(fb2 == 0, ninf, left)
         right = tl.where(fb2 == NB - 1, ninf, right)
-        cand = tl.where((psd > left) & (psd >= right), psd, ninf)
+        cand = tl.where((psd > left) & (psd >= right) & (psd > 0), psd, ninf)  # zero power: no peak
     else:
         cand = psd
     for j in tl.static_range(K):

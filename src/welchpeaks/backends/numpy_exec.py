@@ -30,7 +30,7 @@ def _local_max_mask(p: np.ndarray) -> np.ndarray:
     ninf = np.full((p.shape[0], 1), -np.inf, dtype=p.dtype)
     left = np.concatenate([ninf, p[:, :-1]], axis=1)
     right = np.concatenate([p[:, 1:], ninf], axis=1)
-    return (p > left) & (p >= right)
+    return (p > left) & (p >= right) & (p > 0)  # a zero-power bin is never a peak
 
 
 def _thin(p: np.ndarray, cand: np.ndarray, min_distance: int) -> np.ndarray:

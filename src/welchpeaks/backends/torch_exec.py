@@ -1,7 +1,9 @@
-"""The ``torch`` execution: the unfused PyTorch baseline a user would write, on CPU or CUDA.
+"""The ``torch`` backend: a torch kernel for every op of the Welch chain, and the ``torch``
+execution, the unfused PyTorch baseline a user would write, on CPU or CUDA tensors.
 
-``unfold`` into segments, detrend, window, ``torch.fft.rfft``, ``|X|**2``, segment mean, scale,
-then the selection: a stable descending sort of the bins (``'bins'``) or of the local maxima
+The Triton backends take the ops they do not fuse from it. Its kernels: ``unfold`` into
+segments, detrend, window, ``torch.fft.rfft``, ``|X|**2``, segment mean, scale, then the
+selection: a stable descending sort of the bins (``'bins'``) or of the local maxima
 (``'peaks'``), with greedy strongest-first thinning when ``min_distance > 1``, and the
 log-parabolic refinement of the reference. Every step is a separate kernel with its own
 buffer: this is the peer the fused Triton kernels are measured against.
@@ -66,7 +68,7 @@ def select_t(psd, k: int, mode: str, min_distance: int):
         pad = torch.full((rows, 1), float("-inf"), dtype=psd.dtype, device=psd.device)
         left = torch.cat([pad, psd[:, :-1]], 1)
         right = torch.cat([psd[:, 1:], pad], 1)
-        cand = torch.where((psd > left) & (psd >= right), psd, ninf)
+        cand = torch.where((psd > left) & (psd >= right) & (psd > 0), psd, ninf)  # zero power: no peak
     else:
         cand = psd.clone()
     if min_distance > 1 and mode == "peaks":

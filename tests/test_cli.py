@@ -36,7 +36,10 @@ def test_peaks_on_npy_wav_csv(tmp_path, tone):
     npy = welchpeaks.welch_peaks(np.stack([x, x[::-1]]), k=2)
     assert data[str(tmp_path / "a.npy")]["bins"] == npy.bins.tolist()
     lines = (tmp_path / "out.csv").read_text().splitlines()
-    assert lines[0] == "file,signal,rank,bin,freq,power" and len(lines) == 1 + 6 * 2
+    assert lines[0] == "file,signal,rank,bin,freq,freq_unit,power" and len(lines) == 1 + 6 * 2
+    units = {line.split(",")[0]: line.split(",")[5] for line in lines[1:]}  # per file: Hz only where it has a rate
+    assert units == {str(tmp_path / "a.npy"): "cycles/sample", str(tmp_path / "b.wav"): "Hz",
+                     str(tmp_path / "c.csv"): "cycles/sample"}
 
 
 def test_peaks_options_are_passed(tmp_path, tone):
@@ -54,7 +57,7 @@ def test_peaks_options_are_passed(tmp_path, tone):
     "setup, match",
     [
         (lambda p: None, "no such file"),
-        (lambda p: p.write_bytes(b"not a numpy file"), "cannot read it as npy"),
+        (lambda p: p.write_bytes(b"not a numpy file"), "not a valid .npy file"),
         (lambda p: np.save(p, np.ones(10)), "10 samples but 256 are needed"),
     ],
 )

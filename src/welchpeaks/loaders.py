@@ -11,6 +11,29 @@ class SignalFileError(Exception):
     """A file could not be read as signals; the message says why, in one line."""
 
 
+def _load_npy(path: Path) -> np.ndarray:
+    """A numeric .npy array, its header checked against the file before anything is allocated;
+    files holding Python objects are refused (never unpickled)."""
+    from numpy.lib import format as npy
+
+    with open(path, "rb") as fh:
+        try:
+            version = npy.read_magic(fh)
+            shape, fortran, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(fh)
+        except Exception:
+            raise SignalFileError(f"{path}: not a valid .npy file (no NumPy array header); save signals with "
+                                  "numpy.save") from None
+        if dtype.hasobject:
+            raise SignalFileError(f"{path}: holds Python objects, which welchpeaks never unpickles; save a numeric "
+                                  "array (float32 or float64)")
+        need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        have = path.stat().st_size - fh.tell()
+        if need != have:
+            raise SignalFileError(f"{path}: its header declares {need} bytes of data but the file holds {have}; "
+                                  "it is truncated or damaged")
+    return np.load(path, allow_pickle=False)
+
+
 def load_signals(path: str | Path) -> tuple[np.ndarray, float | None]:
     """Signals ``[rows, samples]`` (or ``[..., samples]`` for .npy) and the sample rate if known.
 
@@ -26,7 +49,7 @@ def load_signals(path: str | Path) -> tuple[np.ndarray, float | None]:
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":
-            data = np.load(path, allow_pickle=False)
+            data = _load_npy(path)
             fs = None
         elif suffix == ".wav":
             from scipy.io import wavfile

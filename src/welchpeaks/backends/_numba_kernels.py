@@ -642,8 +642,14 @@ def fused_pow2(
                 _clear_row(out_bins, out_power, out_fbin, r)
                 if bad[r]:
                     continue
+                chk = 0.0
                 for q in range(n_bins + 2):
                     prow[q] = ac[q, lane]
+                for q in range(1, n_bins + 1):
+                    chk += prow[q] - prow[q]  # NaN once a power overflowed
+                if chk != 0.0:  # flagged like a non-finite row; the API tells the two apart
+                    bad[r] = True
+                    continue
                 select_into(prow, n_bins, k, mode, min_distance, tv, ti, tc, tt, out_bins, out_power, out_fbin, r)
 
 

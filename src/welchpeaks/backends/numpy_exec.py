@@ -135,11 +135,20 @@ def _rfft(node: Node, graph: Graph):
 
 def _power(node: Node, graph: Graph):
     def power(z):
-        p = z.real * z.real
-        p += z.imag * z.imag
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflowing row is reported by the API
+            p = z.real * z.real
+            p += z.imag * z.imag
         return p
 
     return power
+
+
+def _segment_mean(node: Node, graph: Graph):
+    def segment_mean(p):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return p.mean(axis=-2, dtype=p.dtype)
+
+    return segment_mean
 
 
 def select_rows(psd: np.ndarray, k: int, mode: str, min_distance: int) -> RowPeaks:
@@ -198,7 +207,7 @@ KERNELS = {
     Op.window: _window,
     Op.rfft: _rfft,
     Op.power: _power,
-    Op.segment_mean: lambda node, graph: (lambda p: p.mean(axis=-2, dtype=p.dtype)),
+    Op.segment_mean: _segment_mean,
     Op.mul: lambda node, graph: (lambda a, b: a * b),
     Op.topk: _topk,
     Op.sub: lambda node, graph: (lambda a, b: a - b),

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 from rich.console import Console
 
+from welchpeaks.files import OutputPathError, check_writable, write_atomic
+
 console = Console()
 err = Console(stderr=True)
+
+
+def app_options(help_text: str) -> dict:
+    """What every typer app of the CLI is built with: plain help (no rich markup, so bracketed
+    defaults and install hints print as written), no shell completion, no pretty tracebacks."""
+    return dict(help=help_text, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                rich_markup_mode=None)
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -19,7 +28,28 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def write_json(path: Optional[Path], doc: dict) -> None:
+def check_output(path: Optional[Path], option: str) -> Optional[Path]:
+    """``path`` (or None) if a file can be written there; else a one-line error naming ``option``.
+    Commands call it before their work, so a bad path never costs the result."""
     if path is not None:
-        path.write_text(json.dumps(doc, indent=1, default=str))
-        console.print(f"wrote {path}")
+        try:
+            check_writable(path, option)
+        except OutputPathError as exc:
+            fail(str(exc))
+    return path
+
+
+def write_output(path: Optional[Path], data: str | bytes | Callable[[Path], None], option: str) -> None:
+    """Write an output file atomically (a full disk or an interruption leaves the old file);
+    an OS error is a one-line error naming ``option``."""
+    if path is None:
+        return
+    try:
+        write_atomic(path, data)
+    except OSError as exc:
+        fail(f"{option} {str(path)!r}: cannot write it ({exc.strerror or exc})")
+    console.print(f"wrote {path}")
+
+
+def write_json(path: Optional[Path], doc: dict, option: str = "--json") -> None:
+    write_output(path, json.dumps(doc, indent=1, default=str), option)

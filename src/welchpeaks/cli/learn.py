@@ -9,12 +9,11 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from welchpeaks.cli.common import console, err
+from welchpeaks.cli.common import app_options, check_output, console, err
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.common import write_json as _write_json
 
-learn_app = typer.Typer(help="Learned butterfly FFTs: train, prune for a signal domain, evaluate (needs torch).",
-                        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+learn_app = typer.Typer(**app_options("Learned butterfly FFTs: train, prune for a signal domain, evaluate (needs torch)."))
 
 
 def _learned() -> Any:
@@ -53,6 +52,8 @@ def learn_fft(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the training record as JSON."),
 ) -> None:
     """Train a butterfly network to reference precision and write its weights."""
+    check_output(out, "--out")
+    check_output(json_path, "--json")
     learned = _learned()
     with _bar() as bar:
         task = bar.add_task(f"n_fft {n_fft}, {init}, seed {seed}", total=None, info="")
@@ -93,6 +94,8 @@ def learn_prune(
     json_path: Optional[Path] = typer.Option(None, "--json"),
 ) -> None:
     """Learn which butterflies the top-k Welch peaks of a signal domain need; prune the rest."""
+    check_output(out, "--out")
+    check_output(json_path, "--json")
     learned = _learned()
     start = None
     if weights is not None:
@@ -132,6 +135,7 @@ def learn_eval(
     json_path: Optional[Path] = typer.Option(None, "--json"),
 ) -> None:
     """Reference errors, peak recall, active fraction, and compiled timing of saved weights."""
+    check_output(json_path, "--json")
     learned = _learned()
     try:
         model = learned.load(weights)

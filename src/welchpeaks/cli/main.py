@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import time
 from pathlib import Path
@@ -12,16 +13,11 @@ import numpy as np
 import typer
 from rich.table import Table
 
+from welchpeaks.cli.common import app_options, check_output, console, err, write_output
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.common import write_json as _write_json
-from welchpeaks.cli.common import console, err
 
-app = typer.Typer(
-    help="The strongest spectral peaks of batches of signals (Welch PSD + top-K).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+app = typer.Typer(**app_options("The strongest spectral peaks of batches of signals (Welch PSD + top-K)."))
 def _parse_segments(value: Optional[str]) -> int | str | None:
     if value is None or value.lower() in ("all", "none"):
         return None
@@ -38,25 +34,29 @@ def _int_list(text: str, name: str) -> list[int]:
                 if v >= lo:
                     out.append(v)
                 v *= 2
-            if not out:
-                raise ValueError
-            return out
-        return [int(v) for v in text.split(",") if v.strip()]
+        else:
+            out = [int(v) for v in text.split(",") if v.strip()]
+        if not out or min(out) < 1:
+            raise ValueError
+        return out
     except ValueError:
-        _fail(f"--{name} {text!r}: use comma-separated integers (32,1024) or a range (32-8192)")
+        _fail(f"--{name} {text!r}: use comma-separated integers >= 1 (32,1024) or a range (32-8192)")
         raise  # unreachable
 
 
 @app.command()
 def peaks(
-    files: list[Path] = typer.Argument(..., help=".npy (1-D or rows), .wav (channels) or .csv (one signal per row)"),
+    files: list[Path] = typer.Argument(..., metavar="FILES...",
+                                       help=".npy (1-D or rows), .wav (channels) or .csv (one signal per row)"),
     k: int = typer.Option(16, "--k", help="Peaks per signal."),
     n_fft: int = typer.Option(256, "--n-fft", help="Segment length."),
     hop: Optional[int] = typer.Option(None, "--hop", help="Samples between segments [default: n_fft/2]."),
     segments: Optional[str] = typer.Option(
         None, "--segments", help="Number of segments, ultra/fast/reference, or all [default: all that fit]."
     ),
-    fs: Optional[float] = typer.Option(None, "--fs", help="Sample rate in Hz [default: from .wav, else none]."),
+    fs: Optional[float] = typer.Option(
+        None, "--fs", help="Sample rate in Hz of files without one (.npy, .csv); a .wav's own rate wins, and a "
+                           "different --fs for it is an error [default: from .wav, else none]."),
     mode: str = typer.Option("peaks", "--mode", help="peaks (local maxima) or bins (top bins)."),
     min_distance: int = typer.Option(1, "--min-distance", help="Minimum bins between peaks."),
     strategy: str = typer.Option("auto", "--strategy", help="auto or an execution (welchpeaks strategies)."),
@@ -67,6 +67,8 @@ def peaks(
         None, "--model", help="Learned butterfly weights (welchpeaks learn): run with --strategy learned, or let auto race it."
     ),
     min_recall: float = typer.Option(0.99, "--min-recall", help="Lowest recorded peak recall auto accepts from --model."),
+    nan_policy: str = typer.Option(
+        "raise", "--nan-policy", help="raise: stop at a signal with NaN or infinity; propagate: leave its slots empty."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write all results as JSON here."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one line per peak as CSV here."),
     show: int = typer.Option(8, "--show", help="Signals per file to print in the table."),
@@ -75,6 +77,8 @@ def peaks(
     from welchpeaks import welch_peaks
     from welchpeaks.loaders import SignalFileError, load_signals
 
+    check_output(json_path, "--json")
+    check_output(csv_path, "--csv")
     net = None
     if model is not None:
         from welchpeaks.backends.learned_exec import load_model
@@ -89,48 +93,51 @@ def peaks(
             data, file_fs = load_signals(path)
         except SignalFileError as exc:
             _fail(str(exc))
-        rate = fs if fs is not None else file_fs
+        if file_fs is not None and fs is not None and file_fs != fs:
+            _fail(f"{path}: the file's own sample rate is {file_fs:g} Hz but --fs is {fs:g} Hz; drop --fs (it is for "
+                  "files without a rate) or resample the file")
+        rate = file_fs if file_fs is not None else fs
         try:
             res = welch_peaks(
                 data, k=k, n_fft=n_fft, hop=hop, segments=_parse_segments(segments), fs=rate,
                 mode=mode, min_distance=min_distance, strategy=strategy, layout=layout, model=net,
-                min_recall=min_recall,
+                min_recall=min_recall, nan_policy=nan_policy,
             )
         except (ValueError, TypeError) as exc:
             _fail(f"{path}: {exc}")
         results[str(path)] = res
-    unit = "Hz" if fs is not None or any(r.params["fs"] for r in results.values()) else "cyc/sample"
     for name, res in results.items():
-        bins = res.bins.reshape(-1, k)
+        slots = res.bins.shape[-1]
+        bins = res.bins.reshape(-1, slots)
+        unit = "Hz" if res.params["fs"] is not None else "cycles/sample"
         table = Table(title=f"{name}: {bins.shape[0]} signal(s), strategy {res.strategy}")
         for col in ("signal", "rank", "bin", f"freq ({unit})", "power"):
             table.add_column(col, justify="right")
-        freqs = res.freqs.reshape(-1, k)
-        power = res.power.reshape(-1, k)
-        for s in range(min(show, bins.shape[0])):
-            for r in range(k):
-                if bins[s, r] < 0:
+        freqs = res.freqs.reshape(-1, slots)
+        power = res.power.reshape(-1, slots)
+        for sig in range(min(show, bins.shape[0])):
+            for r in range(slots):
+                if bins[sig, r] < 0:
                     continue
-                table.add_row(str(s), str(r + 1), str(bins[s, r]), f"{freqs[s, r]:.4f}", f"{power[s, r]:.4g}")
+                table.add_row(str(sig), str(r + 1), str(bins[sig, r]), f"{freqs[sig, r]:.4f}", f"{power[sig, r]:.4g}")
         console.print(table)
         if bins.shape[0] > show:
             console.print(f"({bins.shape[0] - show} more signal(s) not shown; use --json or --csv)")
-    if json_path is not None:
-        json_path.write_text(json.dumps({n: r.to_dict() for n, r in results.items()}))
-        console.print(f"wrote {json_path}")
+    write_output(json_path, json.dumps({n: r.to_dict() for n, r in results.items()}), "--json")
     if csv_path is not None:
-        with open(csv_path, "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(["file", "signal", "rank", "bin", "freq", "power"])
-            for name, res in results.items():
-                bins = res.bins.reshape(-1, k)
-                freqs = res.freqs.reshape(-1, k)
-                power = res.power.reshape(-1, k)
-                for s in range(bins.shape[0]):
-                    for r in range(k):
-                        if bins[s, r] >= 0:
-                            w.writerow([name, s, r + 1, int(bins[s, r]), repr(float(freqs[s, r])), repr(float(power[s, r]))])
-        console.print(f"wrote {csv_path}")
+        out = io.StringIO()
+        w = csv.writer(out)
+        w.writerow(["file", "signal", "rank", "bin", "freq", "freq_unit", "power"])
+        for name, res in results.items():
+            slots = res.bins.shape[-1]
+            bins, freqs, power = (a.reshape(-1, slots) for a in (res.bins, res.freqs, res.power))
+            unit = "Hz" if res.params["fs"] is not None else "cycles/sample"
+            for sig in range(bins.shape[0]):
+                for r in range(slots):
+                    if bins[sig, r] >= 0:
+                        w.writerow([name, sig, r + 1, int(bins[sig, r]), repr(float(freqs[sig, r])), unit,
+                                    repr(float(power[sig, r]))])
+        write_output(csv_path, out.getvalue(), "--csv")
 
 
 @app.command()
@@ -147,6 +154,15 @@ def demo(
     fs, n_fft = 8000.0, 256
     if batch < 1 or tones < 1:
         _fail("--batch and --tones must be >= 1")
+    if plot is not None:  # check before the work: a missing extra or a bad path must not cost the run
+        check_output(plot, "--plot")
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            _fail("--plot needs matplotlib: pip install 'welchpeaks[plot]'")
     x, true = tones_in_noise(batch=batch, n_tones=tones, fs=fs, n_fft=n_fft, seed=seed)
     wp = welchpeaks.WelchPeaks(n_fft=n_fft, k=tones, segments=None, fs=fs)
     wp(x[:1])  # first call compiles or loads the cached kernel
@@ -168,13 +184,6 @@ def demo(
         f"({np.median(err_bins) * fs / n_fft:.2f} Hz); {ms:.2f} ms for the batch with strategy {res.strategy}"
     )
     if plot is not None:
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            _fail("--plot needs matplotlib: pip install 'welchpeaks[plot]'")
         f, p = welchpeaks.welch(x[:4], fs=fs, nperseg=n_fft)
         fig, axes = plt.subplots(len(p), 1, figsize=(8, 2.2 * len(p)), sharex=True)
         for i, ax in enumerate(np.atleast_1d(axes)):
@@ -182,18 +191,16 @@ def demo(
             ax.plot(res.freqs[i], res.power[i], "rv", label="peaks")
             for t in true[i]:
                 ax.axvline(t, color="g", lw=0.6, ls="--")
-            ax.set_ylabel(f"signal {i}")
-        np.atleast_1d(axes)[-1].set_xlabel("Hz")
+            ax.set_ylabel(f"signal {i}\nPSD (V²/Hz)")
+        np.atleast_1d(axes)[-1].set_xlabel("frequency (Hz)")
         fig.suptitle("Welch PSD, detected peaks (red) and true tones (green)")
         fig.tight_layout()
-        fig.savefig(plot, dpi=100)
-        console.print(f"wrote {plot}")
+        write_output(plot, lambda tmp: fig.savefig(tmp, dpi=100, format="png"), "--plot")
 
 
-bench_app = typer.Typer(
-    help="Benchmarks (JSON with --json). Without a subcommand: the executions against scipy + top-k.",
-    no_args_is_help=False, add_completion=False, pretty_exceptions_enable=False,
-)
+bench_app = typer.Typer(**{**app_options(
+    "Benchmarks (JSON with --json). Without a subcommand: the executions against scipy + top-k."),
+    "no_args_is_help": False})
 app.add_typer(bench_app, name="bench")
 
 
@@ -225,6 +232,8 @@ def bench(
 
     if repeats < 3:
         _fail("--repeats must be >= 3 for a median and a range")
+    check_output(json_path, "--json")
+    check_output(md_path, "--md")
     modes = _check_mode(mode)
     cells = [
         Cell(b, n, kk, s, m)
@@ -252,9 +261,7 @@ def bench(
             )
         console.print(table)
     _write_json(json_path, {"machine": info, "rows": all_rows})
-    if md_path is not None:
-        md_path.write_text(markdown_table(all_rows))
-        console.print(f"wrote {md_path}")
+    write_output(md_path, markdown_table(all_rows), "--md")
 
 
 @bench_app.command("phases")
@@ -269,6 +276,7 @@ def bench_phases(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the reports as JSON."),
 ) -> None:
     """The fusion phases (baseline, block, fused): IO profiles, the gate, predicted vs measured."""
+    check_output(json_path, "--json")
     from welchpeaks.machine import machine_info
     from welchpeaks.bench.phases import run_phases
 
@@ -324,6 +332,7 @@ def bench_picker(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write cells and summary as JSON."),
 ) -> None:
     """Regret and prediction quality of strategy='auto' over a grid of cells."""
+    check_output(json_path, "--json")
     from welchpeaks.bench import picker as bp
     from welchpeaks.machine import machine_info
 
@@ -418,11 +427,21 @@ def calibrate(
 
     if device != "cpu":
         _fail(f"device={device!r} cannot be measured in this version; use --device cpu")
+    path = cal.cache_path(device)
+    try:  # check the cache's place before measuring, so a bad place never costs the measurement
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _fail(f"cannot create the cache directory {str(path.parent)!r} ({exc.strerror or exc}); set "
+              "WELCHPEAKS_CACHE_DIR to a writable directory")
+    check_output(path, "the cost-model cache (WELCHPEAKS_CACHE_DIR)")
     t0 = time.perf_counter()
     with Progress(console=err, transient=True) as bar:
         task = bar.add_task("calibrating cpu", total=cal.steps(quick))
         model = cal.measure_cpu(quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
-    path = cal.save(model)
+    try:
+        path = cal.save(model)
+    except OSError as exc:
+        _fail(f"cannot write the cost-model cache {str(path)!r} ({exc.strerror or exc})")
     set_cost_model(model)
     console.print(
         f"measured the cpu cost model in {time.perf_counter() - t0:.1f} s: launch {model.dispatch_ns:,.0f} ns, "

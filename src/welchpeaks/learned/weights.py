@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from welchpeaks.files import write_atomic
+
 FORMAT = 2  # 2: the checksum covers the tensor table
 #: the largest n_fft a weights file may declare (the network holds log2(n) * n/2 twiddles)
 MAX_N_FFT = 1 << 16
@@ -78,24 +80,6 @@ def save(model: Any, path: str | os.PathLike) -> Path:
     head += b" " * (-len(head) % 8)
     write_atomic(path, struct.pack("<Q", len(head)) + head + data)
     return path
-
-
-def write_atomic(path: Path, blob: bytes) -> None:
-    """Write ``blob`` to a new, exclusively created temporary file beside ``path`` (never through
-    a link planted there), then rename it over ``path``: readers see the old file or the whole
-    new one, never a part."""
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(blob)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

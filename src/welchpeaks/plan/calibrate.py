@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from welchpeaks import backends
+from welchpeaks.files import write_atomic
 from welchpeaks.machine import machine_info
 from welchpeaks.params import make_params
 from welchpeaks.plan.cost import (
@@ -40,6 +40,10 @@ FULL_GRID = {"n_fft": [64, 256, 1024, 4096], "rows": [1, 16, 512, 8192], "bins":
 
 class CalibrationNotice(UserWarning):
     """Said once when the picker measures a quick cost model because none was cached."""
+
+
+#: a cost model's JSON is a few tens of kB; a larger file in the cache's place is not read
+MAX_CACHE_BYTES = 1 << 20
 
 
 def cache_dir() -> Path:
@@ -79,14 +83,7 @@ def save(model: BackendCostModel) -> Path:
     path = cache_path(model.device)
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"format": FORMAT, "key": machine_key(model.device), "model": model.to_dict()}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(doc, indent=1))
     return path
 
 
@@ -96,12 +93,21 @@ def load(device: str) -> BackendCostModel | None:
     if not path.exists():
         return None
     try:
+        if not path.is_file():
+            raise ValueError("it is not a regular file")
+        size = path.stat().st_size
+        if size > MAX_CACHE_BYTES:
+            raise ValueError(f"it has {size} bytes, more than a cost model ever needs ({MAX_CACHE_BYTES})")
         doc = json.loads(path.read_text())
-        if doc.get("format") != FORMAT or doc.get("key") != machine_key(device):
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("key") != machine_key(device):
             raise ValueError("it was written for another format, machine or library version")
-        return BackendCostModel.from_dict(doc["model"])
-    except Exception as exc:  # corrupt JSON, missing fields, bad values
-        warnings.warn(f"welchpeaks: cost-model cache {path} is unusable ({exc}); measuring again", stacklevel=3)
+        model = BackendCostModel.from_dict(doc["model"])
+        if model.device != device:
+            raise ValueError(f"it holds the model of {model.device!r}")
+        return model
+    except Exception as exc:  # unreadable, corrupt JSON, missing fields, wrong types or ranges
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        warnings.warn(f"welchpeaks: cost-model cache {path} is unusable ({reason}); measuring again", stacklevel=3)
         return None
 
 

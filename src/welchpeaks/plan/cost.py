@@ -135,10 +135,69 @@ class BackendCostModel:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "BackendCostModel":
-        d = dict(d)
-        d["tables"] = {k: LogLogTable(**v) for k, v in d.get("tables", {}).items()}
-        return cls(**d)
+    def from_dict(cls, d: Any) -> "BackendCostModel":
+        """A model from :meth:`to_dict`'s form, every field checked (type and range): a ValueError
+        names the first that is wrong."""
+        if not isinstance(d, dict):
+            raise ValueError(f"the model is a {type(d).__name__}, not an object")
+        missing = set(_FIELDS) - set(d)
+        if missing:
+            raise ValueError(f"the model lacks {sorted(missing)}")
+        unknown = set(d) - set(_FIELDS)
+        if unknown:
+            raise ValueError(f"the model has unknown fields {sorted(unknown)}")
+        for name in ("dispatch_ns", "roundtrip_ns", "memory_bw", "h2d_bw", "d2h_bw"):
+            _positive(name, d[name])
+        for name in ("min_gain_ns", "host_thunk_penalty_ns"):
+            _positive(name, d[name], allow_zero=True)
+        if not isinstance(d["device"], str) or d["status"] not in ("measured", "default"):
+            raise ValueError(f"device={d['device']!r} / status={d['status']!r} are not a device name and "
+                             "'measured' or 'default'")
+        if not isinstance(d["unified_memory"], bool):
+            raise ValueError(f"unified_memory={d['unified_memory']!r} is not true or false")
+        if isinstance(d["threads"], bool) or not isinstance(d["threads"], int) or not 1 <= d["threads"] <= 4096:
+            raise ValueError(f"threads={d['threads']!r} is not a thread count")
+        if not isinstance(d["call_ns"], dict) or not all(isinstance(k, str) for k in d["call_ns"]):
+            raise ValueError("call_ns is not an object of execution name -> ns")
+        for k, v in d["call_ns"].items():
+            _positive(f"call_ns[{k!r}]", v, allow_zero=True)
+        if not isinstance(d["meta"], dict):
+            raise ValueError("meta is not an object")
+        if not isinstance(d["tables"], dict):
+            raise ValueError("tables is not an object")
+        tables = {}
+        for key, t in d["tables"].items():
+            if not isinstance(t, dict) or set(t) != {"x1", "x2", "ns"}:
+                raise ValueError(f"table {key!r} is not {{x1, x2, ns}}")
+            for axis in ("x1", "x2"):
+                grid = t[axis]
+                if (not isinstance(grid, list) or not grid or len(grid) > 64
+                        or not all(_is_number(v) and 0 < v < math.inf for v in grid)
+                        or any(b <= a for a, b in zip(grid, grid[1:]))):
+                    raise ValueError(f"table {key!r}: {axis} is not an increasing list of positive numbers")
+            if not isinstance(t["ns"], list) or not all(isinstance(r, list) and all(map(_is_number, r))
+                                                        for r in t["ns"]):
+                raise ValueError(f"table {key!r}: ns is not a list of lists of numbers")
+            tables[key] = LogLogTable(**t)  # checks shape, positivity, finiteness
+        if d["device"] == "cpu":
+            need = {f"fft:{dt}" for dt in ("float32", "float64")} | {f"select:{m}" for m in ("peaks", "bins")} | {
+                f"fused:{dt}:s{s}" for dt in ("float32", "float64") for s in (1, 2)}
+            if need - set(tables):
+                raise ValueError(f"the cpu model lacks the curves {sorted(need - set(tables))}")
+        return cls(**{**d, "tables": tables})
+
+
+_FIELDS = ("device", "status", "dispatch_ns", "roundtrip_ns", "memory_bw", "h2d_bw", "d2h_bw", "unified_memory",
+           "threads", "tables", "call_ns", "min_gain_ns", "host_thunk_penalty_ns", "meta")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _positive(name: str, v: Any, allow_zero: bool = False) -> None:
+    if not _is_number(v) or not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        raise ValueError(f"{name}={v!r} is not a {'non-negative' if allow_zero else 'positive'} finite number")
 
 
 def cpu_cost_model(**kw: Any) -> BackendCostModel:

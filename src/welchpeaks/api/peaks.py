@@ -238,7 +238,14 @@ class WelchPeaks:
 
             power = power.to(torch.float64 if in_dtype == np.float64 else torch.float32)
         elif power.dtype != in_dtype:
-            power = power.astype(in_dtype)
+            with np.errstate(over="ignore"):
+                power = power.astype(in_dtype)
+            if np.isinf(power).any():
+                row = int(np.flatnonzero(np.isinf(power).any(axis=1))[0])
+                where = tuple(int(i) for i in np.unravel_index(row, lead)) if lead else ()
+                raise ValueError(f"the power of signal {where} (row {row}) "
+                                 f"is computed in {call.compute.name} but does not fit {in_dtype.name}, the precision "
+                                 f"of x (results come back in it); pass x as float64 or scale it down")
         shape = lead + (p.k,)
         info = p.to_dict()
         info.update(segments=call.n_seg, frame=call.frame, compute_dtype=call.compute.name)

@@ -100,6 +100,10 @@ def _welch_fast_args(x, fs, window, nperseg, noverlap, nfft, detrend, return_one
         return None
     if not (win.ndim == 1 and win.shape[0] == seg and win.dtype.kind in "iuf"):
         return None
+    with np.errstate(all="ignore"):
+        energy, total = float(np.sum(np.square(win, dtype=np.float64))), float(np.sum(win, dtype=np.float64))
+    if not (np.isfinite(energy) and energy > 0 and (scaling == "density" or (np.isfinite(total) and total != 0))):
+        return None  # a window without energy (or sum): SciPy's own NaN/inf result, not an exception
     if arr.dtype.kind in "iu":
         arr = arr.astype(np.result_type(arr.dtype, np.float32))  # scipy's promotion: int16 -> float32
     return arr, ax, win, int(seg), int(ovl), int(n_out)

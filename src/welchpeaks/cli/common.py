@@ -8,6 +8,7 @@ from typing import Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from welchpeaks.files import OutputPathError, check_writable, write_atomic
 
@@ -24,7 +25,7 @@ def app_options(help_text: str) -> dict:
 
 def fail(message: str, code: int = 2) -> None:
     """Print ``error: message`` to stderr and exit with ``code`` (2: bad usage or input)."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -48,7 +49,7 @@ def write_output(path: Optional[Path], data: str | bytes | Callable[[Path], None
         write_atomic(path, data)
     except OSError as exc:
         fail(f"{option} {str(path)!r}: cannot write it ({exc.strerror or exc})")
-    console.print(f"wrote {path}")
+    console.print(f"wrote {path}", markup=False, highlight=False)
 
 
 def write_json(path: Optional[Path], doc: dict, option: str = "--json") -> None:

@@ -141,7 +141,8 @@ def _checked(path: Path, header: dict, meta_json: str, data: bytes) -> tuple[dic
         if not isinstance(info, dict):
             raise WeightsError(f"{where}: tensor {name!r} is missing or is not a tensor description")
         offsets, got_shape = info.get("data_offsets"), info.get("shape")
-        if (info.get("dtype") != dtype or not isinstance(got_shape, list) or tuple(got_shape) != shape
+        if (info.get("dtype") != dtype or not isinstance(got_shape, list) or not all(map(_is_int, got_shape))
+                or tuple(got_shape) != shape
                 or not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_int, offsets))):
             raise WeightsError(f"{where}: tensor {name!r} must be {dtype} of shape {list(shape)} with two integer "
                                f"data_offsets; the file says {info!r}"[:300])

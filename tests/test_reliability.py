@@ -1,0 +1,295 @@
+"""Regression tests for the defects found by fuzzing (issue 13): hostile files, hangs, wrong
+answers, lost files. Each names the case it keeps from coming back."""
+
+import json
+import os
+import struct
+import warnings
+
+import numpy as np
+import pytest
+
+import welchpeaks
+from welchpeaks.files import OutputPathError, check_writable, write_atomic
+from welchpeaks.params import make_params
+from welchpeaks.plan import calibrate
+
+CPU = ["numpy", "fused-cpu"]
+
+
+# ------------------------------------------------------------------------------ weights files
+
+torch = pytest.importorskip("torch")
+from welchpeaks.learned import ButterflyFFT, load, save  # noqa: E402
+from welchpeaks.learned.weights import WeightsError, _digest  # noqa: E402
+
+
+def _forge(path, out, meta_edit=None, table_edit=None, tensor_edit=None):
+    """Rewrite a weights file with edited metadata / tensor table / tensor bytes and a digest
+    recomputed as a forger would."""
+    blob = path.read_bytes()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + n])
+    data = bytearray(blob[8 + n :])
+    meta = header.pop("__metadata__")
+    doc = json.loads(meta["welchpeaks"])
+    if meta_edit:
+        doc = meta_edit(doc)
+    if table_edit:
+        table_edit(header)
+    if tensor_edit:
+        tensor_edit(header, data)
+    meta_json = json.dumps(doc)
+    header["__metadata__"] = {"welchpeaks": meta_json, "sha256": _digest(dict(header), meta_json, bytes(data))}
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    out.write_bytes(struct.pack("<Q", len(head)) + head + bytes(data))
+    return out
+
+
+@pytest.fixture
+def weights(tmp_path):
+    return save(ButterflyFFT(16), tmp_path / "w.safetensors")
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: {**d, "valid_bins": 100000}, "valid_bins"),
+    (lambda d: {**d, "valid_bins": 5000}, "valid_bins"),
+    (lambda d: {**d, "valid_bins": 0}, "valid_bins"),
+    (lambda d: {**d, "valid_bins": 10 ** 12}, "valid_bins"),
+    (lambda d: {**d, "valid_bins": 3.5}, "valid_bins"),
+    (lambda d: {**d, "n_fft": 2 ** 40}, "n_fft"),
+    (lambda d: {**d, "init": "evil"}, "init"),
+    (lambda d: {**d, "record": {"recall": 7}}, "recall"),
+    (lambda d: {**d, "record": [1, 2]}, "record"),
+    (lambda d: {**d, "tied": "yes"}, "tied"),
+    (lambda d: [d], "JSON list"),
+])
+def test_forged_metadata_is_refused_before_anything_runs(weights, tmp_path, edit, match):
+    forged = _forge(weights, tmp_path / "f.safetensors", meta_edit=edit)
+    with pytest.raises(WeightsError, match=match):
+        load(forged)
+    x = np.random.default_rng(0).standard_normal((2, 64))
+    with pytest.raises(ValueError, match=match):
+        welchpeaks.welch_peaks(x, n_fft=16, segments=1, strategy="learned", model=forged)
+
+
+def test_forged_tensors_are_refused(weights, tmp_path):
+    def nan_twiddle(header, data):
+        lo = header["twiddle"]["data_offsets"][0]
+        data[lo : lo + 8] = struct.pack("<d", float("nan"))
+
+    with pytest.raises(WeightsError, match="NaN or infinity"):
+        load(_forge(weights, tmp_path / "a.safetensors", tensor_edit=nan_twiddle))
+
+    def overlap(header):
+        header["gate_logit"]["data_offsets"] = list(header["twiddle"]["data_offsets"][:1]) + [
+            header["twiddle"]["data_offsets"][0] + 8 * 4 * 8]
+
+    with pytest.raises(WeightsError, match="overlap|byte range"):
+        load(_forge(weights, tmp_path / "b.safetensors", table_edit=overlap))
+
+    def float_shape(header):
+        header["active"]["shape"] = [4.0, 8.0]
+
+    with pytest.raises(WeightsError, match="active"):
+        load(_forge(weights, tmp_path / "c.safetensors", table_edit=float_shape))
+
+
+def test_the_checksum_covers_the_tensor_table(weights, tmp_path):
+    blob = weights.read_bytes()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + n])
+    lo, hi = header["gate_logit"]["data_offsets"]
+    a, b = header["twiddle"]["data_offsets"]
+    # swap two tensors' byte ranges of equal size without touching the digest
+    header["gate_logit"]["data_offsets"], header["active"]["data_offsets"] = (
+        header["active"]["data_offsets"], header["gate_logit"]["data_offsets"])
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    edited = tmp_path / "e.safetensors"
+    edited.write_bytes(struct.pack("<Q", len(head)) + head + blob[8 + n :])
+    with pytest.raises(WeightsError, match="checksum"):
+        load(edited)
+
+
+def test_save_never_writes_through_a_planted_link(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / "out.safetensors"
+    os.symlink(victim, tmp_path / "out.safetensors.tmp")
+    save(ButterflyFFT(8), out)
+    assert victim.read_text() == "precious"
+    assert out.is_file() and not out.is_symlink()
+    assert load(out).n_fft == 8
+
+
+def test_huge_files_are_not_read_as_weights(tmp_path):
+    big = tmp_path / "big.safetensors"
+    with open(big, "wb") as fh:
+        fh.truncate(200 << 20)  # sparse: no disk used
+    with pytest.raises(WeightsError, match="not one"):
+        load(big)
+
+
+# ------------------------------------------------------------------------------ parameters and inputs
+
+
+@pytest.mark.parametrize("strategy", CPU)
+def test_huge_min_distance_is_clamped_not_a_hang(strategy):
+    x = np.random.default_rng(1).standard_normal((4, 1024))
+    a = welchpeaks.welch_peaks(x, min_distance=10 ** 9, strategy=strategy, dtype="float64")
+    b = welchpeaks.welch_peaks(x, min_distance=129, strategy=strategy, dtype="float64")
+    np.testing.assert_array_equal(a.bins, b.bins)
+    assert np.all((a.bins[:, 0] >= 0) & np.all(a.bins[:, 1:] == -1))  # one peak per row
+
+
+@pytest.mark.parametrize("strategy", CPU + ["torch"])
+def test_power_overflow_is_one_error_for_every_execution(strategy):
+    x = (np.random.default_rng(2).standard_normal((4, 384)) * 1e18).astype(np.float32)
+    with pytest.raises(ValueError, match="overflows float32.*dtype='float64'"):
+        welchpeaks.welch_peaks(x, segments=2, strategy=strategy, dtype="float32")
+    with pytest.raises(ValueError, match="overflows float32"):  # not hidden by nan_policy
+        welchpeaks.welch_peaks(x, segments=2, strategy=strategy, dtype="float32", nan_policy="propagate")
+    big = np.full((2, 384), 3e37, np.float32)
+    big[:, ::2] = -3e37
+    with pytest.raises(ValueError, match="overflows float32"):
+        welchpeaks.welch_peaks(big, segments=2, strategy=strategy, dtype="float32")
+    # in float64 the same rows are fine, and the executions agree
+    ref = welchpeaks.welch_peaks(x.astype(np.float64), segments=2, strategy="numpy")
+    got = welchpeaks.welch_peaks(x.astype(np.float64), segments=2, strategy=strategy, dtype="float64")
+    np.testing.assert_array_equal(got.bins, ref.bins)
+    assert np.all(np.isfinite(got.power[got.bins >= 0]))
+
+
+def test_large_float64_values_are_not_called_nan():
+    x = np.random.default_rng(3).standard_normal((3, 384)) * 1e150
+    a = welchpeaks.welch_peaks(x, segments=2, strategy="fused-cpu", dtype="float64")
+    b = welchpeaks.welch_peaks(x, segments=2, strategy="numpy")
+    np.testing.assert_array_equal(a.bins, b.bins)
+
+
+@pytest.mark.parametrize("strategy", CPU + ["torch"])
+@pytest.mark.parametrize("row", [np.zeros(384), np.full(384, 3.5)])
+def test_constant_rows_have_no_peaks(strategy, row):
+    r = welchpeaks.welch_peaks(np.stack([row, row]), segments=2, strategy=strategy, k=3)
+    assert np.all(r.bins == -1) and np.all(np.isnan(r.power))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(window=np.full(256, 1e-200)), "energy"),
+    (dict(window=np.full(256, 1e200)), "energy"),
+    (dict(window=np.r_[np.ones(128), -np.ones(128)], scaling="spectrum"), "sums to 0"),
+    (dict(window=np.zeros(256)), "all zeros"),
+    (dict(fs=1e-310), "fs="),
+    (dict(fs=1e308), "fs="),
+    (dict(fs=1e40), "fs="),
+    (dict(n_fft=2 ** 31), "n_fft="),
+])
+def test_unusable_windows_and_scales_are_refused_with_the_fix(kw, match):
+    with pytest.raises(ValueError, match=match):
+        make_params(**kw)
+    with pytest.raises(ValueError, match=match):
+        welchpeaks.welch_peaks(np.ones((2, 512)), **kw)
+
+
+def test_welch_falls_back_to_scipy_for_windows_scipy_accepts():
+    import scipy.signal
+
+    x = np.random.default_rng(4).standard_normal(1024)
+    w = np.r_[np.ones(128), -np.ones(128)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f0, p0 = scipy.signal.welch(x, window=w, nperseg=256, scaling="spectrum")
+        f1, p1 = welchpeaks.welch(x, window=w, nperseg=256, scaling="spectrum")
+    np.testing.assert_array_equal(np.isnan(p0), np.isnan(p1))
+    np.testing.assert_allclose(p1[np.isfinite(p0)], p0[np.isfinite(p0)])
+
+
+def test_huge_k_is_refused_before_allocating():
+    with pytest.raises(ValueError, match="pass k <= 129"):
+        welchpeaks.welch_peaks(np.ones((64, 384)), k=10 ** 8)
+
+
+def test_array_window_under_auto_and_explain():
+    x = np.random.default_rng(5).standard_normal((3, 384))
+    wp = welchpeaks.WelchPeaks(window=np.hanning(256))
+    r = wp(x)
+    assert wp.explain()["strategy"] == r.strategy
+    ref = welchpeaks.welch_peaks(x, segments=2, window=np.hanning(256), strategy="numpy")
+    np.testing.assert_array_equal(r.bins, ref.bins)
+
+
+# ------------------------------------------------------------------------------ the calibration cache
+
+
+@pytest.mark.parametrize("edit", [
+    lambda m: m.update(dispatch_ns="abc"),
+    lambda m: m.update(dispatch_ns=float("nan")),
+    lambda m: m.update(roundtrip_ns=float("inf")),
+    lambda m: m.update(memory_bw=0),
+    lambda m: m.update(tables={}),
+    lambda m: m.update(call_ns=[1, 2]),
+    lambda m: m.update(threads=True),
+    lambda m: m["tables"]["fft:float32"].update(ns=[[1.0]]),
+    lambda m: m["tables"]["fft:float32"].update(x1=[2.0, 1.0]),
+    lambda m: m.pop("status"),
+])
+def test_corrupt_cache_values_warn_and_are_remeasured(monkeypatch, tmp_path, edit):
+    from helpers import synthetic_cpu_model
+
+    monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path))
+    path = calibrate.save(synthetic_cpu_model())
+    doc = json.loads(path.read_text())
+    edit(doc["model"])
+    path.write_text(json.dumps(doc, allow_nan=True))
+    with pytest.warns(UserWarning, match="unusable"):
+        assert calibrate.load("cpu") is None
+    monkeypatch.setattr(calibrate, "measure_cpu", lambda quick=False, progress=None: synthetic_cpu_model())
+    with pytest.warns(UserWarning):
+        model = calibrate.load_or_measure("cpu")
+    assert model is not None and calibrate.load("cpu").to_dict() == model.to_dict()  # the file is repaired
+
+
+def test_oversized_or_odd_cache_files_are_not_read(monkeypatch, tmp_path):
+    monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path))
+    path = calibrate.cache_path("cpu")
+    with open(path, "wb") as fh:
+        fh.truncate(400 << 20)  # sparse
+    with pytest.warns(UserWarning, match="more than a cost model"):
+        assert calibrate.load("cpu") is None
+    path.unlink()
+    path.mkdir()
+    with pytest.warns(UserWarning, match="not a regular file"):
+        assert calibrate.load("cpu") is None
+
+
+# ------------------------------------------------------------------------------ files written
+
+
+def test_write_atomic_keeps_the_old_file_when_writing_fails(tmp_path):
+    target = tmp_path / "out.json"
+    target.write_text("old")
+
+    def half_then_fail(tmp):
+        tmp.write_text("partial")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        write_atomic(target, half_then_fail)
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+    write_atomic(target, "new")
+    assert target.read_text() == "new"
+
+
+def test_output_paths_are_checked(tmp_path):
+    with pytest.raises(OutputPathError, match="does not exist"):
+        check_writable(tmp_path / "missing" / "x.json", "--json")
+    with pytest.raises(OutputPathError, match="is a directory"):
+        check_writable(tmp_path, "--json")
+    if os.path.exists("/dev/full"):
+        with pytest.raises(OutputPathError, match="not a regular file"):
+            check_writable("/dev/full", "--json")
+    (tmp_path / "f").write_text("")
+    with pytest.raises(OutputPathError, match="not a directory"):
+        check_writable(tmp_path / "f" / "x.json", "--json")

@@ -1,7 +1,7 @@
 """Per-call time of a reused WelchPeaks, this tree against the code at cc6b438, in one process.
 
-The old tree is exported beside this one as the package ``welchpeaks_cc6b438`` (imports
-renamed; see docs/performance.md for the two commands). Both executors are built with the same
+The old tree is exported beside this one as the package ``welchpeaks_cc6b438`` by
+``bash docs/bench/export_tree.sh cc6b438 /tmp/oldwp`` (imports renamed). Both executors are built with the same
 parameters, warmed up, then timed round robin, cell by cell (each round calls both once; half
 the rounds call the old one first, and the executors are built twice, each tree first once),
 for ``--repeats`` rounds in all; medians with min-max, and the ratio new / old per cell.

@@ -107,8 +107,8 @@ def _dtype(node: Node) -> np.dtype:
 
 def _frames(node: Node, graph: Graph):
     """A strided view of the rows' frames, in the graph's compute precision."""
-    n_fft, hop, n_seg = node.attrs["n_fft"], node.attrs["hop"], node.attrs["n_segments"]
-    dt, need = _dtype(node), n_fft + (n_seg - 1) * hop
+    n_fft, hop, n_seg, need = (node.attrs[a] for a in ("n_fft", "hop", "n_segments", "frame"))
+    dt = _dtype(node)
 
     def frames(x):
         x = x[:, :need]

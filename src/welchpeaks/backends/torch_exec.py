@@ -130,8 +130,7 @@ def _input(node: Node, graph: Graph):
 
 
 def _frames(node: Node, graph: Graph):
-    n_fft, hop, n_seg = node.attrs["n_fft"], node.attrs["hop"], node.attrs["n_segments"]
-    need = n_fft + (n_seg - 1) * hop
+    n_fft, hop, need = node.attrs["n_fft"], node.attrs["hop"], node.attrs["frame"]
     return lambda x: x[:, :need].unfold(1, n_fft, hop)  # a view
 
 

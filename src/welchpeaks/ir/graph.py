@@ -174,7 +174,7 @@ class Graph:
         if n_fft < 1 or hop < 1 or n_segments < 1 or need > n.shape[-1]:
             raise ValueError(f"frames: {n_segments} segments of {n_fft} with hop {hop} need {need} samples; rows have {n.shape[-1]}")
         return self._add(Op.frames, (x,), n.shape[:-1] + (n_segments, n_fft), n.dtype,
-                         n_fft=n_fft, hop=hop, n_segments=n_segments)
+                         n_fft=n_fft, hop=hop, n_segments=n_segments, frame=need)
 
     # ------------------------------------------------------------------ arithmetic
     def _binary(self, op: Op, a: int, b: int) -> int:

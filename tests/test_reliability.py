@@ -293,3 +293,30 @@ def test_output_paths_are_checked(tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(OutputPathError, match="not a directory"):
         check_writable(tmp_path / "f" / "x.json", "--json")
+
+
+# ------------------------------------------------------------------------------ memory budget
+
+
+def test_working_memory_budget_blocks_rows_and_steers_auto():
+    from welchpeaks.plan.io import peak_working_bytes
+
+    x = np.random.default_rng(6).standard_normal((40, 2048))
+    ref = welchpeaks.welch_peaks(x, strategy="numpy")  # every segment: 15 per row
+    wp = welchpeaks.WelchPeaks(segments=None, strategy="numpy", max_memory=1 << 20)
+    res = wp(x)
+    call = wp._last_call
+    assert call.working_bytes == peak_working_bytes(call.graph) > 1 << 20
+    assert call.block_rows is not None and call.block_rows < 40 and "blocks of" in wp.explain()["why"]
+    np.testing.assert_array_equal(res.bins, ref.bins)  # the same answer, computed in bounded blocks
+    np.testing.assert_array_equal(res.power, ref.power)
+    # auto does not pick an execution over the budget: numpy's working set is refused here
+    auto = welchpeaks.WelchPeaks(segments=None, max_memory=1 << 20)
+    auto(x)
+    exp = auto.explain()
+    assert exp["strategy"] == "fused-cpu" and exp["block_rows"] is None
+    assert "over the budget" in exp["costs"]["numpy"]["why"]
+    with pytest.raises(ValueError, match="one signal needs .* max_memory="):
+        welchpeaks.welch_peaks(np.ones((2, 300_000)), strategy="numpy", max_memory=1 << 20)
+    with pytest.raises(ValueError, match="below 1 MiB"):
+        welchpeaks.WelchPeaks(max_memory=10)

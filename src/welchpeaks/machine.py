@@ -37,3 +37,18 @@ def machine_info() -> dict[str, Any]:
 
     return {"cpu": cpu_name(), "cores": os.cpu_count(), "numba_threads": numba_threads(), "node": platform.node(),
             "platform": platform.platform(), "versions": versions(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+
+
+def available_memory_bytes() -> int:
+    """Memory the system can give without swapping (MemAvailable), else its physical memory."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30

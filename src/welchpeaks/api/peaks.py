@@ -85,6 +85,17 @@ def _learned_execution(strategy: str, model: Any, min_recall: Any, device: str,
     return ex
 
 
+def _check_max_memory(max_memory: Any) -> int | None:
+    if max_memory is None:
+        return None
+    if isinstance(max_memory, bool) or not isinstance(max_memory, numbers.Integral):
+        raise TypeError(f"max_memory={max_memory!r} must be a number of bytes (an integer) or None")
+    if max_memory < 1 << 20:
+        raise ValueError(f"max_memory={max_memory} bytes is below 1 MiB; pass a budget in bytes such as 2 * 2**30, "
+                         "or None for half the available memory")
+    return int(max_memory)
+
+
 def _check_layout(layout: str | None, segments: Any) -> str | None:
     if layout is None:
         return None
@@ -135,6 +146,7 @@ class WelchPeaks:
         layout: str | None = None,
         model: Any = None,
         min_recall: float = 0.99,
+        max_memory: int | None = None,
     ):
         self.layout = _check_layout(layout, segments)
         self.params = make_params(
@@ -147,7 +159,8 @@ class WelchPeaks:
         self.requested = strategy
         learned = _learned_execution(strategy, model, min_recall, device, self.params)
         forced = learned if strategy == "learned" else _resolve_strategy(strategy, self.params)
-        self.planner = Planner(self.params, device, forced, learned, min_recall, self.layout)
+        self.planner = Planner(self.params, device, forced, learned, min_recall, self.layout,
+                               max_memory=_check_max_memory(max_memory))
         self._last: tuple[int, int, np.dtype] | None = None
         self._last_call: CallPlan | None = None
 
@@ -289,6 +302,7 @@ def welch_peaks(
     layout: str | None = None,
     model: Any = None,
     min_recall: float = 0.99,
+    max_memory: int | None = None,
 ) -> PeakResult:
     """The ``k`` strongest spectral peaks of every signal in a batch.
 
@@ -339,6 +353,10 @@ def welch_peaks(
         peak recall is at least ``min_recall``.
     min_recall : float
         The lowest peak recall ``'auto'`` accepts from a learned model (default 0.99).
+    max_memory : int, optional
+        Bytes of working memory (intermediate arrays, beyond the input and the results) a call
+        may use; default half the memory available. ``'auto'`` does not pick an execution that
+        needs more; a requested one, or the best one when none fits, runs in blocks of rows.
 
     Returns
     -------
@@ -359,6 +377,7 @@ def welch_peaks(
         n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device,
         window=window, detrend=detrend, scaling=scaling, min_distance=min_distance,
         nan_policy=nan_policy, dtype=dtype, layout=layout, model=model, min_recall=min_recall,
+        max_memory=max_memory,
     )
     return executor(x)
 

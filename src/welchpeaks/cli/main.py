@@ -46,8 +46,7 @@ def _int_list(text: str, name: str) -> list[int]:
 
 @app.command()
 def peaks(
-    files: list[Path] = typer.Argument(..., metavar="FILES...",
-                                       help=".npy (1-D or rows), .wav (channels) or .csv (one signal per row)"),
+    files: list[Path] = typer.Argument(..., help=".npy (1-D or rows), .wav (channels) or .csv (one signal per row)"),
     k: int = typer.Option(16, "--k", help="Peaks per signal."),
     n_fft: int = typer.Option(256, "--n-fft", help="Segment length."),
     hop: Optional[int] = typer.Option(None, "--hop", help="Samples between segments [default: n_fft/2]."),

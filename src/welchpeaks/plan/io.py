@@ -51,3 +51,24 @@ def profile_graph_io(
 def host_readback_bytes(profile: GraphIoProfile, *, on_host: bool) -> int:
     """Bytes copied back to host memory after a run: the outputs, or nothing on the host itself."""
     return 0 if on_host else profile.host_output_bytes
+
+
+def peak_working_bytes(graph: Graph) -> int:
+    """The most bytes of intermediate values alive at once when ``graph`` runs (a program frees
+    a value after its last consumer): the memory a run needs beyond its input and the kernels'
+    own fixed scratch. Views (``frames``) and the input cost nothing."""
+    last_use: dict[int, int] = {}
+    for n in graph.nodes:
+        for i in n.inputs:
+            last_use[i] = n.id
+    outputs = set(graph.outputs)
+    live: dict[int, int] = {}
+    peak = 0
+    for n in graph.nodes:
+        if n.op not in METADATA_OPS:
+            live[n.id] = n.nbytes
+        peak = max(peak, sum(live.values()))
+        for i in n.inputs:
+            if last_use.get(i) == n.id and i not in outputs:
+                live.pop(i, None)
+    return peak

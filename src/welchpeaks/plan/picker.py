@@ -26,6 +26,7 @@ from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan.cache import LruCache
 from welchpeaks.plan.cost import BackendCostModel, cost_breakdown, cost_model_for
 from welchpeaks.plan.fusion import fuse
+from welchpeaks.plan.io import peak_working_bytes
 from welchpeaks.plan.original import legacy_mode, legacy_pick
 
 log = logging.getLogger("welchpeaks.plan")
@@ -61,10 +62,12 @@ def execution_graph(ex: backends.Execution, params: PeakParams, n_seg: int, batc
 
 def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, compute: Any,
                        device: str = "cpu", model: BackendCostModel | None = None,
-                       extra: list[backends.Execution] | None = None) -> dict[str, dict]:
-    """Per execution: IO profile, every cost term (ns), total, and the fusion decision that
-    shaped its graph (``inf`` and why where it cannot run). ``extra``: executions outside the
-    registry (a learned model's) to price too."""
+                       extra: list[backends.Execution] | None = None,
+                       budget: int | None = None) -> dict[str, dict]:
+    """Per execution: IO profile, working memory, every cost term (ns), total, and the fusion
+    decision that shaped its graph (``inf`` and why where it cannot run, or where its working
+    memory exceeds ``budget`` bytes). ``extra``: executions outside the registry (a learned
+    model's) to price too."""
     m = _model(device, model)
     out: dict[str, dict] = {}
     execs: list[tuple[str, Any]] = []
@@ -87,6 +90,11 @@ def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, 
         b = cost_breakdown(g, m)
         b["graph"] = [n.op.value for n in g.nodes]
         b["fusion"] = decision
+        b["working_bytes"] = peak_working_bytes(g)
+        if budget is not None and b["working_bytes"] > budget:
+            b["why"] = (f"needs {b['working_bytes'] / 2**30:.2f} GiB of working memory, over the budget of "
+                        f"{budget / 2**30:.2f} GiB (max_memory=)")
+            b["total_ns"] = math.inf
         out[name] = b
     return out
 
@@ -107,23 +115,32 @@ def estimate_costs(device: str = "cpu", batch: int = 1, n_fft: int = 256, k: int
     return {name: v["total_ns"] for name, v in b.items()}
 
 
+class OverBudget(ValueError):
+    """Every execution that could compute a call needs more working memory than the budget."""
+
+
 def pick_for(params: PeakParams, n_seg: int, batch: int, length: int, compute: Any, device: str = "cpu",
-             model: BackendCostModel | None = None) -> tuple[str, dict, str]:
+             model: BackendCostModel | None = None, budget: int | None = None) -> tuple[str, dict, str]:
     """(execution, per-execution breakdown, why) for one call; ties go to the earlier execution.
+    Executions whose working memory exceeds ``budget`` bytes are not picked (:class:`OverBudget`
+    when that leaves none).
 
     Answers are remembered per cost model (bounded, least recently used first out); the
     breakdowns returned are shared, so callers must not modify them.
     """
     resolved = _model(device, model)
-    key = (params, n_seg, batch, length, np.dtype(compute).name, device, legacy_mode())
+    key = (params, n_seg, batch, length, np.dtype(compute).name, device, legacy_mode(), budget)
     hit = _PICKS.get(key)
     if hit is not None and hit[0] is resolved:
         return hit[1]
-    info = strategy_breakdown(params, n_seg, batch, length, compute, device, resolved)
+    info = strategy_breakdown(params, n_seg, batch, length, compute, device, resolved, budget=budget)
     finite = {n: v["total_ns"] for n, v in info.items() if math.isfinite(v["total_ns"])}
     if not finite:
-        raise ValueError(f"no execution can compute these parameters on {device!r}: "
-                         + "; ".join(f"{n}: {v.get('why')}" for n, v in info.items()))
+        why = "; ".join(f"{n}: {v.get('why')}" for n, v in info.items())
+        if any("working_bytes" in v for v in info.values()):
+            raise OverBudget(f"every execution that computes these parameters on {device!r} needs more working memory "
+                             f"than allowed: {why}")
+        raise ValueError(f"no execution can compute these parameters on {device!r}: {why}")
     if legacy_mode():
         choice, why = legacy_pick(list(finite), batch, device), "legacy rule (WELCHPEAKS_PICKER=legacy)"
     else:

@@ -31,7 +31,22 @@ from welchpeaks.ir import Graph, Program, compile
 from welchpeaks.params import PeakParams
 from welchpeaks.plan.cache import LruCache
 from welchpeaks.plan.cost import cost_model_for
-from welchpeaks.plan.picker import execution_graph, pick_for
+from welchpeaks.plan.io import peak_working_bytes
+from welchpeaks.plan.picker import OverBudget, execution_graph, pick_for
+from welchpeaks.result import RowPeaks
+
+_AVAILABLE: list[float] = [0.0, 0]  # (time read, bytes)
+
+
+def default_budget() -> int:
+    """Half the memory available now (read at most once a second), rounded down to 256 MiB."""
+    now = time.monotonic()
+    if now - _AVAILABLE[0] > 1.0:
+        from welchpeaks.machine import available_memory_bytes
+
+        _AVAILABLE[:] = [now, available_memory_bytes()]
+    return max(int(_AVAILABLE[1]) // 2 // (256 << 20) * (256 << 20), 256 << 20)
+
 
 #: Compiled programs, shared by every planner: a program's kernels hold their constants and
 #: scratch (guarded by the kernel lock where they are shared), so one-shot calls of the same
@@ -55,13 +70,25 @@ class CallPlan:
     fusion: dict[str, Any]  # the gate's decision that shaped the graph
     layout: tuple[str, str] | None  # (name, why) under layout='auto'
     upload: bool  # host rows go to the CUDA device first
+    working_bytes: int  # intermediate memory of one run of the whole batch
+    block_rows: int | None  # rows per run when the whole batch would exceed the memory budget
 
     @property
     def graph(self) -> Graph:
         return self.program.graph
 
     def run(self, rows: Any) -> Any:
-        """The program's :class:`welchpeaks.result.RowPeaks` for ``rows``."""
+        """The program's :class:`welchpeaks.result.RowPeaks` for ``rows`` (in blocks of
+        ``block_rows`` when set, so the working memory stays within the budget)."""
+        if self.block_rows is None or rows.shape[0] <= self.block_rows:
+            return self._run(rows)
+        parts = [self._run(rows[i : i + self.block_rows]) for i in range(0, rows.shape[0], self.block_rows)]
+        cat = np.concatenate if isinstance(parts[0].bins, np.ndarray) else __import__("torch").cat
+        bad = [p.bad_rows + i * self.block_rows for i, p in enumerate(parts)]
+        return RowPeaks(*(cat([getattr(p, f) for p in parts]) for f in ("bins", "power", "fbins")),
+                        np.concatenate(bad))
+
+    def _run(self, rows: Any) -> Any:
         if self.upload:
             import torch
 
@@ -77,9 +104,11 @@ class Planner:
     """
 
     def __init__(self, params: PeakParams, device: str, forced: backends.Execution | None,
-                 learned: Any = None, min_recall: float = 0.99, layout: str | None = None, cache_size: int = 256):
+                 learned: Any = None, min_recall: float = 0.99, layout: str | None = None, cache_size: int = 256,
+                 max_memory: int | None = None):
         self.params = params
         self.device = device
+        self.max_memory = max_memory
         self.forced = forced
         self.learned = learned
         self.min_recall = float(min_recall)
@@ -122,13 +151,24 @@ class Planner:
                                      f"{name}, predicted ultra {best['ultra'] / 1e6:.3g} ms vs fast "
                                      f"{best['fast'] / 1e6:.3g} ms")
 
+    def budget(self) -> int:
+        """Bytes of working memory a call may use: ``max_memory``, else half the memory the
+        system has available (read at most once a second, rounded down to 256 MiB)."""
+        if self.max_memory is not None:
+            return self.max_memory
+        return default_budget()
+
     def _execution(self, rows: int, n_seg: int, length: int, compute: np.dtype,
-                   on_cuda: bool) -> tuple[backends.Execution, str]:
+                   on_cuda: bool, budget: int) -> tuple[backends.Execution, str]:
         if on_cuda:
             return self._cuda_execution()
         if self.forced is not None:
             return self.forced, "requested"
-        name, _, why = pick_for(self.params, n_seg, rows, length, compute, self.device)
+        try:
+            name, _, why = pick_for(self.params, n_seg, rows, length, compute, self.device, budget=budget)
+        except OverBudget:  # nothing fits at once: the fastest that fits one signal, in blocks of rows
+            name, _, why = pick_for(self.params, n_seg, 1, length, compute, self.device, budget=budget)
+            why += f"; no execution fits the {budget / 2**30:.2f} GiB memory budget at once, so it runs in blocks of rows"
         if self.learned is not None:
             reason = self.learned_ineligible()
             if reason is None:
@@ -196,11 +236,23 @@ class Planner:
         if call is None:
             n_seg, layout = self._segments(rows, length, input_dtype)
             compute = self.compute_dtype(input_dtype)
-            ex, why = self._execution(rows, n_seg, length, compute, on_cuda)
+            budget = self.budget()
+            ex, why = self._execution(rows, n_seg, length, compute, on_cuda, budget)
             upload = not on_cuda and ex.device == "cuda" and self.device == "cuda"
             program, fusion = self.program(ex, n_seg, rows, length, compute)
+            working = peak_working_bytes(program.graph)
+            block = None
+            if working > budget:
+                per_row = -(-working // rows)
+                if per_row > budget:
+                    raise ValueError(
+                        f"one signal needs {per_row / 2**30:.2f} GiB of working memory in {ex.name!r}, over the budget "
+                        f"of {budget / 2**30:.2f} GiB; pass a larger max_memory= (bytes), fewer segments, or "
+                        "strategy='auto' (the fused executions need almost none)")
+                block = max(1, budget // per_row)
+                why += f"; in blocks of {block} rows to stay within {budget / 2**30:.2f} GiB of working memory"
             call = CallPlan(ex.name, program, n_seg, self.params.frame_length(n_seg), compute, why, fusion, layout,
-                            upload)
+                            upload, working, block)
             self._calls.put(key, call)
         return call
 
@@ -214,13 +266,16 @@ class Planner:
         model = cost_model_for(self.device)
         extra = [self.learned] if self.learned is not None else []
         costs = copy.deepcopy(strategy_breakdown(self.params, call.n_seg, batch, length, call.compute, self.device,
-                                                 model, extra=extra))
+                                                 model, extra=extra, budget=self.budget()))
         out = {
             "strategy": call.execution,
             "device": self.device,
             "why": call.why,
             "graph": repr(call.graph),
             "fusion": call.fusion,
+            "working_bytes": call.working_bytes,
+            "memory_budget_bytes": self.budget(),
+            "block_rows": call.block_rows,
             "batch": batch,
             "length": length,
             "segments": call.n_seg,

@@ -320,3 +320,36 @@ def test_working_memory_budget_blocks_rows_and_steers_auto():
         welchpeaks.welch_peaks(np.ones((2, 300_000)), strategy="numpy", max_memory=1 << 20)
     with pytest.raises(ValueError, match="below 1 MiB"):
         welchpeaks.WelchPeaks(max_memory=10)
+
+
+# ------------------------------------------------------------------------------ first use
+
+
+def test_first_use_answers_at_once_while_the_model_is_measured_in_the_background(monkeypatch):
+    import threading
+
+    from helpers import synthetic_cpu_model
+    from welchpeaks.plan.cost import set_cost_model
+
+    release = threading.Event()
+    started = threading.Event()
+
+    def slow_measure(quick=False, progress=None):  # stands in for compiling and timing the kernels
+        started.set()
+        assert release.wait(60)
+        return synthetic_cpu_model()
+
+    monkeypatch.setattr(calibrate, "measure_cpu", slow_measure)
+    monkeypatch.setattr(calibrate, "_BACKGROUND", {})
+    set_cost_model(None)
+    x = np.random.default_rng(7).standard_normal((64, 384))
+    wp = welchpeaks.WelchPeaks()
+    with pytest.warns(calibrate.CalibrationNotice, match="in the background"):
+        first = wp(x)  # returns while the measurement still waits: no deadlock, no wait
+    assert started.is_set() and calibrate.measuring("cpu")
+    assert first.strategy == "numpy" and "being measured" in wp._last_call.why
+    np.testing.assert_array_equal(first.bins, welchpeaks.welch_peaks(x, strategy="numpy").bins)
+    release.set()
+    assert calibrate.wait_background("cpu") is not None and not calibrate.measuring("cpu")
+    assert wp(x).strategy == "fused-cpu"  # planned again with the measured model
+    assert calibrate.load("cpu") is not None  # and cached on disk

@@ -7,7 +7,9 @@ It sits below ``backends`` and ``learned`` so that both use one copy of each.
 
 from __future__ import annotations
 
+import os
 import threading
+import warnings
 
 import numpy as np
 from numba import njit
@@ -27,6 +29,31 @@ INLINE = dict(OPTS, inline="always")
 # a kernel already uses every core, so serialising launches costs no throughput. Every caller
 # of a parallel numba kernel holds it (re-entrant: a plan may call a locked helper).
 KERNEL_LOCK = threading.RLock()
+
+
+class CompileNotice(UserWarning):
+    """Said before welchpeaks waits for numba to compile a kernel (the first time on a machine)."""
+
+
+_ANNOUNCED: set = set()
+
+
+def announce_compile(dispatcher, what: str, seconds: str) -> None:
+    """Warn once per process, before the first call of ``dispatcher``, when numba's disk cache
+    has nothing for it yet (so the call will compile it): what is compiled, roughly how long,
+    and that it happens once. The cache's own files are only checked for existence."""
+    if dispatcher in _ANNOUNCED or dispatcher.signatures:
+        return
+    if threading.current_thread().name.startswith("welchpeaks-calibrate"):
+        return  # the background calibration announced itself
+    _ANNOUNCED.add(dispatcher)
+    try:
+        cached = os.path.exists(dispatcher._cache._cache_file._index_path)
+    except AttributeError:  # another numba version's internals: say nothing rather than guess
+        return
+    if not cached:
+        warnings.warn(f"welchpeaks: compiling {what} with numba ({seconds}); this happens once per machine, the "
+                      "result is cached on disk", CompileNotice, stacklevel=3)
 
 
 def numba_threads() -> int:

@@ -20,7 +20,7 @@ import numpy as np
 from welchpeaks.backends import Execution, register
 from welchpeaks.backends.numpy_exec import BACKEND as NUMPY
 from welchpeaks.ir import Backend, Graph, Node, Op
-from welchpeaks.numba_base import KERNEL_LOCK, LANES, bit_reverse, numba_threads, worker_blocks
+from welchpeaks.numba_base import KERNEL_LOCK, LANES, announce_compile, bit_reverse, numba_threads, worker_blocks
 from welchpeaks.params import DETREND_CODES, PeakParams
 from welchpeaks.result import RowPeaks
 
@@ -53,6 +53,7 @@ class FusedCpuPlan:
         n, nb, k = params.n_fft, params.n_bins, params.k
         if not is_pow2(n):
             raise ValueError(f"the fused CPU pass needs a power-of-two n_fft, not {n}")
+        announce_compile(kern.fused_pow2, "the fused-cpu kernel", "about 20 s on 2 cores")
         self.window = params.window_array.astype(self.compute)
         ramp = np.arange(n) - (n - 1) / 2.0
         self.ramp = ramp.astype(self.compute)
@@ -112,6 +113,7 @@ class SpectrumSelect:
         self.params = params
         self.scale = np.ascontiguousarray(scale, compute)
         self.select = _kernels().select_scratch(numba_threads(), params.k, scale.shape[0], compute)
+        announce_compile(_kernels().power_select_spectrum, "the fused-cpu spectrum kernel", "a few seconds")
 
     def __call__(self, spec: np.ndarray) -> RowPeaks:
         p, rows = self.params, spec.shape[0]

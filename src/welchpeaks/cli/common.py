@@ -54,3 +54,13 @@ def write_output(path: Optional[Path], data: str | bytes | Callable[[Path], None
 
 def write_json(path: Optional[Path], doc: dict, option: str = "--json") -> None:
     write_output(path, json.dumps(doc, indent=1, default=str), option)
+
+
+def finish_background_calibration() -> None:
+    """A command that started the one-time background calibration waits for it before the
+    process ends (a daemon thread would be cut off, and the next run would start again)."""
+    from welchpeaks.plan import calibrate
+
+    if calibrate.measuring():
+        err.print("finishing the one-time measurement of this machine (about a minute; cached for next time) ...")
+        calibrate.wait_background()

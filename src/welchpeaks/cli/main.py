@@ -13,7 +13,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from welchpeaks.cli.common import app_options, check_output, console, err, write_output
+from welchpeaks.cli.common import app_options, check_output, console, err, finish_background_calibration, write_output
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.common import write_json as _write_json
 
@@ -137,6 +137,7 @@ def peaks(
                         w.writerow([name, sig, r + 1, int(bins[sig, r]), repr(float(freqs[sig, r])), unit,
                                     repr(float(power[sig, r]))])
         write_output(csv_path, out.getvalue(), "--csv")
+    finish_background_calibration()
 
 
 @app.command()
@@ -182,6 +183,7 @@ def demo(
         f"recall {hit.mean():.1%} of {hit.size} tones; median error {np.median(err_bins):.3f} bin "
         f"({np.median(err_bins) * fs / n_fft:.2f} Hz); {ms:.2f} ms for the batch with strategy {res.strategy}"
     )
+    finish_background_calibration()
     if plot is not None:
         f, p = welchpeaks.welch(x[:4], fs=fs, nperseg=n_fft)
         fig, axes = plt.subplots(len(p), 1, figsize=(8, 2.2 * len(p)), sharex=True)

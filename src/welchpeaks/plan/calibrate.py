@@ -1,7 +1,7 @@
 """Measure a device's cost model and cache it on disk.
 
-``welchpeaks calibrate`` runs :func:`measure` in full; the picker, finding no cache, runs the
-quick variant once and says so. The cache is JSON in the user cache directory (platformdirs;
+``welchpeaks calibrate`` runs :func:`measure_cpu` in full; the planner, finding no cache, runs
+the quick variant once in a background thread (:func:`start_background`) and says so. The cache is JSON in the user cache directory (platformdirs;
 ``WELCHPEAKS_CACHE_DIR`` overrides), one file per device and key, where the key covers the
 machine, the device name, the thread count and the library versions. Writes are atomic; a
 file that cannot be read back as a model is re-measured with a warning.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -109,6 +110,62 @@ def load(device: str) -> BackendCostModel | None:
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         warnings.warn(f"welchpeaks: cost-model cache {path} is unusable ({reason}); measuring again", stacklevel=3)
         return None
+
+
+_BACKGROUND: dict[str, threading.Thread] = {}
+_BACKGROUND_LOCK = threading.Lock()
+
+
+def start_background(device: str = "cpu") -> None:
+    """Measure a quick model of ``device`` and cache it, in a daemon thread, once per process.
+
+    Said before it starts (a :class:`CalibrationNotice`): measuring compiles the fused kernels,
+    which takes about a minute on two cores the first time on a machine; calls meanwhile run
+    the numpy execution. ``welchpeaks calibrate`` measures in the foreground instead."""
+    with _BACKGROUND_LOCK:
+        if device in _BACKGROUND:
+            return
+        warnings.warn(
+            f"welchpeaks: first use on this machine: measuring its {device} cost model and compiling the fused kernels "
+            f"in the background (about a minute on 2 cores, once; cached in {cache_dir()}). Until it is done, "
+            "strategy='auto' runs the numpy execution. `welchpeaks calibrate` measures in the foreground.",
+            CalibrationNotice, stacklevel=4)
+        thread = threading.Thread(target=_measure_and_cache, args=(device,), name=f"welchpeaks-calibrate-{device}",
+                                  daemon=True)
+        _BACKGROUND[device] = thread
+        thread.start()
+
+
+def measuring(device: str = "cpu") -> bool:
+    """True while the background measurement of ``device`` runs."""
+    thread = _BACKGROUND.get(device)
+    return thread is not None and thread.is_alive()
+
+
+def wait_background(device: str = "cpu") -> BackendCostModel | None:
+    """Wait for the background measurement of ``device``; its model (None if it failed)."""
+    from welchpeaks.plan.cost import _MODELS
+
+    thread = _BACKGROUND.get(device)
+    if thread is not None:
+        thread.join()
+    return _MODELS.get(device)
+
+
+def _measure_and_cache(device: str) -> None:
+    from welchpeaks.plan.cost import set_cost_model
+
+    try:
+        model = measure_cpu(quick=True)
+    except Exception as exc:  # reported, and the planner keeps the numpy execution
+        warnings.warn(f"welchpeaks: measuring the {device} cost model failed ({exc}); strategy='auto' keeps "
+                      "the numpy execution; run `welchpeaks calibrate` to see why", stacklevel=2)
+        return
+    try:
+        save(model)
+    except OSError as exc:
+        warnings.warn(f"welchpeaks: could not cache the cost model ({exc})", stacklevel=2)
+    set_cost_model(model)
 
 
 def load_or_measure(device: str, measure: bool = True) -> BackendCostModel | None:

@@ -273,6 +273,7 @@ def cost_breakdown(graph: Graph, model: BackendCostModel) -> dict[str, Any]:
 _MODELS: dict[str, BackendCostModel] = {}
 _LOCK = threading.Lock()
 _MEASURING = threading.RLock()
+_LOCAL = threading.local()
 
 
 def set_cost_model(model: BackendCostModel | None, device: str = "cpu") -> None:
@@ -284,39 +285,57 @@ def set_cost_model(model: BackendCostModel | None, device: str = "cpu") -> None:
             _MODELS[model.device] = model
 
 
-def cost_model_for(device: str, calibrate: bool = True) -> BackendCostModel | None:
-    """The model of ``device``: set, cached on disk, or (``calibrate``) measured now, quickly."""
+def cost_model_for(device: str, calibrate: bool = True, wait: bool = True) -> BackendCostModel | None:
+    """The model of ``device``: this thread's provisional one, the one set, the one cached on disk,
+    or (``calibrate``, CPU) one measured quickly in a background thread, once per process
+    (:func:`welchpeaks.plan.calibrate.start_background`). While that runs, ``wait=False``
+    returns None at once (the planner then runs the numpy execution, which needs no compiled
+    kernel) and ``wait=True`` waits for it."""
+    local = getattr(_LOCAL, "models", None)
+    if local and device in local:
+        return local[device]
     with _LOCK:
         if device in _MODELS:
             return _MODELS[device]
-    from welchpeaks.plan.calibrate import load_or_measure
+    from welchpeaks.plan import calibrate as cal
 
-    with _MEASURING:  # one load or measurement at a time
+    with _MEASURING:  # one load at a time
         with _LOCK:
             if device in _MODELS:
                 return _MODELS[device]
-        model = load_or_measure(device, measure=calibrate)
+        model = cal.load(device)
         if model is not None:
             set_cost_model(model)
-        return model
+            return model
+    if not calibrate or device != "cpu":
+        return None
+    cal.start_background(device)
+    return cal.wait_background(device) if wait else None
+
+
+def default_cpu_model() -> BackendCostModel:
+    """A labelled stand-in while no CPU model is measured: no curves, and a gate that fuses
+    whenever fusing saves anything (which on the CPU it always does)."""
+    return cpu_cost_model(status="default", dispatch_ns=300.0, roundtrip_ns=10_000.0, memory_bw=10.0, h2d_bw=10.0,
+                          d2h_bw=10.0, threads=1)
 
 
 @contextlib.contextmanager
 def provisional_cost_model(model: BackendCostModel) -> Iterator[None]:
-    """Use ``model`` for its device inside the block (a measurement's own calls plan with it),
-    then put back what was there."""
-    with _LOCK:
-        previous = _MODELS.get(model.device)
-        _MODELS[model.device] = model
+    """Use ``model`` for its device in this thread inside the block (a measurement's own calls
+    plan with it; other threads do not see it)."""
+    local = getattr(_LOCAL, "models", None)
+    if local is None:
+        local = _LOCAL.models = {}
+    previous = local.get(model.device)
+    local[model.device] = model
     try:
         yield
     finally:
-        with _LOCK:
-            if _MODELS.get(model.device) is model:
-                if previous is None:
-                    _MODELS.pop(model.device, None)
-                else:
-                    _MODELS[model.device] = previous
+        if previous is None:
+            local.pop(model.device, None)
+        else:
+            local[model.device] = previous
 
 
 def io_fusion_gate_for(device: str) -> IoFusionGate:

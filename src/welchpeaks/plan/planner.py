@@ -30,7 +30,8 @@ from welchpeaks import backends
 from welchpeaks.ir import Graph, Program, compile
 from welchpeaks.params import PeakParams
 from welchpeaks.plan.cache import LruCache
-from welchpeaks.plan.cost import cost_model_for
+from welchpeaks.plan import calibrate
+from welchpeaks.plan.cost import cost_model_for, default_cpu_model
 from welchpeaks.plan.io import peak_working_bytes
 from welchpeaks.plan.picker import OverBudget, execution_graph, pick_for
 from welchpeaks.result import RowPeaks
@@ -55,6 +56,8 @@ _PROGRAMS = LruCache(64)
 #: strategy='auto' on CUDA data while no CUDA cost model is measured: the first that can run
 CUDA_PREFERENCE = ("triton-fused", "triton-block", "torch")
 LAYOUTS = {"ultra": 1, "fast": 2}
+PROVISIONAL = ("auto: first use on this machine, the cost model is being measured in the background; "
+               "numpy (no kernel to compile) runs until it is done")
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,8 @@ class Planner:
             return self._cuda_execution()
         if self.forced is not None:
             return self.forced, "requested"
+        if cost_model_for(self.device, wait=False) is None and calibrate.measuring(self.device):
+            return backends.get("numpy"), PROVISIONAL
         try:
             name, _, why = pick_for(self.params, n_seg, rows, length, compute, self.device, budget=budget)
         except OverBudget:  # nothing fits at once: the fastest that fits one signal, in blocks of rows
@@ -216,9 +221,9 @@ class Planner:
     def graph(self, ex: backends.Execution, n_seg: int, rows: int, length: int,
               compute: np.dtype) -> tuple[Graph, dict[str, Any]]:
         """The graph ``ex`` runs for this call and the fusion decision behind it."""
-        model = cost_model_for(ex.device) if ex.device == self.device else None
-        if model is None:
-            model = cost_model_for("cpu")  # the gate of the host model stands in
+        model = cost_model_for(ex.device, wait=False) if ex.device == self.device else None
+        if model is None:  # the host model's gate stands in (a CUDA model is not measured yet)
+            model = cost_model_for("cpu", wait=False) or default_cpu_model()
         return execution_graph(ex, self.params, n_seg, rows, length, compute, model)
 
     def program(self, ex: backends.Execution, n_seg: int, rows: int, length: int,
@@ -253,7 +258,8 @@ class Planner:
                 why += f"; in blocks of {block} rows to stay within {budget / 2**30:.2f} GiB of working memory"
             call = CallPlan(ex.name, program, n_seg, self.params.frame_length(n_seg), compute, why, fusion, layout,
                             upload, working, block)
-            self._calls.put(key, call)
+            if not why.startswith(PROVISIONAL):  # planned again once the cost model is measured
+                self._calls.put(key, call)
         return call
 
     # ------------------------------------------------------------------ explanation
@@ -262,8 +268,8 @@ class Planner:
         profile, cost terms (ns), total and fusion decision, and the graph that will run."""
         from welchpeaks.plan.picker import strategy_breakdown
 
+        model = cost_model_for(self.device)  # waits for a measurement under way
         call = self.plan(batch, length, np.dtype(input_dtype))
-        model = cost_model_for(self.device)
         extra = [self.learned] if self.learned is not None else []
         costs = copy.deepcopy(strategy_breakdown(self.params, call.n_seg, batch, length, call.compute, self.device,
                                                  model, extra=extra, budget=self.budget()))

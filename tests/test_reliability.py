@@ -353,3 +353,124 @@ def test_first_use_answers_at_once_while_the_model_is_measured_in_the_background
     assert calibrate.wait_background("cpu") is not None and not calibrate.measuring("cpu")
     assert wp(x).strategy == "fused-cpu"  # planned again with the measured model
     assert calibrate.load("cpu") is not None  # and cached on disk
+
+
+# ------------------------------------------------------------------------------ signal files
+
+
+def _wav(path):
+    from scipy.io import wavfile
+
+    wavfile.write(path, 8000, (np.sin(np.arange(2048) * 0.3) * 8000).astype(np.int16))
+    return path
+
+
+@pytest.mark.parametrize("name, make", [
+    ("t.npy", lambda p: p.write_text("1,2,3\n")),
+    ("o.npy", lambda p: np.save(p, np.array([1, "a"], dtype=object), allow_pickle=True)),
+    ("c.npy", lambda p: p.write_bytes(np.lib.format.magic(1, 0) + b"\x00" * 100)),
+    ("h.npy", lambda p: p.write_bytes(open(_npy_huge(p), "rb").read())),
+    ("r.wav", lambda p: p.write_bytes(np.random.default_rng(0).bytes(4096))),
+    ("t.wav", lambda p: p.write_bytes(_wav(p).read_bytes()[:30])),
+    ("r.csv", lambda p: p.write_bytes(np.random.default_rng(1).bytes(4096))),
+    ("s.csv", lambda p: p.write_text("1,2,x\n4,5,6\n")),
+    ("e.csv", lambda p: p.write_text("")),
+])
+def test_corrupt_signal_files_are_one_line_errors(tmp_path, name, make):
+    from welchpeaks.loaders import SignalFileError, load_signals
+
+    path = tmp_path / name
+    make(path)
+    with pytest.raises(SignalFileError) as err:
+        load_signals(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+    assert "allow_pickle" not in str(err.value)
+
+
+def _npy_huge(p):
+    """A .npy whose header declares 10**12 float64 values over a few bytes of data."""
+    out = p.with_suffix(".src")
+    with open(out, "wb") as fh:
+        np.lib.format.write_array_header_1_0(fh, {"descr": "<f8", "fortran_order": False, "shape": (10 ** 12,)})
+        fh.write(b"\x00" * 64)
+    return out
+
+
+def test_links_to_devices_and_fifos_are_not_read(tmp_path):
+    from welchpeaks.loaders import SignalFileError, load_signals
+
+    link = tmp_path / "zero.npy"
+    os.symlink("/dev/zero", link)
+    with pytest.raises(SignalFileError, match="not a file"):
+        load_signals(link)
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(SignalFileError, match="not a file"):  # never opened, so never a hang
+        load_signals(fifo)
+
+
+def test_cli_outputs_survive_a_full_disk(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from welchpeaks import files
+    from welchpeaks.cli import app
+
+    np.save(tmp_path / "a.npy", np.random.default_rng(8).standard_normal((3, 512)))
+    out = tmp_path / "out.json"
+    out.write_text('{"valid": "old results"}')
+
+    def no_space(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.os, "fsync", no_space)
+    res = CliRunner().invoke(app, ["peaks", str(tmp_path / "a.npy"), "--json", str(out)])
+    assert res.exit_code == 2 and "No space left" in res.output and "Traceback" not in res.output
+    assert out.read_text() == '{"valid": "old results"}'  # the old file, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "out.json"]  # no temporary left
+
+
+@pytest.mark.parametrize("args, match", [
+    (["peaks", "{npy}", "--json", "{tmp}/missing/x.json"], "does not exist"),
+    (["peaks", "{npy}", "--csv", "{tmp}"], "is a directory"),
+    (["peaks", "{npy}", "--json", "/dev/full"], "not a regular file"),
+    (["peaks", "{wav}", "--fs", "1000"], "own sample rate is 8000 Hz but --fs is 1000 Hz"),
+    (["bench", "--batch", "0"], ">= 1"),
+    (["demo", "--plot", "{tmp}/missing/p.png"], "does not exist"),
+    (["learn", "fft", "-o", "/nonexistent/x.safetensors"], "does not exist"),
+])
+def test_cli_refuses_bad_outputs_before_the_work(tmp_path, args, match):
+    from typer.testing import CliRunner
+
+    from welchpeaks.cli import app
+
+    np.save(tmp_path / "a.npy", np.random.default_rng(9).standard_normal((2, 512)))
+    _wav(tmp_path / "b.wav")
+    fill = dict(npy=str(tmp_path / "a.npy"), wav=str(tmp_path / "b.wav"), tmp=str(tmp_path))
+    res = CliRunner().invoke(app, [a.format(**fill) for a in args])
+    assert res.exit_code == 2, res.output
+    assert match in res.output and "Traceback" not in res.output and len(res.output.strip().splitlines()) <= 2
+
+
+def test_calibrate_refuses_a_bad_cache_place_before_measuring(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from welchpeaks.cli import app
+
+    monkeypatch.setattr(calibrate, "measure_cpu", lambda **kw: pytest.fail("measured before checking the cache"))
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    res = CliRunner().invoke(app, ["calibrate", "--quick"])
+    assert res.exit_code == 2 and "WELCHPEAKS_CACHE_DIR" in res.output
+    monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path))
+    calibrate.cache_path("cpu").mkdir()
+    res = CliRunner().invoke(app, ["calibrate", "--quick"])
+    assert res.exit_code == 2 and "is a directory" in res.output
+
+
+def test_help_keeps_bracketed_defaults_and_install_hints():
+    from typer.testing import CliRunner
+
+    from welchpeaks.cli import app
+
+    res = CliRunner().invoke(app, ["peaks", "--help"], terminal_width=200)
+    assert "[default: n_fft/2]" in res.output and "--nan-policy" in res.output

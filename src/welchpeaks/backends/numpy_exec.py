@@ -122,7 +122,11 @@ def _window(node: Node, graph: Graph):
 
     def windowed(segs):
         with np.errstate(invalid="ignore", over="ignore"):  # non-finite rows are flagged by the selection
-            return (detrend_segments(segs, detrend) * window).astype(segs.dtype, copy=False)
+            if detrend is False:
+                return (segs * window).astype(segs.dtype, copy=False)
+            out = detrend_segments(segs, detrend)  # a fresh array: windowed in place (one large allocation less)
+            np.multiply(out, window.astype(out.dtype, copy=False), out=out)
+            return out
 
     return windowed
 

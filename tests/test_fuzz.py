@@ -86,7 +86,8 @@ def _agree(a, b, x, kw, compute="float64"):
     amp = np.max(np.abs(np.nan_to_num(x.astype(np.float64), posinf=0, neginf=0)), axis=-1, keepdims=True)
     eps = 1e-20 if compute == "float64" else 1e-12  # squared round-off of an FFT of this row
     floor = eps * amp ** 2 * scale * kw["n_fft"] ** 2
-    rel = 1e-6 if np.asarray(a.power).dtype == np.float32 else 1e-9  # power comes back in the input's dtype
+    # power comes back in the input's dtype; detrending cancels, which magnifies round-off by up to ~10x
+    rel = 1e-5 if np.asarray(a.power).dtype == np.float32 else 1e-8
     if compute == "float32":
         rel = 1e-4
     tol = max(rel, 1e-7) * np.maximum(pa.max(-1, keepdims=True), pb.max(-1, keepdims=True)) + floor

@@ -29,8 +29,8 @@ import numpy as np
 from welchpeaks import backends
 from welchpeaks.ir import Graph, Program, compile
 from welchpeaks.params import PeakParams
-from welchpeaks.plan.cache import LruCache
 from welchpeaks.plan import calibrate
+from welchpeaks.plan.cache import LruCache
 from welchpeaks.plan.cost import cost_model_for, default_cpu_model
 from welchpeaks.plan.io import peak_working_bytes
 from welchpeaks.plan.picker import OverBudget, execution_graph, pick_for
@@ -86,7 +86,12 @@ class CallPlan:
         if self.block_rows is None or rows.shape[0] <= self.block_rows:
             return self._run(rows)
         parts = [self._run(rows[i : i + self.block_rows]) for i in range(0, rows.shape[0], self.block_rows)]
-        cat = np.concatenate if isinstance(parts[0].bins, np.ndarray) else __import__("torch").cat
+        if isinstance(parts[0].bins, np.ndarray):
+            cat = np.concatenate
+        else:
+            import torch
+
+            cat = torch.cat
         bad = [p.bad_rows + i * self.block_rows for i, p in enumerate(parts)]
         return RowPeaks(*(cat([getattr(p, f) for p in parts]) for f in ("bins", "power", "fbins")),
                         np.concatenate(bad))
@@ -162,8 +167,8 @@ class Planner:
         return default_budget()
 
     def _execution(self, rows: int, n_seg: int, length: int, compute: np.dtype,
-                   on_cuda: bool, budget: int) -> tuple[backends.Execution, str]:
-        if on_cuda:
+                   tensor: bool, budget: int) -> tuple[backends.Execution, str]:
+        if tensor:
             return self._cuda_execution()
         if self.forced is not None:
             return self.forced, "requested"
@@ -234,16 +239,17 @@ class Planner:
         key = (ex.backend, self.params, n_seg, np.dtype(compute).name, tuple(n.op for n in graph.nodes))
         return _PROGRAMS.get_or_make(key, lambda: compile(graph, ex.backend)), decision
 
-    def plan(self, rows: int, length: int, input_dtype: np.dtype, on_cuda: bool = False) -> CallPlan:
-        """How a call on ``rows`` signals of ``length`` samples is computed (remembered)."""
-        key = (rows, length, input_dtype, on_cuda)
+    def plan(self, rows: int, length: int, input_dtype: np.dtype, tensor: bool = False) -> CallPlan:
+        """How a call on ``rows`` signals of ``length`` samples is computed (remembered);
+        ``tensor``: the signals are a torch tensor (a GPU execution computes them where they are)."""
+        key = (rows, length, input_dtype, tensor)
         call = self._calls.get(key)
         if call is None:
             n_seg, layout = self._segments(rows, length, input_dtype)
             compute = self.compute_dtype(input_dtype)
             budget = self.budget()
-            ex, why = self._execution(rows, n_seg, length, compute, on_cuda, budget)
-            upload = not on_cuda and ex.device == "cuda" and self.device == "cuda"
+            ex, why = self._execution(rows, n_seg, length, compute, tensor, budget)
+            upload = not tensor and ex.device == "cuda" and self.device == "cuda"
             program, fusion = self.program(ex, n_seg, rows, length, compute)
             working = peak_working_bytes(program.graph)
             block = None

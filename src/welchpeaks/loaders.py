@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +62,9 @@ def load_signals(path: str | Path) -> tuple[np.ndarray, float | None]:
             data = data.T if data.ndim == 2 else data
             fs = float(fs)
         elif suffix == ".csv":
-            data = np.loadtxt(path, delimiter=",", ndmin=2)
+            with warnings.catch_warnings():  # an empty file is reported below, as one line
+                warnings.simplefilter("ignore")
+                data = np.loadtxt(path, delimiter=",", ndmin=2)
             fs = None
         else:
             raise SignalFileError(f"{path}: unsupported file type {suffix!r}; use .npy, .wav or .csv")

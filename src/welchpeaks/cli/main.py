@@ -451,6 +451,68 @@ def calibrate(
     )
 
 
+@app.command("gpu-check")
+def gpu_check(
+    arch: str = typer.Option("sm_90,sm_80", "--arch", help="Target architectures: sm_90 (H100/H200), sm_80 (A100)."),
+    kernel: str = typer.Option("block,fused", "--kernel", help="Triton kernels: block (triton-block), fused."),
+    n_fft: str = typer.Option("64,256,1024,4096", "--n-fft", help="Segment lengths (comma-separated or a range)."),
+    k: str = typer.Option("1,16,64", "--k", help="Peaks per signal."),
+    segments: str = typer.Option("1,2,8", "--segments", help="Segments per signal."),
+    mode: str = typer.Option("peaks,bins", "--mode", help="peaks, bins or peaks,bins."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds one compile may take."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 when a configuration spills, needs more than 255 "
+                                                       "registers, or fails to compile."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write every configuration's figures as JSON."),
+) -> None:
+    """Compile the Triton kernels ahead of time for a GPU that need not be here: registers,
+    spills, shared memory, compile time, PTX size, tensor cores, and an analytic roofline."""
+    from welchpeaks.bench import gpu_check as gc
+    from welchpeaks.machine import machine_info
+
+    check_output(json_path, "--json")
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        _fail("gpu-check needs triton: pip install 'welchpeaks[gpu]'")
+    archs = [a.strip() for a in arch.split(",") if a.strip()]
+    bad = [a for a in archs if a not in gc.PUBLISHED]
+    kernels = [kn.strip() for kn in kernel.split(",") if kn.strip()]
+    if bad or not archs:
+        _fail(f"--arch {arch!r}: use some of {sorted(gc.PUBLISHED)}")
+    if not kernels or set(kernels) - set(gc.KERNELS):
+        _fail(f"--kernel {kernel!r}: use some of {list(gc.KERNELS)}")
+    if timeout <= 0:
+        _fail("--timeout must be > 0 seconds")
+    configs = gc.grid(kernels, _int_list(n_fft, "n-fft"), _int_list(k, "k"), _int_list(segments, "segments"),
+                      _check_mode(mode), archs)
+    rows = []
+    table = Table(title=f"{len(configs)} configurations, compiled ahead of time (no GPU needed)")
+    for col in ("kernel", "arch", "n_fft", "k", "seg", "mode", "status", "REG", "STACK", "SHARED", "compile s",
+                "PTX lines", "tensor cores", "ns/row (roofline)", "x floor"):
+        table.add_column(col, justify="right")
+    with err.status("compiling") as status:
+        for cfg in configs:
+            status.update(f"compiling {cfg.label()}")
+            row = gc.check(cfg, timeout)
+            row["verdict"] = gc.verdict(row)
+            rows.append(row)
+            roof = row["roofline"]
+            ok = row["status"] == "ok"
+            table.add_row(cfg.kernel, cfg.arch, str(cfg.n_fft), str(cfg.k), str(cfg.segments), cfg.mode,
+                          row["status"][:40], *(str(row.get(f, "-")) for f in ("reg", "stack", "shared")),
+                          f"{row.get('compile_s', float('nan')):.1f}", str(row.get("ptx_lines", "-")),
+                          ("yes" if row.get("tensor_core_instructions") else "no") if ok else "-",
+                          f"{roof['ns_per_row']:.3f}", f"{roof['over_floor']:.1f}")
+    console.print(table)
+    summary = gc.summary(rows)
+    console.print(f"{summary['compiled']} of {summary['configurations']} compiled; {summary['spilling']} spill; "
+                  f"{summary['timeouts']} timed out; {summary['errors']} failed. Roofline from published figures: "
+                  + "; ".join(f"{a}: {gc.PUBLISHED[a]['name']}" for a in archs), highlight=False)
+    _write_json(json_path, {"machine": machine_info(), "summary": summary, "configurations": rows})
+    if strict and any(r["verdict"] for r in rows):
+        raise typer.Exit(1)
+
+
 @app.command()
 def strategies() -> None:
     """List the executions and whether each is usable here."""

@@ -12,5 +12,4 @@ from welchpeaks.api import WelchPeaks, available_strategies, welch, welch_peaks
 from welchpeaks.params import PRESETS
 from welchpeaks.result import PeakResult
 
-
 __all__ = ["PRESETS", "PeakResult", "WelchPeaks", "available_strategies", "welch", "welch_peaks", "__version__"]

@@ -277,10 +277,10 @@ def bench_phases(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the reports as JSON."),
 ) -> None:
     """The fusion phases (baseline, block, fused): IO profiles, the gate, predicted vs measured."""
-    check_output(json_path, "--json")
-    from welchpeaks.machine import machine_info
     from welchpeaks.bench.phases import run_phases
+    from welchpeaks.machine import machine_info
 
+    check_output(json_path, "--json")
     _check_mode(mode)
     reports = []
     for b in _int_list(batch, "batch"):
@@ -333,10 +333,10 @@ def bench_picker(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write cells and summary as JSON."),
 ) -> None:
     """Regret and prediction quality of strategy='auto' over a grid of cells."""
-    check_output(json_path, "--json")
     from welchpeaks.bench import picker as bp
     from welchpeaks.machine import machine_info
 
+    check_output(json_path, "--json")
     _check_mode(mode)
     grid = dict(bp.QUICK_GRID if quick else bp.DEFAULT_GRID)
     for name, value in (("batch", batch), ("n-fft", n_fft), ("k", k), ("segments", segments)):

@@ -48,7 +48,8 @@ def _batch(rng: np.random.Generator, rows: int, n: int) -> tuple[torch.Tensor, .
     return tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in (x.real, x.imag, ref.real, ref.imag))
 
 
-def train_fft(n_fft: int = 256, init: str = "random", seed: int = 0, max_minutes: float = 10.0, target: float = 1e-4,
+def train_fft(n_fft: int = 256, init: str = "random", seed: int = 0, max_minutes: float | None = 10.0,
+              target: float = 1e-4,
               tied: bool = False, sigma: float = 0.1, batch: int = 256, lr: float = 1e-2, polish: bool = True,
               q8: bool = False, progress: Progress | None = None, model: ButterflyFFT | None = None,
               max_steps: int | None = None) -> ButterflyFFT:
@@ -58,21 +59,25 @@ def train_fft(n_fft: int = 256, init: str = "random", seed: int = 0, max_minutes
     error is below 5e-3, an L-BFGS polish on a fixed full-rank batch of ``n_fft`` signals (back
     to Adam, with a lower hand-over point, if L-BFGS stalls). ``q8``
     fine-tunes with int8 twiddles in the forward pass (straight-through). ``max_steps`` also
-    stops it after that many optimiser steps, so a run repeats exactly. The result's
+    stops it after that many optimiser steps, so a run repeats exactly; ``max_minutes=None``
+    with ``max_steps`` bounds the run by steps alone (no clock). The result's
     ``record`` holds the run: seed, steps, seconds, and the final errors.
     """
     n = check_n_fft(n_fft)
     if not (isinstance(target, (int, float)) and target > 0):
         raise ValueError(f"target={target!r} must be a positive relative RMS error (for example 1e-4)")
-    if not (isinstance(max_minutes, (int, float)) and max_minutes > 0):
-        raise ValueError(f"max_minutes={max_minutes!r} must be a positive number of minutes")
+    if max_minutes is None:
+        if max_steps is None:
+            raise ValueError("max_minutes=None needs max_steps=: the run must be bounded by time or by steps")
+    elif not (isinstance(max_minutes, (int, float)) and max_minutes > 0):
+        raise ValueError(f"max_minutes={max_minutes!r} must be a positive number of minutes, or None with max_steps=")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = model or ButterflyFFT(n, init=init, sigma=sigma, tied=tied, seed=seed)
     model.quantized = bool(q8)
     model.train()
     t0 = time.perf_counter()
-    deadline = t0 + 60.0 * max_minutes
+    deadline = math.inf if max_minutes is None else t0 + 60.0 * max_minutes
     steps_left = (lambda: True) if max_steps is None else (lambda: step < max_steps)
     params = [model.twiddle]
     opt = torch.optim.Adam(params, lr=lr)

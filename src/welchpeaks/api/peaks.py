@@ -206,9 +206,7 @@ class WelchPeaks:
         candidates = np.union1d(bad_rows, inf_rows)
         finite = np.isfinite(frame[candidates]).all(axis=1)
 
-        def signal(row: int) -> tuple[int, ...]:
-            return tuple(int(i) for i in np.unravel_index(row, lead)) if lead else ()
-
+        signal = _signal_of(lead)
         if finite.any():
             row = int(candidates[np.argmax(finite)])
             peak = float(np.max(np.abs(frame[row])))
@@ -244,7 +242,7 @@ class WelchPeaks:
             bins, power, fbins = bins.cpu().numpy(), power.cpu().numpy(), fbins.cpu().numpy()
         # Every CPU kernel leaves a row whose power is not finite empty and reports it; a GPU
         # kernel may report infinite power instead, so tensors are checked for it.
-        if out.bad_rows.size or (not isinstance(out.bins, np.ndarray) and _any_inf(power)):
+        if out.bad_rows.size or (not isinstance(out.power, np.ndarray) and _tensor_has_inf(out.power)):
             self._check_rows(rows, out.bad_rows, power, lead, call)
         if tensor:
             import torch
@@ -257,8 +255,7 @@ class WelchPeaks:
             # computed in a wider precision than x: a power may not fit x's (kernels write it there)
             if call.compute.itemsize > in_dtype.itemsize and np.isinf(power).any():
                 row = int(np.flatnonzero(np.isinf(power).any(axis=1))[0])
-                where = tuple(int(i) for i in np.unravel_index(row, lead)) if lead else ()
-                raise ValueError(f"the power of signal {where} (row {row}) "
+                raise ValueError(f"the power of signal {_signal_of(lead)(row)} (row {row}) "
                                  f"is computed in {call.compute.name} but does not fit {in_dtype.name}, the precision "
                                  f"of x (results come back in it); pass x as float64 or scale it down")
         shape = lead + (p.k,)
@@ -275,10 +272,13 @@ class WelchPeaks:
         )
 
 
-def _any_inf(power: Any) -> bool:
-    """True when a reported power is infinite (its row's power overflowed the precision)."""
-    if isinstance(power, np.ndarray):
-        return bool(np.isinf(power).any())
+def _signal_of(lead: tuple[int, ...]):
+    """Row number -> the signal's index in x's leading (batch) shape, for messages."""
+    return lambda row: tuple(int(i) for i in np.unravel_index(row, lead)) if lead else ()
+
+
+def _tensor_has_inf(power: Any) -> bool:
+    """True when a power a GPU kernel reported is infinite (its row overflowed the precision)."""
     import torch
 
     return bool(torch.isinf(power).any())

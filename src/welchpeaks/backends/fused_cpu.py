@@ -127,22 +127,19 @@ class SpectrumSelect:
         return RowPeaks(bins, power, fbin, np.flatnonzero(bad))
 
 
-def _dtype(node: Node) -> np.dtype:
-    return np.dtype(node.dtype.real.value[0])
-
-
 def _welch_peaks(node: Node, graph: Graph):
-    plan = FusedCpuPlan(node.attrs["params"], node.attrs["n_segments"], _dtype(graph.node(node.inputs[0])))
+    compute = graph.node(node.inputs[0]).dtype.real_numpy
+    plan = FusedCpuPlan(node.attrs["params"], node.attrs["n_segments"], compute)
     return plan.run
 
 
 def _spectrum_peaks(node: Node, graph: Graph):
-    p, compute = node.attrs["params"], _dtype(graph.node(node.inputs[0]))
+    p, compute = node.attrs["params"], graph.node(node.inputs[0]).dtype.real_numpy
     return SpectrumSelect(p, p.psd_scale() / node.attrs["n_segments"], compute)
 
 
 def _window(node: Node, graph: Graph):
-    compute = _dtype(node)
+    compute = node.dtype.real_numpy
     window = np.asarray(node.attrs["window"], compute)
     detrend = DETREND_CODES[node.attrs["detrend"]]
     kern = _kernels()

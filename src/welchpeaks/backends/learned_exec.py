@@ -49,7 +49,7 @@ def _rfft(model: Any):
     def factory(node: Node, graph: Graph):
         from welchpeaks.learned.compiled import CompiledButterfly
 
-        net = CompiledButterfly(model, np.dtype(node.dtype.real.value[0]))
+        net = CompiledButterfly(model, node.dtype.real_numpy)
 
         def rfft(segs):
             rows, n_seg, n = segs.shape

@@ -101,14 +101,10 @@ def select(psd: np.ndarray, k: int, mode: str, min_distance: int) -> tuple[np.nd
 # Each factory takes (node, graph) and returns the function that computes the node.
 
 
-def _dtype(node: Node) -> np.dtype:
-    return np.dtype(node.dtype.value[0])
-
-
 def _frames(node: Node, graph: Graph):
     """A strided view of the rows' frames, in the graph's compute precision."""
     n_fft, hop, n_seg, need = (node.attrs[a] for a in ("n_fft", "hop", "n_segments", "frame"))
-    dt = _dtype(node)
+    dt = node.dtype.real_numpy
 
     def frames(x):
         x = x[:, :need]

@@ -104,10 +104,6 @@ def bad_rows_of(bad) -> np.ndarray:
     return np.flatnonzero(bad.cpu().numpy())
 
 
-def _dtype(node: Node) -> np.dtype:
-    return np.dtype(node.dtype.real.value[0])
-
-
 def on_device(host: np.ndarray):
     """``host`` as a tensor on whatever device asks, copied once per device."""
     cache: dict[str, Any] = {}
@@ -125,7 +121,7 @@ def on_device(host: np.ndarray):
 
 
 def _input(node: Node, graph: Graph):
-    dt = _dtype(node)
+    dt = node.dtype.real_numpy
     return lambda x: as_tensor(x, dt)
 
 
@@ -137,7 +133,7 @@ def _frames(node: Node, graph: Graph):
 def _window(node: Node, graph: Graph):
     torch = import_torch()
     detrend, n_fft = node.attrs["detrend"], node.shape[-1]
-    window = on_device(np.asarray(node.attrs["window"], _dtype(node)))
+    window = on_device(np.asarray(node.attrs["window"], node.dtype.real_numpy))
 
     def windowed(segs):
         if detrend == "constant":

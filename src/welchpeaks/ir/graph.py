@@ -41,6 +41,11 @@ class DType(enum.Enum):
         return self.value[1]
 
     @property
+    def real_numpy(self) -> np.dtype:
+        """The NumPy dtype of this type's real part (complex64 -> float32): what kernels compute in."""
+        return np.dtype(self.real.value[0])
+
+    @property
     def is_complex(self) -> bool:
         return self in (DType.c64, DType.c128)
 
@@ -294,6 +299,14 @@ class Graph:
                 raise ValueError(f"set_outputs: %{o} is not a node of this graph")
         self.outputs = outs
         return self
+
+    def last_use(self) -> dict[int, int]:
+        """Node id -> the id of its last consumer: when a run may drop its value."""
+        last: dict[int, int] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                last[i] = n.id
+        return last
 
     def consumers(self, i: int) -> list[int]:
         return [n.id for n in self.nodes if i in n.inputs]

@@ -87,10 +87,7 @@ class Program:
     def __init__(self, graph: Graph, backend: Backend):
         self.graph = graph
         self.backend = backend
-        last_use: dict[int, int] = {}
-        for n in graph.nodes:
-            for i in n.inputs:
-                last_use[i] = n.id
+        last_use = graph.last_use()
         keep = set(graph.outputs)
         self._input_names = list(graph.inputs)
         self.steps: list[tuple[Node, Callable[..., Any], tuple[int, ...], tuple[int, ...]]] = []

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from welchpeaks.files import write_atomic
+from welchpeaks.params import is_int
 
 FORMAT = 2  # 2: the checksum covers the tensor table
 #: the largest n_fft a weights file may declare (the network holds log2(n) * n/2 twiddles)
@@ -125,7 +126,7 @@ def _checked(path: Path, header: dict, meta_json: str, data: bytes) -> tuple[dic
         raise WeightsError(f"{where} have format {meta.get('format')!r}; this welchpeaks reads format {FORMAT} "
                            "(train or prune again with this version)")
     n = meta.get("n_fft")
-    if not _is_int(n) or n < 4 or n & (n - 1) or n > MAX_N_FFT:
+    if not is_int(n) or n < 4 or n & (n - 1) or n > MAX_N_FFT:
         raise WeightsError(f"{where}: n_fft={n!r} in the metadata is not a power of two in [4, {MAX_N_FFT}]")
     stages, half = n.bit_length() - 1, n // 2
     want = {"twiddle": ("F64", (stages, half, 2)), "gate_logit": ("F64", (stages, half)),
@@ -141,9 +142,9 @@ def _checked(path: Path, header: dict, meta_json: str, data: bytes) -> tuple[dic
         if not isinstance(info, dict):
             raise WeightsError(f"{where}: tensor {name!r} is missing or is not a tensor description")
         offsets, got_shape = info.get("data_offsets"), info.get("shape")
-        if (info.get("dtype") != dtype or not isinstance(got_shape, list) or not all(map(_is_int, got_shape))
+        if (info.get("dtype") != dtype or not isinstance(got_shape, list) or not all(map(is_int, got_shape))
                 or tuple(got_shape) != shape
-                or not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_int, offsets))):
+                or not isinstance(offsets, list) or len(offsets) != 2 or not all(map(is_int, offsets))):
             raise WeightsError(f"{where}: tensor {name!r} must be {dtype} of shape {list(shape)} with two integer "
                                f"data_offsets; the file says {info!r}"[:300])
         lo, hi = offsets
@@ -163,16 +164,12 @@ def _checked(path: Path, header: dict, meta_json: str, data: bytes) -> tuple[dic
     return meta, tensors
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _check_meta(where: str, meta: dict, n: int) -> None:
     """Types and ranges of every metadata field a model is built from."""
     from welchpeaks.learned.model import INITS
 
     vb = meta.get("valid_bins", n // 2 + 1)
-    if not _is_int(vb) or not 1 <= vb <= n // 2 + 1:
+    if not is_int(vb) or not 1 <= vb <= n // 2 + 1:
         raise WeightsError(f"{where}: valid_bins={vb!r} must be an integer in [1, {n // 2 + 1}] for n_fft={n}")
     if meta.get("init", "exact") not in INITS:
         raise WeightsError(f"{where}: init={meta.get('init')!r} is not one of {list(INITS)}")
@@ -183,7 +180,7 @@ def _check_meta(where: str, meta: dict, n: int) -> None:
         if not isinstance(meta.get(flag, False), bool):
             raise WeightsError(f"{where}: {flag}={meta.get(flag)!r} must be true or false")
     seed = meta.get("seed")
-    if seed is not None and not _is_int(seed):
+    if seed is not None and not is_int(seed):
         raise WeightsError(f"{where}: seed={seed!r} must be an integer or null")
     record = meta.get("record") or {}
     if not isinstance(record, dict):

@@ -299,6 +299,8 @@ def cost_model_for(device: str, calibrate: bool = True, wait: bool = True) -> Ba
             return _MODELS[device]
     from welchpeaks.plan import calibrate as cal
 
+    if cal.measuring(device):  # no file to read yet: it is being measured
+        return cal.wait_background(device) if wait else None
     with _MEASURING:  # one load at a time
         with _LOCK:
             if device in _MODELS:

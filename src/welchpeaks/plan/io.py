@@ -57,10 +57,7 @@ def peak_working_bytes(graph: Graph) -> int:
     """The most bytes of intermediate values alive at once when ``graph`` runs (a program frees
     a value after its last consumer): the memory a run needs beyond its input and the kernels'
     own fixed scratch. Views (``frames``) and the input cost nothing."""
-    last_use: dict[int, int] = {}
-    for n in graph.nodes:
-        for i in n.inputs:
-            last_use[i] = n.id
+    last_use = graph.last_use()
     outputs = set(graph.outputs)
     live: dict[int, int] = {}
     peak = 0

@@ -56,8 +56,11 @@ _PROGRAMS = LruCache(64)
 #: strategy='auto' on CUDA data while no CUDA cost model is measured: the first that can run
 CUDA_PREFERENCE = ("triton-fused", "triton-block", "torch")
 LAYOUTS = {"ultra": 1, "fast": 2}
-PROVISIONAL = ("auto: first use on this machine, the cost model is being measured in the background; "
-               "numpy (no kernel to compile) runs until it is done")
+#: why auto runs numpy while there is no CPU cost model (such plans are not remembered)
+PROVISIONAL = "auto without a cost model: "
+MEASURING = (PROVISIONAL + "first use on this machine, it is being measured in the background; numpy (no kernel "
+             "to compile) runs until it is done")
+UNMEASURED = PROVISIONAL + "measuring it failed (see the warning; `welchpeaks calibrate` retries); numpy runs"
 
 
 @dataclass(frozen=True)
@@ -172,8 +175,8 @@ class Planner:
             return self._cuda_execution()
         if self.forced is not None:
             return self.forced, "requested"
-        if cost_model_for(self.device, wait=False) is None and calibrate.measuring(self.device):
-            return backends.get("numpy"), PROVISIONAL
+        if self.device == "cpu" and cost_model_for("cpu", wait=False) is None:
+            return backends.get("numpy"), MEASURING if calibrate.measuring("cpu") else UNMEASURED
         try:
             name, _, why = pick_for(self.params, n_seg, rows, length, compute, self.device, budget=budget)
         except OverBudget:  # nothing fits at once: the fastest that fits one signal, in blocks of rows

@@ -28,8 +28,9 @@ def rng():
 
 @pytest.fixture(autouse=True)
 def synthetic_cost_model(tmp_path_factory, monkeypatch):
-    """Every test sees the same synthetic CPU cost model and a private cache directory, so
-    no test measures the machine (tests that do calibration set their own)."""
+    """Every test sees the same synthetic CPU cost model, no CUDA model (the default from
+    published figures) and a private cache directory, so no test measures the machine (tests
+    that do calibration set their own)."""
     from welchpeaks.plan import set_cost_model
 
     from helpers import synthetic_cpu_model
@@ -38,3 +39,4 @@ def synthetic_cost_model(tmp_path_factory, monkeypatch):
     set_cost_model(synthetic_cpu_model())
     yield
     set_cost_model(None, "cpu")
+    set_cost_model(None, "cuda")

@@ -155,8 +155,10 @@ def test_triton_kernels_fail_cleanly_or_agree(strategy):
     @given(calls())
     def run(call):
         x, kw = call
-        if kw["n_fft"] > 64:
+        if kw["n_fft"] > 64 or (strategy == "triton-fused" and kw["n_fft"] != 64):  # its smallest segment
             kw["n_fft"], kw["hop"], kw["window"] = 64, None, "hann"
+        if strategy == "triton-fused":
+            kw["k"] = min(kw["k"], 64)
         a, ea = _run(x, kw, "numpy", "float32")
         b, eb = _run(x, kw, strategy, "float32")
         if b is not None:

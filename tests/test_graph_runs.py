@@ -90,15 +90,22 @@ def test_learned_execution_runs_its_graph():
 def test_the_gate_decides_fusion(name, n_fft):
     """Fused where the gate's score clears its minimum gain; the unfused chain (and it runs)
     when an injected cost model makes fusing not pay."""
+    from dataclasses import replace
+
+    from welchpeaks.plan.cost import default_cuda_model
+
     p = make_params(n_fft=n_fft, k=6, segments=3)
     ex = backends.get(name)
+    model = plan.cost_model_for("cpu") if ex.device == "cpu" else default_cuda_model()  # the device's own gate
     chain = ir.welch_chain_graph(p, 37, p.frame_length(3), 3, np.float32)
-    fused, info = plan.fuse(chain, ex.backend, plan.cost_model_for("cpu").gate())
+    fused, info = plan.fuse(chain, ex.backend, model.gate())
     assert info["fused"] == FUSED[(name, n_fft)] and info["score_ns"] >= info["min_gain_ns"]
     x = _rows(n_fft, np.float32)
     x[5, 3] = 0.0
     before = welchpeaks.WelchPeaks(n_fft=n_fft, k=6, segments=3, strategy=name)(x)
-    set_cost_model(synthetic_cpu_model(min_gain_ns=1e18))  # fusing never pays on this (fake) machine
+    # fusing never pays on this (fake) machine
+    set_cost_model(synthetic_cpu_model(min_gain_ns=1e18) if ex.device == "cpu"
+                   else replace(default_cuda_model(), min_gain_ns=1e18), ex.device)
     wp = welchpeaks.WelchPeaks(n_fft=n_fft, k=6, segments=3, strategy=name)
     exp = wp.explain(batch=37, length=x.shape[1])
     assert "< min gain" in exp["fusion"]["reason"]

@@ -20,6 +20,8 @@ MODES = ("peaks", "bins")
 SCALINGS = ("density", "spectrum")
 NAN_POLICIES = ("raise", "propagate")
 COMPUTE_DTYPES = ("float32", "float64")
+#: precision of the DFT products on GPU tensor cores (CPU executions always compute in ``dtype``)
+PRECISIONS = ("fp32", "tf32", "bf16")
 #: The longest segment a parameter set may declare (its window is built at once).
 MAX_N_FFT = 1 << 24
 #: PSD scales (1 / (fs * sum(w**2)) or 1 / sum(w)**2) allowed: powers in float32 keep their
@@ -141,6 +143,7 @@ class PeakParams:
     min_distance: int
     nan_policy: str
     dtype: str | None  # compute precision, None: decided by the execution
+    precision: str = "fp32"  # tensor-core product precision of the GPU kernels (PRECISIONS)
 
     @property
     def n_bins(self) -> int:
@@ -206,6 +209,7 @@ class PeakParams:
             "min_distance": self.min_distance,
             "nan_policy": self.nan_policy,
             "dtype": self.dtype,
+            "precision": self.precision,
         }
 
 def make_params(
@@ -222,6 +226,7 @@ def make_params(
     min_distance: int = 1,
     nan_policy: str = "raise",
     dtype: str | None = None,
+    precision: str = "fp32",
 ) -> PeakParams:
     """Validate user parameters and return a :class:`PeakParams`."""
     n_fft = _require_int("n_fft", n_fft, 4, "pass n_fft=4 or larger (256 is the usual choice)")
@@ -267,6 +272,10 @@ def make_params(
             pass
         if dtype not in COMPUTE_DTYPES:
             raise ValueError(f"dtype={dtype!r} is not a compute precision; use 'float32', 'float64' or None")
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is unknown; use 'fp32' (default: fp32-accurate products, "
+                         "three tf32 passes on tensor cores), 'tf32' or 'bf16' (faster, less accurate; see "
+                         "docs/performance.md)")
     window_array = resolve_window(window, n_fft)
     _check_scale(window_array, n_fft, fs, scaling)
     return PeakParams(
@@ -285,5 +294,6 @@ def make_params(
         min_distance=min_distance,
         nan_policy=nan_policy,
         dtype=dtype,
+        precision=precision,
     )
 

@@ -143,6 +143,7 @@ class WelchPeaks:
         min_distance: int = 1,
         nan_policy: str = "raise",
         dtype: str | None = None,
+        precision: str = "fp32",
         layout: str | None = None,
         model: Any = None,
         min_recall: float = 0.99,
@@ -152,7 +153,7 @@ class WelchPeaks:
         self.params = make_params(
             k=k, n_fft=n_fft, hop=hop, segments=1 if self.layout else segments, fs=fs, window=window,
             detrend=detrend, scaling=scaling, mode=mode, min_distance=min_distance, nan_policy=nan_policy,
-            dtype=dtype,
+            dtype=dtype, precision=precision,
         )
         _check_device(device)
         self.device = device
@@ -301,6 +302,7 @@ def welch_peaks(
     device: str = "cpu",
     nan_policy: str = "raise",
     dtype: str | None = None,
+    precision: str = "fp32",
     layout: str | None = None,
     model: Any = None,
     min_recall: float = 0.99,
@@ -344,6 +346,11 @@ def welch_peaks(
     dtype : {'float32', 'float64'}, optional
         Compute precision. Default: the input's precision (``fused-cpu`` requested by name
         computes in float32 unless told otherwise).
+    precision : {'fp32', 'tf32', 'bf16'}
+        Precision of the DFT products of the ``triton-fused`` GPU kernel on the tensor cores:
+        ``'fp32'`` (default) is fp32-accurate (three tf32 products per product); ``'tf32'`` and
+        ``'bf16'`` are faster and less accurate (measured errors in docs/performance.md). CPU
+        executions, ``torch`` and ``triton-block`` (cuFFT) always compute in ``dtype``.
     layout : {'auto'}, optional
         ``'auto'`` reproduces the original system's speed-only choice between 1 and 2
         segments (``'ultra'`` and ``'fast'``): the layout predicted to run faster, which
@@ -378,7 +385,7 @@ def welch_peaks(
     executor = WelchPeaks(
         n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device,
         window=window, detrend=detrend, scaling=scaling, min_distance=min_distance,
-        nan_policy=nan_policy, dtype=dtype, layout=layout, model=model, min_recall=min_recall,
+        nan_policy=nan_policy, dtype=dtype, precision=precision, layout=layout, model=model, min_recall=min_recall,
         max_memory=max_memory,
     )
     return executor(x)

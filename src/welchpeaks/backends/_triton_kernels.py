@@ -1,116 +1,353 @@
-"""The Triton kernels of :mod:`welchpeaks.backends.triton_exec` (imports triton: load lazily)."""
+"""The Triton kernels of :mod:`welchpeaks.backends.triton_exec` (imports triton: load lazily).
+
+Two kernels share one selection, :func:`select_store`:
+
+* :func:`fused` reads a tile of raw rows and writes only their peaks: segments, detrend,
+  window, a four-step DFT on the tensor cores, power, the segment mean and the selection all
+  stay on chip;
+* :func:`block` reads a cuFFT spectrum (complex64) and does power, mean and selection.
+
+Precision of the tensor-core products (``PRECISION``, a constexpr): ``0`` ("fp32") splits every
+fp32 operand into a tf32 head and a tf32 tail and sums three tf32 products (head*head,
+head*tail, tail*head), which is fp32-accurate to about 2**-21; ``1`` ("tf32") keeps the head
+product only; ``2`` ("bf16") rounds both operands to bfloat16. The operands are rounded *in
+the kernel*, with integer arithmetic on their bits, before ``tl.dot``: on a GPU the tensor
+cores then multiply exactly the values a CPU run multiplies, so ``TRITON_INTERPRET=1`` (which
+computes every ``tl.dot`` in fp32) reproduces each precision's rounding, and CI measures the
+error users will see. The constant matrices are split on the host.
+"""
 
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def select_store(psd, f, rows, rmask, NB: tl.constexpr, K: tl.constexpr, PEAKS: tl.constexpr,
-                 MIN_DIST: tl.constexpr, bad, bins_ptr, pow_ptr, fb_ptr):
-    ninf = float("-inf")
-    fb2 = f[None, :]
-    psd = tl.where(fb2 < NB, psd, ninf)
-    if PEAKS:
-        left = tl.gather(psd, tl.maximum(fb2 - 1, 0) + 0 * rows[:, None], 1)
-        right = tl.gather(psd, tl.minimum(fb2 + 1, NB - 1) + 0 * rows[:, None], 1)
-        left = tl.where(fb2 == 0, ninf, left)
-        right = tl.where(fb2 == NB - 1, ninf, right)
-        cand = tl.where((psd > left) & (psd >= right) & (psd > 0), psd, ninf)  # zero power: no peak
-    else:
-        cand = psd
-    for j in tl.static_range(K):
-        m = tl.max(cand, 1)
-        idx = tl.argmax(cand, 1, tie_break_left=True)
-        ok = (m > ninf) & (bad == 0)
-        sel = fb2 == idx[:, None]
-        b = tl.sum(tl.where(sel, psd, 0.0), 1)
-        frac = idx.to(tl.float64)
-        if PEAKS:
-            a = tl.sum(tl.where(fb2 == idx[:, None] - 1, psd, 0.0), 1).to(tl.float64)
-            c = tl.sum(tl.where(fb2 == idx[:, None] + 1, psd, 0.0), 1).to(tl.float64)
-            b64 = b.to(tl.float64)
-            inner = (idx > 0) & (idx < NB - 1) & (a > 0) & (b64 > 0) & (c > 0)
-            la = tl.log(tl.where(inner, a, 1.0))
-            lb = tl.log(tl.where(inner, b64, 1.0))
-            lc = tl.log(tl.where(inner, c, 1.0))
-            den = la - 2.0 * lb + lc
-            inner = inner & (den < 0)
-            frac = frac + tl.where(inner, 0.5 * (la - lc) / tl.where(inner, den, -1.0), 0.0)
-        tl.store(bins_ptr + rows * K + j, tl.where(ok, idx, -1).to(tl.int32), mask=rmask)
-        tl.store(pow_ptr + rows * K + j, tl.where(ok, b, float("nan")), mask=rmask)
-        tl.store(fb_ptr + rows * K + j, tl.where(ok, frac, float("nan")), mask=rmask)
-        if PEAKS and MIN_DIST > 1:
-            near = (fb2 > idx[:, None] - MIN_DIST) & (fb2 < idx[:, None] + MIN_DIST)
+def _tf32(v):
+    """``v`` rounded to the nearest tf32 value (10 mantissa bits; ties away from zero, as the
+    hardware's ``cvt.rna.tf32.f32``), kept as fp32."""
+    u = v.to(tl.int32, bitcast=True)
+    return ((u + 0x1000) & -0x2000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _bf16(v):
+    """``v`` rounded to the nearest bfloat16 value (7 mantissa bits, ties away), kept as fp32."""
+    u = v.to(tl.int32, bitcast=True)
+    return ((u + 0x8000) & -0x10000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _dot(a, b_ptr, KD: tl.constexpr, ND: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+    """``a [M, KD] @ B [KD, ND]`` for a constant matrix stored at ``b_ptr`` as ``[2, KD, ND]``:
+    its head (tf32 or bf16 values) then its tail (``B - head``, tf32). The tile of B (at most
+    64x64 fp32, 16 KiB) is read from L2 per call and staged in shared memory by ``tl.dot``."""
+    kn = tl.arange(0, KD)[:, None] * ND + tl.arange(0, ND)[None, :]
+    b_hi = tl.load(b_ptr + kn)
+    if PRECISION == 2:
+        a_hi = _bf16(a)
+        if INTERPRET:  # the interpreter's bf16 dot is not usable; these fp32 values are exact bf16
+            out = tl.dot(a_hi, b_hi, input_precision="ieee")
         else:
-            near = sel
-        cand = tl.where(near, ninf, cand)
+            out = tl.dot(a_hi.to(tl.bfloat16), b_hi.to(tl.bfloat16))
+    else:
+        a_hi = _tf32(a)
+        out = tl.dot(a_hi, b_hi, input_precision="tf32")
+        if PRECISION == 0:
+            b_lo = tl.load(b_ptr + KD * ND + kn)
+            out = tl.dot(a_hi, b_lo, out, input_precision="tf32")
+            out = tl.dot(_tf32(a - a_hi), b_hi, out, input_precision="tf32")
+    return out
+
 
 @triton.jit
-def fused(x_ptr, stride, B, hop, win_ptr, cos_ptr, sin_ptr, scale_ptr, bins_ptr, pow_ptr, fb_ptr, bad_ptr,
-          N: tl.constexpr, NP: tl.constexpr, NB: tl.constexpr, NBP: tl.constexpr, S: tl.constexpr,
-          BK: tl.constexpr, BR: tl.constexpr, DETREND: tl.constexpr, K: tl.constexpr, PEAKS: tl.constexpr,
-          MIN_DIST: tl.constexpr, PRECISION: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BR + tl.arange(0, BR)
+def _cdot(ar, ai, f_ptr, KD: tl.constexpr, ND: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+    """Complex ``(ar + i ai) @ (C + i S)`` in three real products (Gauss): ``f_ptr`` holds
+    ``C``, ``S - C`` and ``C + S``, each as :func:`_dot` expects."""
+    step: tl.constexpr = 2 * KD * ND
+    t1 = _dot(ar + ai, f_ptr, KD, ND, PRECISION, INTERPRET)
+    t2 = _dot(ar, f_ptr + step, KD, ND, PRECISION, INTERPRET)
+    t3 = _dot(ai, f_ptr + 2 * step, KD, ND, PRECISION, INTERPRET)
+    return t1 - t3, t1 + t2
+
+
+@triton.jit
+def _finite(ptr, mask, bad):
+    """Load ``ptr`` where ``mask``; count non-finite samples into ``bad`` (per row) and zero them."""
+    v = tl.load(ptr, mask=mask, other=0.0)
+    ok = (v == v) & (tl.abs(v) != float("inf"))
+    bad += tl.sum(tl.sum(tl.sum(tl.where(ok, 0, 1), 3), 2), 1)
+    return tl.where(ok, v, 0.0), bad
+
+
+@triton.jit
+def _cat(lo, hi, BR: tl.constexpr, N1: tl.constexpr, N2: tl.constexpr, N3: tl.constexpr):
+    """Two half segments ``[BR, N2, N3, N1/2]`` (the kernel's layout) as one ``[BR, N2, N3, N1]``:
+    the first half's samples then the second's (``n1 = j * N1/2 + m``). A register shuffle."""
+    return tl.reshape(tl.permute(tl.join(lo, hi), (0, 1, 2, 4, 3)), (BR, N2, N3, N1))
+
+
+@triton.jit
+def _prep(v, win, nT, N: tl.constexpr, DETREND: tl.constexpr):
+    """Detrend (0 none, 1 constant, 2 linear; least squares over the segment) and window one
+    segment held as ``[BR, N2, N3, N1]`` with sample index ``nT [N2, N3, N1]``."""
+    if DETREND >= 1:
+        mean = tl.sum(tl.sum(tl.sum(v, 3), 2), 1) / N
+        v = v - mean[:, None, None, None]
+        if DETREND == 2:
+            t = nT.to(tl.float32) - (N - 1) / 2.0
+            slope = tl.sum(tl.sum(tl.sum(v * t[None, :, :, :], 3), 2), 1) / (N * (N * N - 1) / 12.0)
+            v = v - slope[:, None, None, None] * t[None, :, :, :]
+    return v * win[None, :, :, :]
+
+
+@triton.jit
+def _pair_power(a, b, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw2_ptr, BR: tl.constexpr, N1: tl.constexpr,
+                N2: tl.constexpr, N3: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+    """``|Z[k]|^2``, ``[BR, N]`` in bin order, for ``Z`` the DFT of ``z = a + i b``: two windowed
+    real segments packed as one complex one.
+
+    As ``Z[k] = A[k] + i B[k]`` and ``conj(Z[N-k]) = A[k] - i B[k]`` (a and b are real),
+    ``|Z[k]|^2 + |Z[N-k]|^2 = 2 (|A[k]|^2 + |B[k]|^2)``: the Welch sum of two segments needs
+    neither A nor B. The caller sums ``|Z|^2`` over pairs and adds the mirror once; its
+    scale holds the 1/2. A missing partner (``b = 0``) gives
+    ``2 |A[k]|^2``, the same.
+
+    The DFT is mixed-radix with at most three radices ``N = N1 N2 N3`` (each <= 16, so each
+    product's constant tile is at most 16x16), sample ``n = n1 M + n2 N3 + n3`` (``M = N2 N3``)
+    held at ``[r, n2, n3, n1]``, bin ``k = k1 + N1 k2 + N1 N2 k3``:
+
+    1. length-N1 DFTs over n1 (one complex product, rows ``BR*M``), then the twiddles
+       ``exp(-2 pi i m k1 / N)``;
+    2. length-N2 DFTs over n2 (rows ``BR*N1*N3``), then ``exp(-2 pi i n3 k2 / M)``;
+    3. length-N3 DFTs over n3 (rows ``BR*N1*N2``).
+
+    Before each product the contracted axis is permuted last (a layout change through shared
+    memory). Work per segment is ``N (N1 + N2 + N3)`` complex MACs instead of ``N^2``.
+    ``N3 == 1`` skips step 3 (four-step), ``N2 == 1`` step 2 (a dense DFT).
+    """
+    N: tl.constexpr = N1 * N2 * N3
+    M: tl.constexpr = N2 * N3
+    yr, yi = _cdot(tl.reshape(a, (BR * M, N1)), tl.reshape(b, (BR * M, N1)), f1_ptr, N1, N1, PRECISION, INTERPRET)
+    if N2 == 1:
+        power = tl.reshape(yr * yr + yi * yi, (BR, N))
+    else:
+        tw = tl.arange(0, M)[:, None] * N1 + tl.arange(0, N1)[None, :]
+        twr = tl.load(tw1_ptr + tw)
+        twi = tl.load(tw1_ptr + M * N1 + tw)
+        yr = tl.reshape(yr, (BR, M, N1))
+        yi = tl.reshape(yi, (BR, M, N1))
+        ur = tl.reshape(yr * twr[None, :, :] - yi * twi[None, :, :], (BR, N2, N3, N1))
+        ui = tl.reshape(yr * twi[None, :, :] + yi * twr[None, :, :], (BR, N2, N3, N1))
+        # [r, n2, n3, k1] -> [r, k1, n3, n2]: contract n2
+        xr, xi = _cdot(tl.reshape(tl.permute(ur, (0, 3, 2, 1)), (BR * N1 * N3, N2)),
+                       tl.reshape(tl.permute(ui, (0, 3, 2, 1)), (BR * N1 * N3, N2)), f2_ptr, N2, N2, PRECISION,
+                       INTERPRET)  # [r, k1, n3, k2]
+        if N3 == 1:
+            power = tl.reshape(tl.permute(tl.reshape(xr * xr + xi * xi, (BR, N1, N2)), (0, 2, 1)), (BR, N))
+        else:
+            tw = tl.arange(0, N3)[:, None] * N2 + tl.arange(0, N2)[None, :]
+            twr = tl.load(tw2_ptr + tw)[None, None, :, :]
+            twi = tl.load(tw2_ptr + N3 * N2 + tw)[None, None, :, :]
+            xr = tl.reshape(xr, (BR, N1, N3, N2))
+            xi = tl.reshape(xi, (BR, N1, N3, N2))
+            ur = tl.reshape(tl.permute(xr * twr - xi * twi, (0, 1, 3, 2)), (BR * N1 * N2, N3))  # [r, k1, k2, n3]
+            ui = tl.reshape(tl.permute(xr * twi + xi * twr, (0, 1, 3, 2)), (BR * N1 * N2, N3))
+            xr, xi = _cdot(ur, ui, f3_ptr, N3, N3, PRECISION, INTERPRET)  # [r, k1, k2, k3]
+            power = tl.reshape(tl.permute(tl.reshape(xr * xr + xi * xi, (BR, N1, N2, N3)), (0, 3, 2, 1)), (BR, N))
+    return power
+
+
+@triton.jit
+def _last_two(ap, ac, an, bp, bc, bn):
+    """Scan operator: (previous, current, count capped at 2) of a run of elements."""
+    return tl.where(bn >= 2, bp, ac), bc, tl.minimum(an + bn, 2)
+
+
+@triton.jit
+def _shift(x, fill, REVERSE: tl.constexpr):
+    """``x[:, k - 1]`` (``x[:, k + 1]`` when ``REVERSE``), ``fill`` past the edge: a scan that
+    carries each element's predecessor, so no gather (whose layout puts a whole row in one
+    warp) and no shared-memory round trip of its own."""
+    prev, _, _ = tl.associative_scan((tl.full(x.shape, fill, x.dtype), x, tl.full(x.shape, 1, tl.int32)), 1,
+                                     _last_two, reverse=REVERSE)
+    return prev
+
+
+@triton.jit
+def _key(v, idx, delta, ok, IB: tl.constexpr):
+    """One int64 sort key per candidate: the power's bits (a non-negative float orders as its
+    bits), then ``2**IB - 1 - bin`` (ties go to the lower bin), then the refinement offset
+    ``delta`` in [-0.5, 0.5] in the remaining ``32 - IB`` bits; -1 where not ``ok``. Sorting or
+    reducing keys moves a candidate's bin and offset with its power: no gathers."""
+    DB: tl.constexpr = 32 - IB
+    half: tl.constexpr = 1 << (DB - 1)
+    q = tl.minimum(tl.maximum(tl.floor(delta * half + 0.5), -half), half - 1).to(tl.int32) + half
+    low = (((1 << IB) - 1 - idx).to(tl.int64) << DB) | q.to(tl.int64)
+    return tl.where(ok, (v.to(tl.int32, bitcast=True).to(tl.int64) << 32) | low, -1)
+
+
+@triton.jit
+def select_store(psd, last, rows, rmask, NB: tl.constexpr, L: tl.constexpr, HAS_LAST: tl.constexpr, K,
+                 KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr, bad, bins_ptr,
+                 pow_ptr, fb_ptr):
+    """The reference's selection on a tile of ``L`` bins ``psd [BR, L]`` (lanes past ``NB``
+    ignored) and, when ``HAS_LAST``, one more bin ``last [BR]`` (bin ``L = NB - 1``: the fused
+    kernel keeps the Nyquist bin out of the lanes so that they are ``N/2``, not ``N``); then
+    one store per output of ``[BR, K]``.
+
+    Candidates are every bin (``'bins'``) or the local maxima with positive power
+    (``'peaks'``: above the left neighbour, at least the right one; neighbours come from
+    :func:`_shift`). Each candidate's log-parabolic offset is computed in its lane and packed
+    with its power and bin into one key (:func:`_key`). Without thinning (``MIN_DIST == 1``)
+    the top ``KT`` keys come from ``tl.topk`` (a bitonic partial sort: about
+    ``log2(KT)^2 / 2`` compare-and-swap passes over the lanes instead of ``K`` reductions);
+    with thinning, ``K`` greedy rounds of one max reduction and a suppression of the picked
+    bin's neighbourhood. ``KT`` (a power of two, at most ``L``) slots are computed; slots
+    from ``KT`` to ``K`` are empty.
+    """
+    ninf = float("-inf")
+    f = tl.arange(0, L)[None, :] + tl.zeros_like(rows)[:, None]
+    psd = tl.where(f < NB, psd, ninf)
+    left = _shift(psd, ninf, False)
+    right = _shift(psd, ninf, True)
+    if HAS_LAST:
+        right = tl.where(f == L - 1, last[:, None], right)
+    if PEAKS:
+        ok = (psd > left) & (psd >= right) & (psd > 0)  # zero power: no peak
+        la = tl.log2(tl.where(left > 0, left, 1.0))  # the offset does not depend on the log's base
+        lb = tl.log2(tl.where(psd > 0, psd, 1.0))
+        lc = tl.log2(tl.where(right > 0, right, 1.0))
+        den = la - 2.0 * lb + lc
+        inner = ok & (f > 0) & (f < NB - 1) & (left > 0) & (right > 0) & (den < 0)
+        key = _key(psd, f, tl.where(inner, 0.5 * (la - lc) / tl.where(inner, den, -1.0), 0.0), ok, IB)
+        if HAS_LAST:
+            before_last = tl.max(tl.where(f == L - 1, psd, ninf), 1)
+            last_key = _key(last, tl.full(last.shape, L, tl.int32), tl.zeros_like(last), (last > before_last) & (last > 0),
+                            IB)
+    else:
+        key = _key(psd, f, tl.zeros_like(psd), f < NB, IB)
+        if HAS_LAST:
+            last_key = _key(last, tl.full(last.shape, L, tl.int32), tl.zeros_like(last), last == last, IB)
+    kcol = tl.arange(0, KT)[None, :]
+    if PEAKS and MIN_DIST > 1:
+        top = tl.full((rows.shape[0], KT), -1, tl.int64)
+        for j in range(tl.minimum(K, KT)):
+            m = tl.max(key, 1)
+            if HAS_LAST:
+                m = tl.maximum(m, last_key)
+            top = tl.where(kcol == j, m[:, None], top)
+            at = tl.where(m >= 0, (1 << IB) - 1 - ((m >> (32 - IB)) & ((1 << IB) - 1)).to(tl.int32), -2 * L)
+            key = tl.where(tl.abs(f - at[:, None]) < MIN_DIST, -1, key)
+            if HAS_LAST:
+                last_key = tl.where(tl.abs(L - at) < MIN_DIST, -1, last_key)
+    else:
+        top = tl.topk(key, KT, dim=1)
+        if HAS_LAST:  # insert the last bin's key into the sorted keys
+            spill_last = tl.min(top, 1)  # the smallest lane key, pushed out when the last bin's key goes in
+            pos = tl.sum((top > last_key[:, None]).to(tl.int32), 1)[:, None]
+            top = tl.where(kcol < pos, top, tl.where(kcol == pos, last_key[:, None], _shift(top, -1, False)))
+    out = rows[:, None] * K + kcol
+    _store_keys(top, (kcol < K) & rmask[:, None], bad[:, None], out, IB, bins_ptr, pow_ptr, fb_ptr)
+    extra = tl.full((rows.shape[0],), -1, tl.int64)
+    if HAS_LAST and not (PEAKS and MIN_DIST > 1):
+        extra = tl.minimum(spill_last, last_key)  # the smallest of the KT + 1 keys
+    for j in range(KT, K):  # more slots than lanes: slot KT may hold the last bin's key, the rest are empty
+        _store_keys(tl.where(j == KT, extra, -1), rmask, bad, rows * K + j, IB, bins_ptr, pow_ptr, fb_ptr)
+
+
+@triton.jit
+def _store_keys(top, mask, bad, out, IB: tl.constexpr, bins_ptr, pow_ptr, fb_ptr):
+    """Decode keys (:func:`_key`) into bin, power and fractional bin and store them; -1 keys and
+    flagged rows (``bad``) are empty slots."""
+    DB: tl.constexpr = 32 - IB
+    valid = (top >= 0) & (bad == 0)
+    idx = (1 << IB) - 1 - ((top >> DB) & ((1 << IB) - 1)).to(tl.int32)
+    power = (top >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    delta = ((top & ((1 << DB) - 1)).to(tl.int32) - (1 << (DB - 1))).to(tl.float64) / (1 << (DB - 1))
+    tl.store(bins_ptr + out, tl.where(valid, idx, -1), mask=mask)
+    tl.store(pow_ptr + out, tl.where(valid, power, float("nan")), mask=mask)
+    tl.store(fb_ptr + out, tl.where(valid, idx.to(tl.float64) + delta, float("nan")), mask=mask)
+
+
+@triton.jit
+def fused(x_ptr, stride, B, S, hop, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw2_ptr, scale_ptr, bins_ptr, pow_ptr,
+          fb_ptr, bad_ptr, K, N1: tl.constexpr, N2: tl.constexpr, N3: tl.constexpr, BR: tl.constexpr,
+          HALF: tl.constexpr, DETREND: tl.constexpr, KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr,
+          IB: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+    """Raw rows in, peaks out: the ``S`` Welch segments of ``BR`` rows (``hop`` apart, ``N =
+    N1 N2 N3`` samples each), the mean of their power spectra, the top ``K`` peaks per row.
+
+    Memory traffic: each sample the segments cover is read from global memory once when
+    ``HALF`` (``hop == N/2``, 50% overlap: the row is read in half-segment chunks, and each
+    chunk, kept in registers, is the second half of one segment and the first half of the
+    next); for other hops each segment is loaded (overlaps come from L1/L2). Written: ``K``
+    (bin, power, fractional bin) per row and one flag. The segment loop is a runtime loop
+    over pairs (any ``S``, one compile); the DFT constants (at most 6 KiB per radix) are
+    re-read from L1 at each use rather than held in registers across the loop.
+
+    Tile shape: a segment is held as ``[BR, N2, N3, N1]`` (sample ``n1 M + n2 N3 + n3`` at
+    ``[.., n2, n3, n1]``) so that step 1's product contracts the last axis as loaded. ``BR *
+    N`` is sized (:data:`welchpeaks.backends.triton_exec.FUSED_TILES`) to about 8 values per
+    thread per temporary so that the dozen ``[BR, N]`` temporaries of a pair fit in
+    registers; ``gpu-check`` verifies that no shipped configuration spills.
+    """
+    N: tl.constexpr = N1 * N2 * N3
+    M: tl.constexpr = N2 * N3
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)
     rmask = rows < B
-    f = tl.arange(0, NBP)
-    kk = tl.arange(0, BK)
-    acc = tl.zeros((BR, NBP), tl.float32)
+    base = (x_ptr + rows.to(tl.int64) * stride)[:, None, None, None]
+    m = (tl.arange(0, N2)[:, None] * N3 + tl.arange(0, N3)[None, :])[:, :, None]
+    nT = m + tl.arange(0, N1)[None, None, :] * M  # sample index of the [N2, N3, N1] layout
+    win = tl.load(win_ptr + nT)
+    acc = tl.zeros((BR, N), tl.float32)
     bad = tl.zeros((BR,), tl.int32)
-    tmid = (N - 1) / 2.0
-    tss = N * (N * N - 1) / 12.0  # sum of (n - tmid)^2
-    for s in tl.static_range(S):
-        base = x_ptr + rows[:, None] * stride + s * hop
-        tot = tl.zeros((BR,), tl.float32)
-        tmom = tl.zeros((BR,), tl.float32)
-        for n0 in tl.static_range(0, NP, BK):
-            n = n0 + kk
-            m = rmask[:, None] & (n[None, :] < N)
-            v = tl.load(base + n[None, :], mask=m, other=0.0)
-            bad += tl.sum(tl.where(m & ((v != v) | (tl.abs(v) == float("inf"))), 1, 0), 1)
-            v = tl.where(v == v, v, 0.0)
-            v = tl.where(tl.abs(v) == float("inf"), 0.0, v)
-            tot += tl.sum(v, 1)
-            tmom += tl.sum(v * (n[None, :] - tmid), 1)
-        mean = tot / N
-        slope = tmom / tss
-        re = tl.zeros((BR, NBP), tl.float32)
-        im = tl.zeros((BR, NBP), tl.float32)
-        for n0 in tl.static_range(0, NP, BK):
-            n = n0 + kk
-            m = rmask[:, None] & (n[None, :] < N)
-            v = tl.load(base + n[None, :], mask=m, other=0.0)
-            v = tl.where((v == v) & (tl.abs(v) != float("inf")), v, 0.0)
-            if DETREND == 1:
-                v = v - mean[:, None]
-            if DETREND == 2:
-                v = v - mean[:, None] - slope[:, None] * (n[None, :] - tmid)
-            w = tl.load(win_ptr + n, mask=n < N, other=0.0)
-            v = tl.where(m, v * w[None, :], 0.0)
-            cs = tl.load(cos_ptr + n[:, None] * NBP + f[None, :])
-            sn = tl.load(sin_ptr + n[:, None] * NBP + f[None, :])
-            re += tl.dot(v, cs, input_precision=PRECISION)
-            im += tl.dot(v, sn, input_precision=PRECISION)
-        acc += re * re + im * im
-    scale = tl.load(scale_ptr + f, mask=f < NB, other=0.0)
-    psd = acc * scale[None, :]
+    rm4 = rmask[:, None, None, None]
+    if HALF:
+        hT = (m + tl.arange(0, N1 // 2)[None, None, :] * M)[None, :, :, :]
+        prev, bad = _finite(base + hT, rm4, bad)
+    for p in range(0, (S + 1) // 2):
+        s = 2 * p
+        has_b = rm4 & (tl.full((1, 1, 1, 1), s + 1, tl.int32) < S)  # rows with a second segment
+        if HALF:
+            c1, bad = _finite(base + (s + 1) * hop + hT, rm4, bad)
+            c2, bad = _finite(base + (s + 2) * hop + hT, has_b, bad)
+            a = _cat(prev, c1, BR, N1, N2, N3)
+            b = tl.where(has_b, _cat(c1, c2, BR, N1, N2, N3), 0.0)
+            prev = c2
+        else:
+            a, bad = _finite(base + s * hop + nT[None, :, :, :], rm4, bad)
+            b, bad = _finite(base + (s + 1) * hop + nT[None, :, :, :], has_b, bad)
+        a = _prep(a, win, nT, N, DETREND)
+        b = _prep(b, win, nT, N, DETREND)  # zeros without a partner: stays zero
+        acc += _pair_power(a, b, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw2_ptr, BR, N1, N2, N3, PRECISION, INTERPRET)
+    # The Welch sum of bin k is (acc[k] + acc[N - k]) / 2 (see _pair_power): bins 0..N/2-1 take
+    # the lower half of acc plus its mirrored upper half (a flip and a shift); bin N/2 is 2 acc[N/2].
+    lo, hi = tl.split(tl.permute(tl.reshape(acc, (BR, 2, N // 2)), (0, 2, 1)))
+    f = tl.arange(0, N // 2)[None, :]
+    mirrored = tl.where(f == 0, lo, _shift(tl.flip(hi, 1), 0.0, False))
+    scale = tl.load(scale_ptr + tl.arange(0, N // 2))  # holds the 1/2 and 1/S
+    last = 2.0 * tl.sum(tl.where(f == 0, hi, 0.0), 1) * tl.load(scale_ptr + N // 2)
     tl.store(bad_ptr + rows, bad, mask=rmask)
-    select_store(psd, f, rows, rmask, NB, K, PEAKS, MIN_DIST, bad, bins_ptr, pow_ptr, fb_ptr)
+    select_store((lo + mirrored) * scale[None, :], last, rows, rmask, N // 2 + 1, N // 2, True, K, KT, PEAKS,
+                 MIN_DIST, IB, bad, bins_ptr, pow_ptr, fb_ptr)
+
 
 @triton.jit
-def block(spec_ptr, B, scale_ptr, bins_ptr, pow_ptr, fb_ptr, bad_ptr, NB: tl.constexpr, NBP: tl.constexpr,
-          S: tl.constexpr, BR: tl.constexpr, K: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BR + tl.arange(0, BR)
+def block(spec_ptr, B, scale_ptr, bins_ptr, pow_ptr, fb_ptr, bad_ptr, S, K, NB: tl.constexpr, NBP: tl.constexpr,
+          BR: tl.constexpr, KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr):
+    """Power, segment mean and selection of a spectrum ``[B, S, NB]`` (complex64 as float
+    pairs): reads the spectrum once, writes ``K`` results per row."""
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)
     rmask = rows < B
     f = tl.arange(0, NBP)
     m = rmask[:, None] & (f[None, :] < NB)
     acc = tl.zeros((BR, NBP), tl.float32)
-    for s in tl.static_range(S):
-        off = ((rows[:, None] * S + s) * NB + f[None, :]) * 2
+    for s in range(S):
+        off = ((rows.to(tl.int64)[:, None] * S + s) * NB + f[None, :]) * 2
         re = tl.load(spec_ptr + off, mask=m, other=0.0)
         im = tl.load(spec_ptr + off + 1, mask=m, other=0.0)
         acc += re * re + im * im
     scale = tl.load(scale_ptr + f, mask=f < NB, other=0.0)
     bad = tl.load(bad_ptr + rows, mask=rmask, other=0)
-    select_store(acc * scale[None, :], f, rows, rmask, NB, K, PEAKS, MIN_DIST, bad, bins_ptr, pow_ptr, fb_ptr)
+    select_store(acc * scale[None, :], bad.to(tl.float32), rows, rmask, NB, NBP, False, K, KT, PEAKS, MIN_DIST, IB,
+                 bad, bins_ptr, pow_ptr, fb_ptr)

@@ -1,18 +1,18 @@
 """Triton executions: ``triton-fused`` (raw frames in, peaks out, one kernel) and
 ``triton-block`` (cuFFT spectrum, then one kernel for power, mean and selection).
 
-Both share the in-register selection :func:`_select_store`: per tile of rows, the candidates
-(every bin, or the local maxima) are reduced ``k`` times with a max/argmax over the bins
-(ties to the lower bin), each pick is written with its log-parabolic refinement, and its
-neighbours within ``min_distance - 1`` bins are suppressed (the reference's greedy
-strongest-first thinning, cut at ``k``).
+Both share the on-chip selection (``_triton_kernels.select_store``): per tile of rows, ``k``
+max/argmax reductions over the candidates (every bin, or the local maxima), ties to the lower
+bin, with greedy strongest-first thinning for ``min_distance``; then the picks' log-parabolic
+refinement, and one store per output.
 
-``triton-fused`` computes the real DFT of every segment as two matrix products on the tensor
-cores, ``x_w @ C`` and ``x_w @ S`` with ``C[n, f] = cos(2 pi n f / N)``, ``S = -sin``, chunked
-over the samples, after detrending and windowing the frame in registers. It handles
-``n_fft <= 256``; longer segments (a four-step factorisation) are not written yet, so the
-planner uses ``triton-block`` there. ``precision='fp32'`` uses IEEE fp32 products (the
-default); ``'tf32'`` is faster and must be asked for.
+``triton-fused`` handles every power-of-two ``n_fft`` from 64 to 4096 (others go to
+``triton-block``) and ``k <= 64``: it reads each row's samples once (at the default 50%
+overlap), packs two real segments into one complex DFT, computes that DFT four-step on the
+tensor cores (``n_fft = N1 * N2``, :data:`FUSED_TILES`), and keeps power, mean and selection
+on chip. ``precision`` (``'fp32'``, ``'tf32'``, ``'bf16'``) sets how the tensor-core products
+round (see the kernels module). ``welchpeaks gpu-check`` compiles every shipped configuration
+for sm_90 and sm_80 and checks that none spills.
 
 With ``TRITON_INTERPRET=1`` both run on CPU tensors (slowly): that is how CI tests them.
 """
@@ -32,10 +32,29 @@ from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.params import PeakParams
 from welchpeaks.result import RowPeaks
 
-MAX_FUSED_N_FFT = 256
-BLOCK_ROWS = 16
-#: tl.dot precision of the fused kernel's DFT ("ieee": fp32 products)
-PRECISION = "ieee"
+#: n_fft -> (rows per program, warps) of ``triton-fused``; ``gpu-check`` validates each entry
+#: (no spills on sm_90 and sm_80): ``rows * n_fft`` is 8 values per thread (16 at n_fft 4096).
+FUSED_TILES = {64: (32, 8), 128: (16, 8), 256: (8, 8), 512: (4, 8), 1024: (2, 8), 2048: (1, 8), 4096: (1, 8)}
+MAX_FUSED_K = 64
+PRECISION_CODES = {"fp32": 0, "tf32": 1, "bf16": 2}
+#: documented bound of a reported peak's power error against the float64 PSD at its bin:
+#: relative to that power for fp32, to the row's strongest bin for tf32 and bf16 (their error
+#: scales with the segment's energy, not the peak's). Measured in the interpreter, which rounds
+#: operands as the tensor cores do (docs/performance.md).
+PRECISION_RTOL = {"fp32": 1e-5, "tf32": 2e-3, "bf16": 1.5e-2}
+
+
+def block_tile(nbp: int) -> tuple[int, int]:
+    """(rows per program, warps) of ``triton-block`` for ``nbp`` bin lanes: 8 values per thread
+    up to 2048 lanes (16 beyond)."""
+    warps = 4 if nbp <= 1024 else 8
+    return max(1, 8 * 32 * warps // nbp), warps
+
+
+def select_constants(k: int, lanes: int, n_bins: int) -> dict:
+    """The selection's constexprs: ``KT`` slots computed (a power of two, at most the lanes) and
+    ``IB`` bits for a bin index in a sort key."""
+    return {"KT": min(_next_pow2(k, 1), lanes), "IB": max(1, (n_bins - 1).bit_length())}
 
 
 def interpreting() -> bool:
@@ -62,22 +81,74 @@ def kernels():
     return importlib.import_module("welchpeaks.backends._triton_kernels")
 
 
+def _round_bits(x: np.ndarray, drop: int) -> np.ndarray:
+    """float32 ``x`` rounded to nearest (ties away from zero) with the low ``drop`` mantissa
+    bits cleared: 13 gives tf32 values, 16 bfloat16 values (as the kernels round)."""
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    return ((u + np.uint32(1 << (drop - 1))) & np.uint32((0xFFFFFFFF << drop) & 0xFFFFFFFF)).view(np.float32)
+
+
+def round_tf32(x: np.ndarray) -> np.ndarray:
+    return _round_bits(x, 13)
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    return _round_bits(x, 16)
+
+
+def split_constant(m: np.ndarray, precision: str) -> np.ndarray:
+    """``[2, K, N]`` float32: ``m``'s head in the precision's operand format, then its tail
+    ``m - head`` as tf32 (used by ``'fp32'`` only)."""
+    head = (round_bf16 if precision == "bf16" else round_tf32)(m.astype(np.float32))
+    return np.stack([head, round_tf32((m - head.astype(np.float64)).astype(np.float32))])
+
+
+def dft_factors(n_fft: int, precision: str) -> tuple[int, int, int]:
+    """``(N1, N2, N3)`` of the fused kernel's mixed-radix DFT, ``N1 N2 N3 = n_fft`` (a power of
+    two): radices of at most 16 where possible (a 16x16 constant tile per product keeps the
+    operands in registers), as even as possible, each at least the tensor cores' smallest
+    inner size (8 for tf32, 16 for bf16, which therefore takes fewer, larger radices at 512 to
+    2048 and a dense DFT, ``(n_fft, 1, 1)``, at 64 and 128)."""
+    least = 4 if precision == "bf16" else 3  # log2 of the smallest radix
+    bits = n_fft.bit_length() - 1
+    for steps in range(min(3, -(-bits // 4)), 0, -1):
+        radices = [bits // steps + (i < bits % steps) for i in range(steps)]
+        if steps == 1 or min(radices) >= least:
+            return tuple(1 << r for r in radices) + (1,) * (3 - steps)
+    raise AssertionError("unreachable")
+
+
+def _gauss_dft(n: int, precision: str) -> np.ndarray:
+    """``[3, 2, n, n]``: the length-``n`` DFT matrix ``C + iS`` (``exp(-2 pi i a b / n)``) as
+    ``C``, ``S - C``, ``C + S`` (three real products per complex one), each split."""
+    ang = 2.0 * math.pi * np.outer(np.arange(n), np.arange(n)) / n
+    c, s = np.cos(ang), -np.sin(ang)
+    return np.stack([split_constant(m, precision) for m in (c, s - c, c + s)])
+
+
 class TritonConstants:
-    """Constants of one parameter set: window, DFT matrices, per-bin scale (fp32), copied once
-    to each device that asks."""
+    """Constants of one parameter set (fp32), copied once to each device that asks: the
+    per-bin scale and, for the fused kernel, the window, the four-step DFT matrices and
+    twiddles."""
 
     def __init__(self, params: PeakParams, n_seg: int, dft: bool):
         n, nb = params.n_fft, params.n_bins
-        self.np_, self.nbp = _next_pow2(n), _next_pow2(nb)
-        self.bk = min(self.np_, 32)
-        host = {"window": params.window_array.astype(np.float32),
-                "scale": (params.psd_scale() / n_seg).astype(np.float32)}
+        self.nbp = _next_pow2(nb)
+        scale = params.psd_scale() / n_seg
         if dft:
-            ang = 2.0 * math.pi * np.outer(np.arange(self.np_), np.arange(self.nbp)) / n
-            live = (np.arange(self.np_)[:, None] < n) & (np.arange(self.nbp)[None, :] < nb)
-            host["cos"] = np.where(live, np.cos(ang), 0.0).astype(np.float32)
-            host["sin"] = np.where(live, -np.sin(ang), 0.0).astype(np.float32)
-        self._get = {k: on_device(v) for k, v in host.items()}
+            self.radices = n1, n2, n3 = dft_factors(n, params.precision)
+            tw1 = 2.0 * math.pi * np.outer(np.arange(n2 * n3), np.arange(n1)) / n  # exp(-2 pi i m k1 / N)
+            tw2 = 2.0 * math.pi * np.outer(np.arange(n3), np.arange(n2)) / (n2 * n3)  # exp(-2 pi i n3 k2 / M)
+            host = {"window": params.window_array.astype(np.float32),
+                    **{f"f{i + 1}": _gauss_dft(r, params.precision) if r > 1 else np.zeros(1)
+                       for i, r in enumerate(self.radices)},
+                    "tw1": np.stack([np.cos(tw1), -np.sin(tw1)]), "tw2": np.stack([np.cos(tw2), -np.sin(tw2)]),
+                    # a pair's power is twice the two segments' (see _pair_power); lanes past the
+                    # last bin are zero
+                    "scale": np.concatenate([scale / 2.0, np.zeros(n - nb)]).astype(np.float32)}
+        else:
+            host = {"scale": scale.astype(np.float32)}
+        self._get = {k: on_device(np.ascontiguousarray(v, np.float32)) for k, v in host.items()}
 
     def on(self, device) -> dict:
         return {k: get(device) for k, get in self._get.items()}
@@ -93,7 +164,11 @@ def _outputs(rows: int, k: int, device):
 
 def _fused(node: Node, graph: Graph):
     """``welch_peaks``: raw frames in, peaks out, one kernel."""
-    p, n_seg = node.attrs["params"], node.attrs["n_segments"]
+    return fused_runner(node.attrs["params"], node.attrs["n_segments"])
+
+
+def fused_runner(p: PeakParams, n_seg: int):
+    """The fused kernel for ``p`` and ``n_seg`` segments, as a function of the rows (a tensor)."""
     const = TritonConstants(p, n_seg, dft=True)
 
     def fused(x):
@@ -103,11 +178,13 @@ def _fused(node: Node, graph: Graph):
         c = const.on(x.device)
         rows = x.shape[0]
         bins, power, fb, bad = _outputs(rows, p.k, x.device)
-        kernels().fused[(math.ceil(rows / BLOCK_ROWS),)](
-            x, x.stride(0), rows, p.hop, c["window"], c["cos"], c["sin"], c["scale"], bins, power, fb, bad,
-            N=p.n_fft, NP=const.np_, NB=p.n_bins, NBP=const.nbp, S=n_seg, BK=const.bk, BR=BLOCK_ROWS,
-            DETREND=p.detrend_code, K=p.k, PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance,
-            PRECISION=PRECISION,
+        br, warps = FUSED_TILES[p.n_fft]
+        kernels().fused[(math.ceil(rows / br),)](
+            x, x.stride(0), rows, n_seg, p.hop, c["window"], c["f1"], c["f2"], c["f3"], c["tw1"], c["tw2"],
+            c["scale"], bins, power, fb, bad, p.k, N1=const.radices[0], N2=const.radices[1], N3=const.radices[2],
+            BR=br, HALF=2 * p.hop == p.n_fft, DETREND=p.detrend_code, PEAKS=p.mode == "peaks",
+            MIN_DIST=p.min_distance, **select_constants(p.k, p.n_fft // 2, p.n_bins),
+            PRECISION=PRECISION_CODES[p.precision], INTERPRET=interpreting(), num_warps=warps,
         )
         return RowPeaks(bins, power, fb, bad_rows_of(bad))
 
@@ -116,7 +193,12 @@ def _fused(node: Node, graph: Graph):
 
 def _block(node: Node, graph: Graph):
     """``spectrum_peaks``: power, mean and selection of the cuFFT spectrum, one kernel."""
-    p, n_seg = node.attrs["params"], node.attrs["n_segments"]
+    return block_runner(node.attrs["params"], node.attrs["n_segments"])
+
+
+def block_runner(p: PeakParams, n_seg: int):
+    """The selection kernel of ``triton-block``, as a function of the spectrum ``[rows, n_seg,
+    n_bins]`` (complex tensor)."""
     const = TritonConstants(p, n_seg, dft=False)
 
     def block(spec):
@@ -125,9 +207,11 @@ def _block(node: Node, graph: Graph):
         rows = spec.shape[0]
         bins, power, fb, bad = _outputs(rows, p.k, spec.device)
         bad.copy_((~torch.isfinite(spec).flatten(1).all(1)).to(torch.int32))
-        kernels().block[(math.ceil(rows / BLOCK_ROWS),)](
-            spec, rows, const.on(spec.device)["scale"], bins, power, fb, bad, NB=p.n_bins, NBP=const.nbp,
-            S=n_seg, BR=BLOCK_ROWS, K=p.k, PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance,
+        br, warps = block_tile(const.nbp)
+        kernels().block[(math.ceil(rows / br),)](
+            spec, rows, const.on(spec.device)["scale"], bins, power, fb, bad, n_seg, p.k, NB=p.n_bins,
+            NBP=const.nbp, BR=br, PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance,
+            **select_constants(p.k, const.nbp, p.n_bins), num_warps=warps,
         )
         return RowPeaks(bins, power, fb, bad_rows_of(bad))
 
@@ -152,14 +236,22 @@ class _TritonExecution(Execution):
 class TritonFused(_TritonExecution):
     name = "triton-fused"
     backend = Backend(name, {Op.welch_peaks: _fused}, base=TORCH,
-                      accepts={Op.welch_peaks: lambda p: p.n_fft <= MAX_FUSED_N_FFT})
-    description = "one Triton kernel: raw frames in, detrend+window, DFT on tensor cores, power, mean, select"
+                      accepts={Op.welch_peaks: lambda p: fused_unsupported(p) is None})
+    description = ("one Triton kernel: raw rows in (read once), detrend+window, four-step DFT on tensor cores, "
+                   "power, mean, select; only the peaks written")
 
     def unsupported_reason(self, params: PeakParams) -> str | None:
-        if params.n_fft > MAX_FUSED_N_FFT:
-            return (f"n_fft={params.n_fft} > {MAX_FUSED_N_FFT}: the four-step DFT for long segments is not written "
-                    "yet; use strategy='triton-block'")
-        return super().unsupported_reason(params)
+        return fused_unsupported(params) or super().unsupported_reason(params)
+
+
+def fused_unsupported(params: PeakParams) -> str | None:
+    """Why ``triton-fused`` cannot compute ``params`` (None: it can)."""
+    if params.n_fft not in FUSED_TILES:
+        return (f"n_fft={params.n_fft}: triton-fused takes the powers of two {min(FUSED_TILES)} to "
+                f"{max(FUSED_TILES)}; use strategy='triton-block' (cuFFT, any n_fft)")
+    if params.k > MAX_FUSED_K:
+        return f"k={params.k} > {MAX_FUSED_K}: triton-fused selects at most {MAX_FUSED_K} peaks; use 'triton-block'"
+    return None
 
 
 class TritonBlock(_TritonExecution):

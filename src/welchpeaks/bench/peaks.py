@@ -34,14 +34,20 @@ def scipy_peer(x: np.ndarray, n_fft: int, k: int, mode: str) -> np.ndarray:
     import scipy.signal
 
     _, p = scipy.signal.welch(x, nperseg=n_fft, noverlap=n_fft // 2, axis=-1)
+    return top_k_bins(p, k, mode)
+
+
+def top_k_bins(p: Any, k: int, mode: str, xp: Any = np) -> Any:
+    """The peers' selection on a PSD ``p`` (NumPy, or CuPy with ``xp=cupy``): a local-maximum
+    mask in ``peaks`` mode, then argpartition top-k and a sort."""
     if mode == "peaks":
-        left = np.pad(p[:, :-1], ((0, 0), (1, 0)), constant_values=-np.inf)
-        right = np.pad(p[:, 1:], ((0, 0), (0, 1)), constant_values=-np.inf)
-        p = np.where((p > left) & (p >= right), p, -np.inf)
+        left = xp.pad(p[:, :-1], ((0, 0), (1, 0)), constant_values=-xp.inf)
+        right = xp.pad(p[:, 1:], ((0, 0), (0, 1)), constant_values=-xp.inf)
+        p = xp.where((p > left) & (p >= right), p, -xp.inf)
     kk = min(k, p.shape[1])
-    idx = np.argpartition(p, -kk, axis=-1)[:, -kk:]
-    order = np.argsort(-np.take_along_axis(p, idx, -1), axis=-1)
-    return np.take_along_axis(idx, order, -1)
+    idx = xp.argpartition(p, -kk, axis=-1)[:, -kk:]
+    order = xp.argsort(-xp.take_along_axis(p, idx, -1), axis=-1)
+    return xp.take_along_axis(idx, order, -1)
 
 
 def _windowed_segments(x: np.ndarray, n_fft: int, segments: int) -> np.ndarray:

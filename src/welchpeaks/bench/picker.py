@@ -28,7 +28,8 @@ def cells(grid: dict[str, list[int]]) -> list[dict[str, int]]:
 
 def measure_cell(cell: dict[str, int], device: str = "cpu", mode: str = "peaks", repeats: int = 9,
                  budget_s: float = 2.0) -> dict[str, Any]:
-    """Predicted and measured ns of every available execution for one cell, and the pick."""
+    """Predicted and measured ns of every available execution for one cell, and the pick
+    (``device='cuda'``: the GPU executions on device data, timed with CUDA events)."""
     import welchpeaks
     from welchpeaks.timing import round_robin, summary
     from welchpeaks.plan import estimate_costs, pick_strategy
@@ -39,15 +40,27 @@ def measure_cell(cell: dict[str, int], device: str = "cpu", mode: str = "peaks",
     x = np.random.default_rng(batch * 31 + n_fft).standard_normal((batch, length)).astype(np.float32)
     predicted = estimate_costs(device, batch=batch, dtype="float32", **opts)
     names = [n for n, v in predicted.items() if math.isfinite(v)]
-    rows: dict[str, Callable[[], Any]] = {}
-    for name in names:
-        wp = welchpeaks.WelchPeaks(strategy=name, device=device, dtype="float32", **opts)
-        rows[name] = lambda wp=wp: wp(x)
-    auto = welchpeaks.WelchPeaks(strategy="auto", device=device, **opts)
-    rows["auto"] = lambda: auto(x)
-    samples = round_robin(rows, repeats, warmup=2, budget_s=budget_s)
-    measured = {n: summary(s) for n, s in samples.items()}
     picked = pick_strategy(device, batch=batch, dtype="float32", **opts)
+    rows: dict[str, Callable[[], Any]] = {}
+    if device == "cuda":  # signals on the device; the pick is what auto runs for device data
+        import torch
+
+        from welchpeaks.bench.gpu import event_round_robin, torch_device
+
+        dev = torch_device()
+        xt = torch.from_numpy(x).to(dev)
+        for name in names:
+            wp = welchpeaks.WelchPeaks(strategy=name, dtype="float32", **opts)
+            rows[name] = lambda wp=wp: wp(xt)
+        samples = event_round_robin(rows, repeats, dev)
+    else:
+        for name in names:
+            wp = welchpeaks.WelchPeaks(strategy=name, device=device, dtype="float32", **opts)
+            rows[name] = lambda wp=wp: wp(x)
+        auto = welchpeaks.WelchPeaks(strategy="auto", device=device, **opts)
+        rows["auto"] = lambda: auto(x)
+        samples = round_robin(rows, repeats, warmup=2, budget_s=budget_s)
+    measured = {n: summary(s) for n, s in samples.items()}
     fastest = min(names, key=lambda n: measured[n]["median_ms"])
     ratios = {n: predicted[n] / (measured[n]["median_ms"] * 1e6) for n in names}
     return {

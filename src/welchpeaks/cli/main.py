@@ -59,6 +59,9 @@ def peaks(
     mode: str = typer.Option("peaks", "--mode", help="peaks (local maxima) or bins (top bins)."),
     min_distance: int = typer.Option(1, "--min-distance", help="Minimum bins between peaks."),
     strategy: str = typer.Option("auto", "--strategy", help="auto or an execution (welchpeaks strategies)."),
+    device: str = typer.Option("cpu", "--device", help="cpu, or cuda: the GPU executions may run (data is uploaded)."),
+    precision: str = typer.Option(
+        "fp32", "--precision", help="Tensor-core products of triton-fused: fp32 (accurate), tf32 or bf16 (faster)."),
     layout: Optional[str] = typer.Option(
         None, "--layout", help="auto: the original's speed-only choice of 1 or 2 segments (changes the numbers)."
     ),
@@ -99,7 +102,8 @@ def peaks(
         try:
             res = welch_peaks(
                 data, k=k, n_fft=n_fft, hop=hop, segments=_parse_segments(segments), fs=rate,
-                mode=mode, min_distance=min_distance, strategy=strategy, layout=layout, model=net,
+                mode=mode, min_distance=min_distance, strategy=strategy, device=device, precision=precision,
+                layout=layout, model=net,
                 min_recall=min_recall, nan_policy=nan_policy,
             )
         except (ValueError, TypeError) as exc:
@@ -222,10 +226,15 @@ def bench(
     segments: str = typer.Option("2", "--segments", help="Segments, comma-separated."),
     mode: str = typer.Option("peaks", "--mode", help="peaks, bins, or peaks,bins."),
     repeats: int = typer.Option(15, "--repeats", help="Timed calls per row (median reported)."),
+    device: str = typer.Option("cpu", "--device", help="cpu (against scipy) or cuda (the GPU executions, CUDA "
+                                                       "events; with TRITON_INTERPRET=1 and no GPU, CPU tensors)."),
+    resident: str = typer.Option("device", "--resident", help="With --device cuda: where the signals are, device "
+                                                              "or host (each call uploads them)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write rows and machine info as JSON."),
     md_path: Optional[Path] = typer.Option(None, "--md", help="Write the rows as a markdown table."),
 ) -> None:
-    """Time the executions against scipy.signal.welch + top-k on the same data."""
+    """Time the executions against scipy.signal.welch + top-k on the same data (--device cpu),
+    or the GPU executions against each other and a device copy (--device cuda)."""
     if ctx.invoked_subcommand is not None:
         return
     from welchpeaks.bench.peaks import Cell, markdown_table, time_cell
@@ -233,6 +242,8 @@ def bench(
 
     if repeats < 3:
         _fail("--repeats must be >= 3 for a median and a range")
+    if device not in ("cpu", "cuda") or resident not in ("device", "host"):
+        _fail(f"--device {device!r} --resident {resident!r}: use --device cpu or cuda, --resident device or host")
     check_output(json_path, "--json")
     check_output(md_path, "--md")
     modes = _check_mode(mode)
@@ -246,6 +257,9 @@ def bench(
     ]
     info = machine_info()
     console.print(f"{info['cpu']}, {info['cores']} cores, numba threads {info['numba_threads']}; {info['versions']}")
+    if device == "cuda":
+        _bench_cuda(cells, repeats, resident, info, json_path)
+        return
     all_rows = []
     for cell in cells:
         rows = time_cell(cell, repeats)
@@ -329,7 +343,8 @@ def bench_picker(
     quick: bool = typer.Option(False, "--quick", help="A small grid (batch 1,256,8192; n_fft 64,1024; k 4,64)."),
     repeats: int = typer.Option(9, "--repeats", help="Most timed calls per execution and cell."),
     budget: float = typer.Option(2.0, "--budget", help="Seconds of timing per cell (at least 3 calls each)."),
-    device: str = typer.Option("cpu", "--device", help="Device (cpu)."),
+    device: str = typer.Option("cpu", "--device", help="cpu, or cuda: the GPU executions on device data (CUDA "
+                                                       "events; with TRITON_INTERPRET=1 and no GPU, CPU tensors)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write cells and summary as JSON."),
 ) -> None:
     """Regret and prediction quality of strategy='auto' over a grid of cells."""
@@ -415,6 +430,34 @@ def explain(
     console.print(f"picked [bold]{info['strategy']}[/]: {info['why']}")
 
 
+def _bench_cuda(cells: list, repeats: int, resident: str, info: dict, json_path: Optional[Path]) -> None:
+    from welchpeaks.bench.gpu import time_cuda_cell, torch_device
+
+    try:
+        dev = torch_device()
+    except (ValueError, ImportError) as exc:
+        _fail(str(exc))
+    if dev == "cuda":
+        import torch
+
+        info = {**info, "gpu": torch.cuda.get_device_name(0), "cuda": torch.version.cuda}
+    else:
+        console.print("no GPU: CPU tensors through the Triton interpreter (the numbers are not a GPU's)")
+    all_rows = []
+    for cell in cells:
+        rows = time_cuda_cell(cell, repeats, resident)
+        all_rows.extend(rows)
+        table = Table(title=f"{dev}, signals on the {resident}: batch {cell.batch}, n_fft {cell.n_fft}, k {cell.k}, "
+                            f"segments {cell.segments}, mode {cell.mode}")
+        for col in ("execution", "median ms", "min-max ms", "GB/s", "of copy", "x torch"):
+            table.add_column(col, justify="right")
+        for r in rows:
+            table.add_row(r["execution"], f"{r['median_ms']:.3f}", f"{r['min_ms']:.3f}-{r['max_ms']:.3f}",
+                          f"{r['algorithm_gbps']:.1f}", f"{r['of_copy_bandwidth']:.2f}", f"{r['speedup_vs_torch']:.1f}")
+        console.print(table)
+    _write_json(json_path, {"machine": info, "device": dev, "resident": resident, "rows": all_rows})
+
+
 @app.command()
 def calibrate(
     device: str = typer.Option("cpu", help="Device to measure (cpu; cuda needs the gpu extra and a GPU)."),
@@ -426,8 +469,16 @@ def calibrate(
     from welchpeaks.plan import calibrate as cal
     from welchpeaks.plan.cost import set_cost_model
 
-    if device != "cpu":
-        _fail(f"device={device!r} cannot be measured in this version; use --device cpu")
+    if device not in ("cpu", "cuda"):
+        _fail(f"--device {device!r}: use cpu or cuda")
+    if device == "cuda":
+        try:
+            import torch
+        except ImportError:
+            _fail("--device cuda needs torch: pip install 'welchpeaks[gpu]'")
+        if not torch.cuda.is_available():
+            _fail("--device cuda: torch sees no CUDA device here (until a GPU is measured, the CUDA executions are "
+                  "ranked by a default model from published figures)")
     path = cal.cache_path(device)
     try:  # check the cache's place before measuring, so a bad place never costs the measurement
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -437,15 +488,22 @@ def calibrate(
     check_output(path, "the cost-model cache (WELCHPEAKS_CACHE_DIR)")
     t0 = time.perf_counter()
     with Progress(console=err, transient=True) as bar:
-        task = bar.add_task("calibrating cpu", total=cal.steps(quick))
-        model = cal.measure_cpu(quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
+        if device == "cuda":
+            from welchpeaks.plan import calibrate_cuda
+
+            task = bar.add_task("calibrating cuda", total=calibrate_cuda.steps(quick))
+            model = calibrate_cuda.measure_cuda(
+                quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
+        else:
+            task = bar.add_task("calibrating cpu", total=cal.steps(quick))
+            model = cal.measure_cpu(quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
     try:
         path = cal.save(model)
     except OSError as exc:
         _fail(f"cannot write the cost-model cache {str(path)!r} ({exc.strerror or exc})")
-    set_cost_model(model)
+    set_cost_model(model, device)
     console.print(
-        f"measured the cpu cost model in {time.perf_counter() - t0:.1f} s: launch {model.dispatch_ns:,.0f} ns, "
+        f"measured the {device} cost model in {time.perf_counter() - t0:.1f} s: launch {model.dispatch_ns:,.0f} ns, "
         f"round trip {model.roundtrip_ns:,.0f} ns, memory {model.memory_bw:.1f} GB/s, {model.threads} threads; "
         f"cached in {path}"
     )
@@ -455,10 +513,14 @@ def calibrate(
 def gpu_check(
     arch: str = typer.Option("sm_90,sm_80", "--arch", help="Target architectures: sm_90 (H100/H200), sm_80 (A100)."),
     kernel: str = typer.Option("block,fused", "--kernel", help="Triton kernels: block (triton-block), fused."),
-    n_fft: str = typer.Option("64,256,1024,4096", "--n-fft", help="Segment lengths (comma-separated or a range)."),
+    n_fft: str = typer.Option("64,128,256,512,1024,2048,4096", "--n-fft",
+                              help="Segment lengths (comma-separated or a range)."),
     k: str = typer.Option("1,16,64", "--k", help="Peaks per signal."),
-    segments: str = typer.Option("1,2,8", "--segments", help="Segments per signal."),
+    segments: str = typer.Option("1,2,8,64", "--segments",
+                                 help="Segments per signal (a runtime loop: changes the roofline, not the code)."),
     mode: str = typer.Option("peaks,bins", "--mode", help="peaks, bins or peaks,bins."),
+    precision: str = typer.Option("fp32,tf32,bf16", "--precision",
+                                  help="Tensor-core precisions of the fused kernel: fp32, tf32, bf16."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds one compile may take."),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when a configuration spills, needs more than 255 "
                                                        "registers, or fails to compile."),
@@ -468,6 +530,7 @@ def gpu_check(
     spills, shared memory, compile time, PTX size, tensor cores, and an analytic roofline."""
     from welchpeaks.bench import gpu_check as gc
     from welchpeaks.machine import machine_info
+    from welchpeaks.params import PRECISIONS
 
     check_output(json_path, "--json")
     try:
@@ -483,26 +546,34 @@ def gpu_check(
         _fail(f"--kernel {kernel!r}: use some of {list(gc.KERNELS)}")
     if timeout <= 0:
         _fail("--timeout must be > 0 seconds")
+    precisions = tuple(pr.strip() for pr in precision.split(",") if pr.strip())
+    if not precisions or set(precisions) - set(PRECISIONS):
+        _fail(f"--precision {precision!r}: use some of {list(PRECISIONS)}")
     configs = gc.grid(kernels, _int_list(n_fft, "n-fft"), _int_list(k, "k"), _int_list(segments, "segments"),
-                      _check_mode(mode), archs)
-    rows = []
+                      _check_mode(mode), archs, precisions)
+    rows: list[dict] = []
+    compiled: dict = {}
     table = Table(title=f"{len(configs)} configurations, compiled ahead of time (no GPU needed)")
-    for col in ("kernel", "arch", "n_fft", "k", "seg", "mode", "status", "REG", "STACK", "SHARED", "compile s",
-                "PTX lines", "tensor cores", "ns/row (roofline)", "x floor"):
+    for col in ("kernel", "arch", "n_fft", "k", "seg", "mode", "precision", "status", "warps", "REG", "STACK",
+                "SHARED (dyn)", "compile s", "PTX lines", "tensor cores", "ns/row (roofline)", "x floor",
+                "x floor (SASS)"):
         table.add_column(col, justify="right")
     with err.status("compiling") as status:
         for cfg in configs:
             status.update(f"compiling {cfg.label()}")
-            row = gc.check(cfg, timeout)
+            row = gc.check(cfg, timeout, compiled)
             row["verdict"] = gc.verdict(row)
             rows.append(row)
-            roof = row["roofline"]
+            roof = row["roofline"] or {"ns_per_row": float("nan"), "over_floor": float("nan")}
             ok = row["status"] == "ok"
             table.add_row(cfg.kernel, cfg.arch, str(cfg.n_fft), str(cfg.k), str(cfg.segments), cfg.mode,
-                          row["status"][:40], *(str(row.get(f, "-")) for f in ("reg", "stack", "shared")),
-                          f"{row.get('compile_s', float('nan')):.1f}", str(row.get("ptx_lines", "-")),
+                          cfg.precision if cfg.kernel == "fused" else "-", row["status"][:40],
+                          *(str(row.get(f, "-")) for f in ("num_warps", "reg", "stack", "shared_dynamic")),
+                          ("(same code)" if row.get("shared_compile") else f"{row.get('compile_s', float('nan')):.1f}"),
+                          str(row.get("ptx_lines", "-")),
                           ("yes" if row.get("tensor_core_instructions") else "no") if ok else "-",
-                          f"{roof['ns_per_row']:.3f}", f"{roof['over_floor']:.1f}")
+                          f"{roof['ns_per_row']:.3f}", f"{roof['over_floor']:.1f}",
+                          f"{roof.get('over_floor_compiled', float('nan')):.1f}")
     console.print(table)
     summary = gc.summary(rows)
     console.print(f"{summary['compiled']} of {summary['configurations']} compiled; {summary['spilling']} spill; "

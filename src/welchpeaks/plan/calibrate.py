@@ -59,8 +59,17 @@ def cache_dir() -> Path:
 def machine_key(device: str) -> dict[str, Any]:
     """What a cached model is valid for: this machine, thread count and library versions."""
     info = machine_info()
-    return {"device": device, "cpu": info["cpu"], "cores": info["cores"], "threads": info["numba_threads"],
-            "node": info["node"], **info["versions"]}
+    key = {"device": device, "cpu": info["cpu"], "cores": info["cores"], "threads": info["numba_threads"],
+           "node": info["node"], **info["versions"]}
+    if device == "cuda":  # the GPU and its driver too
+        try:
+            import torch
+
+            key["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+            key["cuda"] = torch.version.cuda
+        except ImportError:
+            key["gpu"] = None
+    return key
 
 
 def set_call_timer(timer: Callable[[str, int], float] | None) -> None:

@@ -31,7 +31,7 @@ from welchpeaks.ir import Graph, Program, compile
 from welchpeaks.params import PeakParams
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.cache import LruCache
-from welchpeaks.plan.cost import cost_model_for, default_cpu_model
+from welchpeaks.plan.cost import BackendCostModel, cost_model_for, default_cpu_model, default_cuda_model
 from welchpeaks.plan.io import peak_working_bytes
 from welchpeaks.plan.picker import OverBudget, execution_graph, pick_for
 from welchpeaks.result import RowPeaks
@@ -53,8 +53,6 @@ def default_budget() -> int:
 #: scratch (guarded by the kernel lock where they are shared), so one-shot calls of the same
 #: shape reuse them. The key holds the backend itself (learned backends differ per model).
 _PROGRAMS = LruCache(64)
-#: strategy='auto' on CUDA data while no CUDA cost model is measured: the first that can run
-CUDA_PREFERENCE = ("triton-fused", "triton-block", "torch")
 LAYOUTS = {"ultra": 1, "fast": 2}
 #: why auto runs numpy while there is no CPU cost model (such plans are not remembered)
 PROVISIONAL = "auto without a cost model: "
@@ -105,6 +103,12 @@ class CallPlan:
 
             rows = torch.from_numpy(rows).to("cuda")
         return self.program(x=rows)[0]
+
+
+def cuda_model() -> BackendCostModel:
+    """The CUDA cost model: measured and cached (``welchpeaks calibrate --device cuda``), else
+    the labelled default from the published figures."""
+    return cost_model_for("cuda", calibrate=False, wait=False) or default_cuda_model()
 
 
 class Planner:
@@ -172,9 +176,11 @@ class Planner:
     def _execution(self, rows: int, n_seg: int, length: int, compute: np.dtype,
                    tensor: bool, budget: int) -> tuple[backends.Execution, str]:
         if tensor:
-            return self._cuda_execution()
+            return self._cuda_execution(rows, n_seg, length, compute, budget)
         if self.forced is not None:
             return self.forced, "requested"
+        if self.device == "cuda":
+            return self._host_data_on_cuda(rows, n_seg, length, compute, budget)
         if self.device == "cpu" and cost_model_for("cpu", wait=False) is None:
             return backends.get("numpy"), MEASURING if calibrate.measuring("cpu") else UNMEASURED
         try:
@@ -189,23 +195,40 @@ class Planner:
             why += f"; the learned model does not race: {reason}"
         return backends.get(name), why
 
-    def _cuda_execution(self) -> tuple[backends.Execution, str]:
-        """The execution for data already on a CUDA device."""
+    def _cuda_execution(self, rows: int, n_seg: int, length: int, compute: np.dtype,
+                        budget: int) -> tuple[backends.Execution, str]:
+        """The execution for data already on a CUDA device: the requested one, or the CUDA cost
+        model's pick among the GPU executions."""
         if self.forced is not None:
             if self.forced.device == "cpu":
                 raise ValueError(f"strategy={self.forced.name!r} runs on host arrays and x is on a CUDA device; use "
                                  "strategy='auto' or a GPU execution, or pass x.cpu()")
             return self.forced, "requested"
-        reasons = {}
-        for name in CUDA_PREFERENCE:
-            ex = backends.get(name)
-            why = ex.unavailable_reason() or ex.unsupported_reason(self.params)
-            if why is None:
-                return ex, (f"data on a CUDA device and no CUDA cost model measured yet: the first of "
-                            f"{list(CUDA_PREFERENCE)} that computes these parameters")
-            reasons[name] = why
-        raise ValueError("no GPU execution can compute this call (" + "; ".join(f"{n}: {w}" for n, w in reasons.items())
-                         + ")")
+        name, _, why = pick_for(self.params, n_seg, rows, length, compute, "cuda", cuda_model(), budget=budget)
+        return backends.get(name), why + " (data on the CUDA device)"
+
+    def _host_data_on_cuda(self, rows: int, n_seg: int, length: int, compute: np.dtype,
+                           budget: int) -> tuple[backends.Execution, str]:
+        """Host data with ``device='cuda'``: the CUDA pick with its upload counted, against the
+        CPU pick, when the CUDA model is measured (a default one is never ranked against the
+        measured CPU model: the GPU runs, as asked)."""
+        model = cuda_model()
+        name, info, why = pick_for(self.params, n_seg, rows, length, compute, "cuda", model, budget=budget)
+        if model.status != "measured":
+            return backends.get(name), why + "; the data is uploaded (device='cuda')"
+        upload_ns = rows * length * np.dtype(compute).itemsize / model.h2d_bw
+        gpu_ns = info[name]["total_ns"] + upload_ns
+        cpu_model = cost_model_for("cpu", wait=False)
+        if cpu_model is None:
+            return backends.get(name), why + "; the data is uploaded (no CPU model to compare with yet)"
+        cpu_name, cpu_info, _ = pick_for(self.params, n_seg, rows, length, compute, "cpu", cpu_model, budget=budget)
+        cpu_ns = cpu_info[cpu_name]["total_ns"]
+        if cpu_ns < gpu_ns:
+            return backends.get(cpu_name), (f"device='cuda', but {cpu_name!r} on the CPU is predicted faster "
+                                            f"({cpu_ns / 1e3:.3g} us) than uploading {rows} signals and running "
+                                            f"{name!r} ({gpu_ns / 1e3:.3g} us, {upload_ns / 1e3:.3g} of them the upload)")
+        return backends.get(name), (f"{why}; with the upload ({upload_ns / 1e3:.3g} us) predicted faster than "
+                                    f"{cpu_name!r} on the CPU ({cpu_ns / 1e3:.3g} us)")
 
     def _race_learned(self, best: backends.Execution, rows: int, n_seg: int, length: int,
                       compute: np.dtype) -> tuple[backends.Execution, str]:
@@ -228,10 +251,9 @@ class Planner:
 
     def graph(self, ex: backends.Execution, n_seg: int, rows: int, length: int,
               compute: np.dtype) -> tuple[Graph, dict[str, Any]]:
-        """The graph ``ex`` runs for this call and the fusion decision behind it."""
-        model = cost_model_for(ex.device, wait=False) if ex.device == self.device else None
-        if model is None:  # the host model's gate stands in (a CUDA model is not measured yet)
-            model = cost_model_for("cpu", wait=False) or default_cpu_model()
+        """The graph ``ex`` runs for this call and the fusion decision behind it (fused as the
+        model of the device it runs on says: the graph priced is the graph run)."""
+        model = cuda_model() if ex.device == "cuda" else cost_model_for("cpu", wait=False) or default_cpu_model()
         return execution_graph(ex, self.params, n_seg, rows, length, compute, model)
 
     def program(self, ex: backends.Execution, n_seg: int, rows: int, length: int,
@@ -277,7 +299,7 @@ class Planner:
         profile, cost terms (ns), total and fusion decision, and the graph that will run."""
         from welchpeaks.plan.picker import strategy_breakdown
 
-        model = cost_model_for(self.device)  # waits for a measurement under way
+        model = cuda_model() if self.device == "cuda" else cost_model_for(self.device)  # waits for one under way
         call = self.plan(batch, length, np.dtype(input_dtype))
         extra = [self.learned] if self.learned is not None else []
         costs = copy.deepcopy(strategy_breakdown(self.params, call.n_seg, batch, length, call.compute, self.device,

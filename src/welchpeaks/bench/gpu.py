@@ -1,0 +1,135 @@
+"""``welchpeaks bench --device cuda``: the GPU executions against each other and a device copy.
+
+For every cell the rows see the same float32 signals, on the device (``resident='device'``)
+or on the host (``'host'``: each call uploads them), and are timed round robin after warm-up
+with CUDA events (medians, min and max). Rows:
+
+* ``device-copy``: a copy of the signals on the device, the bandwidth an algorithm that reads
+  its input once can at best approach;
+* ``torch``, ``triton-block``, ``triton-fused``: each through a reused
+  :class:`welchpeaks.WelchPeaks` (those that cannot compute the cell are left out);
+* ``cupy``: ``cupyx.scipy.signal.welch`` then ``cupy.argpartition`` top-k, when CuPy is installed.
+
+Per row: the algorithm bandwidth, the raw frame bytes read plus the peak bytes written over
+the median time, beside the measured copy bandwidth, and the speed-up over ``torch``.
+
+Without a GPU, with ``TRITON_INTERPRET=1``, the same code runs on CPU tensors through the
+interpreter (slowly): the rows and the arithmetic are exercised, the numbers are not a GPU's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from welchpeaks.bench.peaks import Cell, top_k_bins
+
+GPU_ROWS = ("torch", "triton-block", "triton-fused")
+
+
+def torch_device() -> str:
+    """'cuda' when torch sees a GPU; 'cpu' under the Triton interpreter; else an error."""
+    import torch
+
+    from welchpeaks.backends.triton_exec import interpreting
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if interpreting():
+        return "cpu"
+    raise ValueError("--device cuda: torch sees no CUDA device (set TRITON_INTERPRET=1 to exercise the GPU benchmark "
+                     "on CPU tensors through the Triton interpreter; its numbers are not a GPU's)")
+
+
+def event_round_robin(rows: dict[str, Callable[[], Any]], repeats: int, device: str,
+                      warmup: int = 2) -> dict[str, list[float]]:
+    """Milliseconds of ``repeats`` calls of every row (one per row per round) after ``warmup``
+    calls each: CUDA events around each call on a GPU, the host clock otherwise."""
+    import torch
+
+    for fn in rows.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(repeats):
+        for name, fn in rows.items():
+            if device == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                samples[name].append(start.elapsed_time(end))
+            else:
+                t0 = time.perf_counter()
+                fn()
+                samples[name].append((time.perf_counter() - t0) * 1e3)
+    return samples
+
+
+def _cupy_peer(x, n_fft: int, k: int, mode: str):
+    """``cupyx.scipy.signal.welch`` and the peers' top-k, on the device."""
+    import cupy
+    import cupyx.scipy.signal
+
+    _, p = cupyx.scipy.signal.welch(x, nperseg=n_fft, noverlap=n_fft // 2, axis=-1)
+    return top_k_bins(p, k, mode, cupy)
+
+
+def rows_for(cell: Cell, device: str, resident: str) -> tuple[dict[str, Callable[[], Any]], Any]:
+    """The timed rows of one cell, and the device tensor of its signals."""
+    import torch
+
+    import welchpeaks
+    from welchpeaks import backends
+
+    length = cell.n_fft + (cell.segments - 1) * (cell.n_fft // 2)
+    host = np.random.default_rng(cell.batch * 7919 + cell.n_fft).standard_normal((cell.batch, length))
+    host = host.astype(np.float32)
+    x = torch.from_numpy(host).to(device)
+    copy = torch.empty_like(x)
+    rows: dict[str, Callable[[], Any]] = {"device-copy": lambda: copy.copy_(x)}
+    opts = dict(n_fft=cell.n_fft, k=cell.k, segments=cell.segments, mode=cell.mode, dtype="float32")
+    for name in GPU_ROWS:
+        ex = backends.get(name)
+        if ex.unavailable_reason() or ex.unsupported_reason(welchpeaks.WelchPeaks(**opts).params):
+            continue
+        if resident == "host" and device == "cuda":
+            wp = welchpeaks.WelchPeaks(strategy=name, device="cuda", **opts)
+            rows[name] = lambda wp=wp: wp(host)
+        else:  # on the device (or, without a GPU, CPU tensors through the interpreter)
+            wp = welchpeaks.WelchPeaks(strategy=name, **opts)
+            rows[name] = lambda wp=wp: wp(x)
+    if device == "cuda":
+        try:
+            import cupy
+
+            xc = cupy.asarray(x) if resident == "device" else None
+            rows["cupy"] = (lambda: _cupy_peer(xc, cell.n_fft, cell.k, cell.mode)) if xc is not None else (
+                lambda: _cupy_peer(cupy.asarray(host), cell.n_fft, cell.k, cell.mode))
+        except ImportError:
+            pass
+    return rows, x
+
+
+def time_cuda_cell(cell: Cell, repeats: int, resident: str = "device") -> list[dict[str, Any]]:
+    """Median, min and max ms of every row of one cell, with algorithm and copy bandwidth."""
+    from welchpeaks.timing import summary
+
+    device = torch_device()
+    rows, x = rows_for(cell, device, resident)
+    samples = event_round_robin(rows, repeats, device)
+    med = {name: float(np.median(s)) for name, s in samples.items()}
+    read = x.numel() * 4
+    written = cell.batch * (cell.k * (4 + 4 + 8) + 4)
+    copy_gbps = 2 * read / (med["device-copy"] * 1e6)
+    out = []
+    for name, s in samples.items():
+        alg = (2 * read if name == "device-copy" else read + written) / (med[name] * 1e6)
+        out.append({"execution": name, "device": device, "resident": resident, "batch": cell.batch,
+                    "n_fft": cell.n_fft, "k": cell.k, "segments": cell.segments, "mode": cell.mode, **summary(s),
+                    "algorithm_gbps": alg, "copy_gbps": copy_gbps, "of_copy_bandwidth": alg / copy_gbps,
+                    "speedup_vs_torch": med["torch"] / med[name] if "torch" in med else float("nan")})
+    return out

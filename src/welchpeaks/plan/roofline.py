@@ -1,0 +1,137 @@
+"""What the Triton kernels cost on a GPU, from their structure and the GPU's published
+figures: the launch constants each configuration compiles with, and an analytic roofline
+(bytes, tensor-core flops and an estimate of the other instructions per row).
+
+``welchpeaks gpu-check`` reports it beside the compiled figures, and the default CUDA cost
+model (:func:`welchpeaks.plan.cost.default_cuda_model`) is built from it while no CUDA model is
+measured. Nothing here needs a GPU or imports triton.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+#: Published figures (vendor data sheets), for the analytic roofline only; nothing measured.
+PUBLISHED = {
+    "sm_90": {"name": "NVIDIA H100 SXM5 (published)", "hbm_tbps": 3.35, "fp32_tflops": 67.0, "tf32_tflops": 494.7,
+              "bf16_tflops": 989.4, "sms": 132, "boost_ghz": 1.98},
+    "sm_80": {"name": "NVIDIA A100 SXM4 80GB (published)", "hbm_tbps": 2.039, "fp32_tflops": 19.5,
+              "tf32_tflops": 156.0, "bf16_tflops": 312.0, "sms": 108, "boost_ghz": 1.41},
+}
+
+
+def issue_bound(roof: dict[str, Any], cfg: "KernelConfig", sass_instructions: int) -> dict[str, Any]:
+    """``roof`` with the time the compiled code's instruction issue implies: each SM issues at
+    most 4 warp-instructions per cycle (one per scheduler), a program of ``num_warps`` warps
+    runs every instruction of the kernel once per warp (static count: the dynamic count for one
+    pair of segments; a longer row repeats the pair loop's share) and covers ``BR`` rows.
+    ``over_floor_compiled`` then compares max(memory, tensor, issue) with the memory floor."""
+    c = launch_constants(cfg)
+    pub = PUBLISHED[cfg.arch]
+    per_row = sass_instructions * c["num_warps"] / c.get("BR", 1)
+    issue_ns = per_row / (4 * pub["sms"] * pub["boost_ghz"])
+    best = max(roof["ns_per_row_memory"], roof["ns_per_row_tensor"], issue_ns)
+    return {**roof, "warp_instructions_per_row": per_row, "ns_per_row_issue": issue_ns,
+            "over_floor_compiled": best / roof["ns_per_row_memory_floor"]}
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    kernel: str
+    n_fft: int
+    k: int
+    segments: int  # a runtime argument of both kernels: changes the roofline, not the compiled code
+    mode: str
+    arch: str
+    precision: str = "fp32"  # the fused kernel's tensor-core products; the block kernel has none
+
+    def label(self) -> str:
+        prec = f" {self.precision}" if self.kernel == "fused" else ""
+        return f"{self.kernel} n_fft {self.n_fft} k {self.k} seg {self.segments} {self.mode}{prec} {self.arch}"
+
+    def compile_key(self) -> tuple:
+        """What the compiled code depends on (configurations that share it compile once)."""
+        return (self.kernel, self.arch, tuple(sorted(launch_constants(self).items())))
+
+
+def _params(cfg: KernelConfig):
+    from welchpeaks.params import make_params
+
+    return make_params(n_fft=cfg.n_fft, k=cfg.k, segments=cfg.segments, mode=cfg.mode, precision=cfg.precision)
+
+
+def launch_constants(cfg: KernelConfig) -> dict[str, Any]:
+    """The constexpr arguments (and ``num_warps``) the execution launches this configuration with."""
+    from welchpeaks.backends.triton_exec import (FUSED_TILES, PRECISION_CODES, _next_pow2, block_tile, dft_factors,
+                                                 select_constants)
+
+    p = _params(cfg)
+    common = dict(PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance)
+    if cfg.kernel == "block":
+        nbp = _next_pow2(p.n_bins)
+        br, warps = block_tile(nbp)
+        return dict(common, **select_constants(p.k, nbp, p.n_bins), NB=p.n_bins, NBP=nbp, BR=br, num_warps=warps)
+    n1, n2, n3 = dft_factors(p.n_fft, p.precision)
+    br, warps = FUSED_TILES[p.n_fft]
+    return dict(common, **select_constants(p.k, p.n_fft // 2, p.n_bins), N1=n1, N2=n2, N3=n3, BR=br,
+                HALF=2 * p.hop == p.n_fft, DETREND=p.detrend_code, PRECISION=PRECISION_CODES[p.precision],
+                INTERPRET=False, num_warps=warps)
+
+
+def unsupported(cfg: KernelConfig) -> str | None:
+    from welchpeaks.backends.triton_exec import fused_unsupported
+
+    return fused_unsupported(_params(cfg)) if cfg.kernel == "fused" else None
+
+
+def _select_ops(lanes: int, k: int, peaks: bool, greedy: bool) -> float:
+    """Estimated lane-ops of the selection on ``lanes`` bins: neighbours (two scans), the peak
+    test, the per-lane offset (three log2) and key; then the bitonic top-k (compare-and-swap
+    passes on 64-bit keys) or, with thinning, ``k`` rounds of reduce-and-suppress."""
+    per_lane = (16 + 5 + 20 if peaks else 0) + 8
+    if greedy:
+        return lanes * (per_lane + 8 * k)
+    lk = max(1, (min(k, lanes) - 1).bit_length())
+    return lanes * (per_lane + 6 * (lk * (lk + 1) / 2 + 2 * lk))
+
+
+def roofline(cfg: KernelConfig) -> dict[str, Any]:
+    """Work per row as the kernel is written (not as it could be), and the time it implies on
+    the target from its **published** peak figures: memory bytes, tensor-core flops, and an
+    estimate of the other instructions (lane-ops, itemised per element in the comments; an
+    estimate, not a count of the compiled code). ``ns_per_row`` is the largest of the three
+    times (perfect overlap), ``ns_per_row_serial`` their sum; ``over_floor`` compares the
+    former with reading the analysed samples once."""
+    p = _params(cfg)
+    n, nb, s, k = p.n_fft, p.n_bins, cfg.segments, p.k
+    pub = PUBLISHED[cfg.arch]
+    peaks, greedy = p.mode == "peaks", p.mode == "peaks" and p.min_distance > 1
+    out_bytes = k * (4 + 4 + 8) + 4  # bin, power, fractional bin; the bad flag
+    c = launch_constants(cfg)
+    tensor_flops, tensor_tflops = 0.0, pub["bf16_tflops"] if p.precision == "bf16" else pub["tf32_tflops"]
+    if cfg.kernel == "fused":
+        frame = p.frame_length(s)
+        read = frame * 4 if c["HALF"] else s * n * 4  # 50% overlap: each sample once
+        pairs = (s + 1) // 2
+        radices = [c[r] for r in ("N1", "N2", "N3") if c[r] > 1]
+        tensor_flops = pairs * (3 if p.precision == "fp32" else 1) * 3 * 2 * n * sum(radices)  # Gauss: 3 products
+        prep = 18 if p.precision == "fp32" else 9  # operand rounding (and split) of 3 operands, the Gauss sums
+        alu_ops = (read / 4 * 6  # load, finite test, zeroing, count
+                   + s * n * 3  # detrend, window
+                   + pairs * n * (len(radices) * prep + (len(radices) - 1) * 10 + 6)  # twiddles, permutes, power
+                   + n / 2 * (3 * math.log2(n / 2) + 11)  # mirror: flip, shift, scale
+                   + _select_ops(n // 2, k, peaks, greedy))
+    else:
+        read = s * nb * 8  # the complex64 spectrum
+        alu_ops = s * nb * 4 + _select_ops(c["NBP"], k, peaks, greedy)
+    mem_ns = (read + out_bytes) / (pub["hbm_tbps"] * 1e3)
+    tensor_ns = tensor_flops / (tensor_tflops * 1e3)
+    alu_ns = alu_ops / (pub["fp32_tflops"] / 2 * 1e3)  # one op per lane per cycle (an FMA counts 2 flops)
+    floor_ns = p.frame_length(s) * 4 / (pub["hbm_tbps"] * 1e3)  # raw frame read once, the memory floor
+    best = max(mem_ns, tensor_ns, alu_ns)
+    return {"bytes_read_per_row": read, "bytes_written_per_row": out_bytes, "tensor_flops_per_row": tensor_flops,
+            "alu_ops_per_row_estimate": alu_ops, "ns_per_row_memory": mem_ns, "ns_per_row_tensor": tensor_ns,
+            "ns_per_row_alu": alu_ns, "ns_per_row": best, "ns_per_row_serial": mem_ns + tensor_ns + alu_ns,
+            "ns_per_row_memory_floor": floor_ns, "over_floor": best / floor_ns, "figures": pub["name"]}

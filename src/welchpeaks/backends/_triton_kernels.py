@@ -71,12 +71,12 @@ def _cdot(ar, ai, f_ptr, KD: tl.constexpr, ND: tl.constexpr, PRECISION: tl.const
 
 
 @triton.jit
-def _finite(ptr, mask, bad):
-    """Load ``ptr`` where ``mask``; count non-finite samples into ``bad`` (per row) and zero them."""
+def _finite(ptr, mask, flags):
+    """Load ``ptr`` where ``mask``; mark non-finite samples in ``flags`` (elementwise, reduced
+    to a per-row count once, after the loop) and zero them."""
     v = tl.load(ptr, mask=mask, other=0.0)
     ok = (v == v) & (tl.abs(v) != float("inf"))
-    bad += tl.sum(tl.sum(tl.sum(tl.where(ok, 0, 1), 3), 2), 1)
-    return tl.where(ok, v, 0.0), bad
+    return tl.where(ok, v, 0.0), flags | tl.where(ok, 0, 1)
 
 
 @triton.jit
@@ -187,6 +187,14 @@ def _key(v, idx, delta, ok, IB: tl.constexpr):
 
 
 @triton.jit
+def _halve(x, odd):
+    """``x [BR, L]`` as ``[BR, L/2]``: of each pair of lanes (2j, 2j + 1), lane 2j + 1 where
+    ``odd`` else lane 2j."""
+    even_lanes, odd_lanes = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+    return tl.where(odd, odd_lanes, even_lanes)
+
+
+@triton.jit
 def select_store(psd, last, rows, rmask, NB: tl.constexpr, L: tl.constexpr, HAS_LAST: tl.constexpr, K,
                  KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr, bad, bins_ptr,
                  pow_ptr, fb_ptr):
@@ -197,13 +205,14 @@ def select_store(psd, last, rows, rmask, NB: tl.constexpr, L: tl.constexpr, HAS_
 
     Candidates are every bin (``'bins'``) or the local maxima with positive power
     (``'peaks'``: above the left neighbour, at least the right one; neighbours come from
-    :func:`_shift`). Each candidate's log-parabolic offset is computed in its lane and packed
+    :func:`_shift`; the candidate of each pair of lanes is kept, :func:`_halve`). Each
+    candidate's log-parabolic offset is computed in its lane and packed
     with its power and bin into one key (:func:`_key`). Without thinning (``MIN_DIST == 1``)
     the top ``KT`` keys come from ``tl.topk`` (a bitonic partial sort: about
     ``log2(KT)^2 / 2`` compare-and-swap passes over the lanes instead of ``K`` reductions);
     with thinning, ``K`` greedy rounds of one max reduction and a suppression of the picked
-    bin's neighbourhood. ``KT`` (a power of two, at most ``L``) slots are computed; slots
-    from ``KT`` to ``K`` are empty.
+    bin's neighbourhood. ``KT`` (a power of two, at most the lanes left) slots are computed;
+    of the slots from ``KT`` to ``K``, the first may hold the last bin, the rest are empty.
     """
     ninf = float("-inf")
     f = tl.arange(0, L)[None, :] + tl.zeros_like(rows)[:, None]
@@ -214,6 +223,16 @@ def select_store(psd, last, rows, rmask, NB: tl.constexpr, L: tl.constexpr, HAS_
         right = tl.where(f == L - 1, last[:, None], right)
     if PEAKS:
         ok = (psd > left) & (psd >= right) & (psd > 0)  # zero power: no peak
+        if HAS_LAST:
+            before_last = tl.max(tl.where(f == L - 1, psd, ninf), 1)
+        # Of two neighbouring bins at most one is a local maximum: keep that lane of each pair,
+        # which halves the lanes that the offsets, keys and top-k work on.
+        _, odd = tl.split(tl.reshape(ok, (ok.shape[0], L // 2, 2)))
+        ok = _halve(ok, odd)
+        psd = _halve(psd, odd)
+        left = _halve(left, odd)
+        right = _halve(right, odd)
+        f = _halve(f, odd)
         la = tl.log2(tl.where(left > 0, left, 1.0))  # the offset does not depend on the log's base
         lb = tl.log2(tl.where(psd > 0, psd, 1.0))
         lc = tl.log2(tl.where(right > 0, right, 1.0))
@@ -221,9 +240,8 @@ def select_store(psd, last, rows, rmask, NB: tl.constexpr, L: tl.constexpr, HAS_
         inner = ok & (f > 0) & (f < NB - 1) & (left > 0) & (right > 0) & (den < 0)
         key = _key(psd, f, tl.where(inner, 0.5 * (la - lc) / tl.where(inner, den, -1.0), 0.0), ok, IB)
         if HAS_LAST:
-            before_last = tl.max(tl.where(f == L - 1, psd, ninf), 1)
-            last_key = _key(last, tl.full(last.shape, L, tl.int32), tl.zeros_like(last), (last > before_last) & (last > 0),
-                            IB)
+            last_key = _key(last, tl.full(last.shape, L, tl.int32), tl.zeros_like(last),
+                            (last > before_last) & (last > 0), IB)
     else:
         key = _key(psd, f, tl.zeros_like(psd), f < NB, IB)
         if HAS_LAST:
@@ -300,23 +318,24 @@ def fused(x_ptr, stride, B, S, hop, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw
     nT = m + tl.arange(0, N1)[None, None, :] * M  # sample index of the [N2, N3, N1] layout
     win = tl.load(win_ptr + nT)
     acc = tl.zeros((BR, N), tl.float32)
-    bad = tl.zeros((BR,), tl.int32)
     rm4 = rmask[:, None, None, None]
     if HALF:
         hT = (m + tl.arange(0, N1 // 2)[None, None, :] * M)[None, :, :, :]
-        prev, bad = _finite(base + hT, rm4, bad)
+        prev, flags = _finite(base + hT, rm4, tl.zeros((BR, N2, N3, N1 // 2), tl.int32))
+    else:
+        flags = tl.zeros((BR, N2, N3, N1), tl.int32)
     for p in range(0, (S + 1) // 2):
         s = 2 * p
         has_b = rm4 & (tl.full((1, 1, 1, 1), s + 1, tl.int32) < S)  # rows with a second segment
         if HALF:
-            c1, bad = _finite(base + (s + 1) * hop + hT, rm4, bad)
-            c2, bad = _finite(base + (s + 2) * hop + hT, has_b, bad)
+            c1, flags = _finite(base + (s + 1) * hop + hT, rm4, flags)
+            c2, flags = _finite(base + (s + 2) * hop + hT, has_b, flags)
             a = _cat(prev, c1, BR, N1, N2, N3)
             b = tl.where(has_b, _cat(c1, c2, BR, N1, N2, N3), 0.0)
             prev = c2
         else:
-            a, bad = _finite(base + s * hop + nT[None, :, :, :], rm4, bad)
-            b, bad = _finite(base + (s + 1) * hop + nT[None, :, :, :], has_b, bad)
+            a, flags = _finite(base + s * hop + nT[None, :, :, :], rm4, flags)
+            b, flags = _finite(base + (s + 1) * hop + nT[None, :, :, :], has_b, flags)
         a = _prep(a, win, nT, N, DETREND)
         b = _prep(b, win, nT, N, DETREND)  # zeros without a partner: stays zero
         acc += _pair_power(a, b, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw2_ptr, BR, N1, N2, N3, PRECISION, INTERPRET)
@@ -327,6 +346,7 @@ def fused(x_ptr, stride, B, S, hop, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw
     mirrored = tl.where(f == 0, lo, _shift(tl.flip(hi, 1), 0.0, False))
     scale = tl.load(scale_ptr + tl.arange(0, N // 2))  # holds the 1/2 and 1/S
     last = 2.0 * tl.sum(tl.where(f == 0, hi, 0.0), 1) * tl.load(scale_ptr + N // 2)
+    bad = tl.sum(tl.sum(tl.sum(flags, 3), 2), 1)  # non-finite samples per row
     tl.store(bad_ptr + rows, bad, mask=rmask)
     select_store((lo + mirrored) * scale[None, :], last, rows, rmask, N // 2 + 1, N // 2, True, K, KT, PEAKS,
                  MIN_DIST, IB, bad, bins_ptr, pow_ptr, fb_ptr)

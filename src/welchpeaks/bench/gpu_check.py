@@ -59,7 +59,8 @@ def _compile(cfg: Config) -> dict[str, Any]:
     warps = consts.pop("num_warps")
     sig = {a: "constexpr" if a in consts else _POINTERS.get(a, "i32") for a in names}
     t0 = time.perf_counter()
-    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs={(names.index(a),): v for a, v in consts.items()}),
+    constexprs = {(names.index(a),): v for a, v in consts.items()}
+    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs),
                               target=GPUTarget("cuda", int(cfg.arch[3:]), 32), options={"num_warps": warps})
     seconds = time.perf_counter() - t0
     with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:

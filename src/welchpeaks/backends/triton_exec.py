@@ -32,9 +32,11 @@ from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.params import PeakParams
 from welchpeaks.result import RowPeaks
 
-#: n_fft -> (rows per program, warps) of ``triton-fused``; ``gpu-check`` validates each entry
-#: (no spills on sm_90 and sm_80): ``rows * n_fft`` is 8 values per thread (16 at n_fft 4096).
-FUSED_TILES = {64: (32, 8), 128: (16, 8), 256: (8, 8), 512: (4, 8), 1024: (2, 8), 2048: (1, 8), 4096: (1, 8)}
+#: n_fft -> (rows per program, warps, least top-k slots) of ``triton-fused``; ``gpu-check``
+#: validates each entry (no spills on sm_90 and sm_80 for k 1-64, both modes, each precision):
+#: ``rows * n_fft`` is 8 values per thread (16 at n_fft 4096, where fewer than 16 slots spilled).
+FUSED_TILES = {64: (32, 8, 2), 128: (16, 8, 2), 256: (8, 8, 2), 512: (4, 8, 2), 1024: (2, 8, 2), 2048: (1, 8, 2),
+               4096: (1, 8, 16)}
 MAX_FUSED_K = 64
 PRECISION_CODES = {"fp32": 0, "tf32": 1, "bf16": 2}
 #: documented bound of a reported peak's power error against the float64 PSD at its bin:
@@ -45,18 +47,19 @@ PRECISION_RTOL = {"fp32": 1e-5, "tf32": 2e-3, "bf16": 1.5e-2}
 
 
 def block_tile(nbp: int) -> tuple[int, int]:
-    """(rows per program, warps) of ``triton-block`` for ``nbp`` bin lanes: 8 values per thread
-    up to 2048 lanes (16 beyond)."""
-    warps = 4 if nbp <= 1024 else 8
-    return max(1, 8 * 32 * warps // nbp), warps
+    """(rows per program, warps) of ``triton-block`` for ``nbp`` bin lanes: 16 values per
+    thread (fewer instructions per row than 8), 8 warps where 4 leave a few bytes of stack
+    (``gpu-check`` over k 1-64, both modes, sm_90 and sm_80)."""
+    warps = 4 if 128 < nbp <= 1024 else 8
+    return max(1, 16 * 32 * warps // nbp), warps
 
 
-def select_constants(k: int, lanes: int, n_bins: int, mode: str) -> dict:
-    """The selection's constexprs: ``KT`` slots computed (a power of two, at most the lanes it
-    ranks: half of them in peaks mode, one candidate per pair) and ``IB`` bits for a bin index
-    in a sort key."""
+def select_constants(k: int, lanes: int, n_bins: int, mode: str, least: int = 2) -> dict:
+    """The selection's constexprs: ``KT`` slots computed (a power of two, at least ``least``, at
+    most the lanes it ranks: half of them in peaks mode, one candidate per pair) and ``IB`` bits
+    for a bin index in a sort key."""
     ranked = lanes // 2 if mode == "peaks" else lanes
-    return {"KT": min(_next_pow2(k, 1), ranked), "IB": max(1, (n_bins - 1).bit_length())}
+    return {"KT": min(_next_pow2(k, least), ranked), "IB": max(1, (n_bins - 1).bit_length())}
 
 
 def interpreting() -> bool:
@@ -180,12 +183,12 @@ def fused_runner(p: PeakParams, n_seg: int):
         c = const.on(x.device)
         rows = x.shape[0]
         bins, power, fb, bad = _outputs(rows, p.k, x.device)
-        br, warps = FUSED_TILES[p.n_fft]
+        br, warps, least = FUSED_TILES[p.n_fft]
         kernels().fused[(math.ceil(rows / br),)](
             x, x.stride(0), rows, n_seg, p.hop, c["window"], c["f1"], c["f2"], c["f3"], c["tw1"], c["tw2"],
             c["scale"], bins, power, fb, bad, p.k, N1=const.radices[0], N2=const.radices[1], N3=const.radices[2],
             BR=br, HALF=2 * p.hop == p.n_fft, DETREND=p.detrend_code, PEAKS=p.mode == "peaks",
-            MIN_DIST=p.min_distance, **select_constants(p.k, p.n_fft // 2, p.n_bins, p.mode),
+            MIN_DIST=p.min_distance, **select_constants(p.k, p.n_fft // 2, p.n_bins, p.mode, least),
             PRECISION=PRECISION_CODES[p.precision], INTERPRET=interpreting(), num_warps=warps,
         )
         return RowPeaks(bins, power, fb, bad_rows_of(bad))

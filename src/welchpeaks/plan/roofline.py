@@ -75,9 +75,9 @@ def launch_constants(cfg: KernelConfig) -> dict[str, Any]:
         return dict(common, **select_constants(p.k, nbp, p.n_bins, p.mode), NB=p.n_bins, NBP=nbp, BR=br,
                     num_warps=warps)
     n1, n2, n3 = dft_factors(p.n_fft, p.precision)
-    br, warps = FUSED_TILES[p.n_fft]
-    return dict(common, **select_constants(p.k, p.n_fft // 2, p.n_bins, p.mode), N1=n1, N2=n2, N3=n3, BR=br,
-                HALF=2 * p.hop == p.n_fft, DETREND=p.detrend_code, PRECISION=PRECISION_CODES[p.precision],
+    br, warps, least = FUSED_TILES[p.n_fft]
+    return dict(common, **select_constants(p.k, p.n_fft // 2, p.n_bins, p.mode, least), N1=n1, N2=n2, N3=n3,
+                BR=br, HALF=2 * p.hop == p.n_fft, DETREND=p.detrend_code, PRECISION=PRECISION_CODES[p.precision],
                 INTERPRET=False, num_warps=warps)
 
 
@@ -88,14 +88,17 @@ def unsupported(cfg: KernelConfig) -> str | None:
 
 
 def _select_ops(lanes: int, k: int, peaks: bool, greedy: bool) -> float:
-    """Estimated lane-ops of the selection on ``lanes`` bins: neighbours (two scans), the peak
-    test, the per-lane offset (three log2) and key; then the bitonic top-k (compare-and-swap
-    passes on 64-bit keys) or, with thinning, ``k`` rounds of reduce-and-suppress."""
-    per_lane = (16 + 5 + 20 if peaks else 0) + 8
+    """Estimated lane-ops of the selection on ``lanes`` bins: neighbours (two scans) and the peak
+    test on every lane; in peaks mode one candidate per pair of lanes kept, its offset (three
+    log2) and key; then the bitonic top-k (compare-and-swap passes on 64-bit keys) or, with
+    thinning, ``k`` rounds of reduce-and-suppress, on the lanes ranked."""
+    ranked = lanes // 2 if peaks else lanes
+    per_ranked = (20 + 8 if peaks else 8)
+    work = lanes * ((16 + 5 + 6) if peaks else 0) + ranked * per_ranked
     if greedy:
-        return lanes * (per_lane + 8 * k)
-    lk = max(1, (min(k, lanes) - 1).bit_length())
-    return lanes * (per_lane + 6 * (lk * (lk + 1) / 2 + 2 * lk))
+        return work + ranked * 8 * k
+    lk = max(1, (min(k, ranked) - 1).bit_length())
+    return work + ranked * 6 * (lk * (lk + 1) / 2 + 2 * lk)
 
 
 def roofline(cfg: KernelConfig) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 Two kernels share one selection, :func:`select_store`:
 
 * :func:`fused` reads a tile of raw rows and writes only their peaks: segments, detrend,
-  window, a four-step DFT on the tensor cores, power, the segment mean and the selection all
+  window, a mixed-radix DFT on the tensor cores, power, the segment mean and the selection all
   stay on chip;
 * :func:`block` reads a cuFFT spectrum (complex64) and does power, mean and selection.
 
@@ -39,8 +39,9 @@ def _bf16(v):
 @triton.jit
 def _dot(a, b_ptr, KD: tl.constexpr, ND: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
     """``a [M, KD] @ B [KD, ND]`` for a constant matrix stored at ``b_ptr`` as ``[2, KD, ND]``:
-    its head (tf32 or bf16 values) then its tail (``B - head``, tf32). The tile of B (at most
-    64x64 fp32, 16 KiB) is read from L2 per call and staged in shared memory by ``tl.dot``."""
+    its head (tf32 or bf16 values) then its tail (``B - head``, tf32). B (16x16 for the tf32
+    radices, 1 KiB; up to 128x128 for bf16's dense DFT at n_fft 128) is read from L1/L2 per
+    call and staged by ``tl.dot``."""
     kn = tl.arange(0, KD)[:, None] * ND + tl.arange(0, ND)[None, :]
     b_hi = tl.load(b_ptr + kn)
     if PRECISION == 2:

@@ -1,16 +1,16 @@
 """Triton executions: ``triton-fused`` (raw frames in, peaks out, one kernel) and
 ``triton-block`` (cuFFT spectrum, then one kernel for power, mean and selection).
 
-Both share the on-chip selection (``_triton_kernels.select_store``): per tile of rows, ``k``
-max/argmax reductions over the candidates (every bin, or the local maxima), ties to the lower
-bin, with greedy strongest-first thinning for ``min_distance``; then the picks' log-parabolic
-refinement, and one store per output.
+Both share the on-chip selection (``_triton_kernels.select_store``): per tile of rows, the
+candidates (every bin, or the local maxima), each packed with its bin and log-parabolic offset
+into one sort key, ranked by a bitonic top-k (ties to the lower bin), or by greedy
+strongest-first rounds for ``min_distance``; one store per output.
 
 ``triton-fused`` handles every power-of-two ``n_fft`` from 64 to 4096 (others go to
 ``triton-block``) and ``k <= 64``: it reads each row's samples once (at the default 50%
-overlap), packs two real segments into one complex DFT, computes that DFT four-step on the
-tensor cores (``n_fft = N1 * N2``, :data:`FUSED_TILES`), and keeps power, mean and selection
-on chip. ``precision`` (``'fp32'``, ``'tf32'``, ``'bf16'``) sets how the tensor-core products
+overlap), packs two real segments into one complex DFT, computes that DFT mixed-radix on the
+tensor cores (``n_fft = N1 N2 N3``, :func:`dft_factors`; tiles from :data:`FUSED_TILES`), and
+keeps power, mean and selection on chip. ``precision`` (``'fp32'``, ``'tf32'``, ``'bf16'``) sets how the tensor-core products
 round (see the kernels module). ``welchpeaks gpu-check`` compiles every shipped configuration
 for sm_90 and sm_80 and checks that none spills.
 
@@ -133,8 +133,8 @@ def _gauss_dft(n: int, precision: str) -> np.ndarray:
 
 class TritonConstants:
     """Constants of one parameter set (fp32), copied once to each device that asks: the
-    per-bin scale and, for the fused kernel, the window, the four-step DFT matrices and
-    twiddles."""
+    per-bin scale and, for the fused kernel, the window, the DFT matrix of each radix and the
+    twiddles between the steps."""
 
     def __init__(self, params: PeakParams, n_seg: int, dft: bool):
         n, nb = params.n_fft, params.n_bins

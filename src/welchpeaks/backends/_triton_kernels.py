@@ -370,5 +370,6 @@ def block(spec_ptr, B, scale_ptr, bins_ptr, pow_ptr, fb_ptr, bad_ptr, S, K, NB: 
         acc += re * re + im * im
     scale = tl.load(scale_ptr + f, mask=f < NB, other=0.0)
     bad = tl.load(bad_ptr + rows, mask=rmask, other=0)
+    # no separate last bin here (HAS_LAST is False): the ``last`` argument is a placeholder
     select_store(acc * scale[None, :], bad.to(tl.float32), rows, rmask, NB, NBP, False, K, KT, PEAKS, MIN_DIST, IB,
                  bad, bins_ptr, pow_ptr, fb_ptr)

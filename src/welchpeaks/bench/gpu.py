@@ -84,6 +84,7 @@ def rows_for(cell: Cell, device: str, resident: str) -> tuple[dict[str, Callable
 
     import welchpeaks
     from welchpeaks import backends
+    from welchpeaks.params import make_params
 
     length = cell.n_fft + (cell.segments - 1) * (cell.n_fft // 2)
     host = np.random.default_rng(cell.batch * 7919 + cell.n_fft).standard_normal((cell.batch, length))
@@ -92,9 +93,10 @@ def rows_for(cell: Cell, device: str, resident: str) -> tuple[dict[str, Callable
     copy = torch.empty_like(x)
     rows: dict[str, Callable[[], Any]] = {"device-copy": lambda: copy.copy_(x)}
     opts = dict(n_fft=cell.n_fft, k=cell.k, segments=cell.segments, mode=cell.mode, dtype="float32")
+    params = make_params(**opts)
     for name in GPU_ROWS:
         ex = backends.get(name)
-        if ex.unavailable_reason() or ex.unsupported_reason(welchpeaks.WelchPeaks(**opts).params):
+        if ex.unavailable_reason() or ex.unsupported_reason(params):
             continue
         if resident == "host" and device == "cuda":
             wp = welchpeaks.WelchPeaks(strategy=name, device="cuda", **opts)

@@ -9,6 +9,7 @@ file that cannot be read back as a model is re-measured with a warning.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -62,14 +63,19 @@ def machine_key(device: str) -> dict[str, Any]:
     key = {"device": device, "cpu": info["cpu"], "cores": info["cores"], "threads": info["numba_threads"],
            "node": info["node"], **info["versions"]}
     if device == "cuda":  # the GPU and its driver too
-        try:
-            import torch
-
-            key["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-            key["cuda"] = torch.version.cuda
-        except ImportError:
-            key["gpu"] = None
+        key.update(_gpu_key())
     return key
+
+
+@functools.lru_cache(maxsize=1)
+def _gpu_key() -> dict[str, Any]:
+    """The GPU's name and CUDA version (asked once per process: the planner reads the cache's
+    path for every new call shape)."""
+    try:
+        import torch
+    except ImportError:
+        return {"gpu": None}
+    return {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "cuda": torch.version.cuda}
 
 
 def set_call_timer(timer: Callable[[str, int], float] | None) -> None:

@@ -97,7 +97,7 @@ def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = N
         bws[f"d2h_{'pinned' if pinned else 'pageable'}"] = host.nbytes / _wall_ns(
             lambda host=host: (host.copy_(src, non_blocking=pinned), sync()), reps)
         tick(f"transfers ({'pinned' if pinned else 'pageable'})")
-    del src, dst
+    src = dst = None  # free the device memory before the curves
     ns_, rows_ = [float(n) for n in grid["n_fft"]], [float(r) for r in grid["rows"]]
     gen = torch.Generator(device=device).manual_seed(0)
     tables: dict[str, LogLogTable] = {}

@@ -8,8 +8,9 @@
 """
 
 from welchpeaks._version import __version__
-from welchpeaks.api import WelchPeaks, available_strategies, welch, welch_peaks
+from welchpeaks.api import Tracker, WelchPeakStream, WelchPeaks, available_strategies, track, welch, welch_peaks
 from welchpeaks.params import PRESETS
-from welchpeaks.result import PeakResult
+from welchpeaks.result import PeakResult, TrackResult
 
-__all__ = ["PRESETS", "PeakResult", "WelchPeaks", "available_strategies", "welch", "welch_peaks", "__version__"]
+__all__ = ["PRESETS", "PeakResult", "TrackResult", "Tracker", "WelchPeakStream", "WelchPeaks", "available_strategies",
+           "track", "welch", "welch_peaks", "__version__"]

@@ -95,10 +95,108 @@ class PeakResult:
 
     def to_json(self, path: str | Path | None = None, indent: int | None = None) -> str:
         """The :meth:`to_dict` as JSON text; also written to ``path`` when given."""
-        text = json.dumps(self.to_dict(), indent=indent)
+        return _json_text(self.to_dict(), path, indent)
+
+
+@dataclass(frozen=True)
+class TrackResult:
+    """Peaks over time: the ``k`` strongest peaks of every frame of every signal, strongest first.
+
+    A frame is ``frame_segments`` Welch segments; frame ``t`` starts ``t * frame_hop * hop``
+    samples into the signal. Each frame's peaks are exactly what :func:`welchpeaks.welch_peaks`
+    returns for that frame alone.
+
+    Attributes
+    ----------
+    bins : int32 array ``[..., T, k]``
+        PSD bin of each peak, -1 in empty slots.
+    power : array ``[..., T, k]``
+        PSD value at the bin, NaN where empty.
+    freqs : float64 array ``[..., T, k]``
+        Frequency of each peak (Hz when ``fs`` was given, else cycles per sample), NaN where empty.
+    times : float64 array ``[T]``
+        Centre of each frame: seconds when ``fs`` was given, else samples.
+    strategy : str
+        The execution that computed it.
+    params : dict
+        The parameters used, with ``frame`` (samples per frame) and ``frame_step`` (samples
+        between frame starts).
+    """
+
+    bins: np.ndarray
+    power: np.ndarray
+    freqs: np.ndarray
+    times: np.ndarray
+    strategy: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Leading (batch) shape, then frames ``T``, then ``k``."""
+        return tuple(self.bins.shape)
+
+    def __len__(self) -> int:
+        """Frames."""
+        return int(self.times.shape[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; NaN becomes None."""
+        return {
+            "strategy": self.strategy,
+            "params": self.params,
+            "times": self.times.tolist(),
+            "bins": self.bins.tolist(),
+            "power": _nan_to_none(self.power.tolist()),
+            "freqs": _nan_to_none(self.freqs.tolist()),
+        }
+
+    def to_json(self, path: str | Path | None = None, indent: int | None = None) -> str:
+        """The :meth:`to_dict` as JSON text; also written to ``path`` when given."""
+        return _json_text(self.to_dict(), path, indent)
+
+    def long_form(self) -> dict[str, np.ndarray]:
+        """Columns of the long form, one entry per filled slot: ``signal`` (row index into the
+        flattened batch), ``time``, ``rank`` (0 = strongest), ``bin``, ``freq``, ``power``."""
+        k = self.bins.shape[-1]
+        bins = self.bins.reshape(-1, len(self), k)
+        signal, frame, rank = np.nonzero(bins >= 0)
+        return {
+            "signal": signal,
+            "time": self.times[frame],
+            "rank": rank,
+            "bin": bins[signal, frame, rank],
+            "freq": self.freqs.reshape(bins.shape)[signal, frame, rank],
+            "power": self.power.reshape(bins.shape)[signal, frame, rank],
+        }
+
+    def to_csv(self, path: str | Path | None = None) -> str:
+        """The long form as CSV text (header ``signal,time,rank,bin,freq,power``); also written
+        to ``path`` when given."""
+        cols = self.long_form()
+        lines = ["signal,time,rank,bin,freq,power"]
+        lines += [f"{s},{t!r},{r},{b},{f!r},{p!r}" for s, t, r, b, f, p in
+                  zip(*(cols[c].tolist() for c in ("signal", "time", "rank", "bin", "freq", "power")))]
+        text = "\n".join(lines) + "\n"
         if path is not None:
             Path(path).write_text(text)
         return text
+
+    def to_dataframe(self) -> Any:
+        """The long form as a pandas DataFrame (columns signal, time, rank, bin, freq, power);
+        needs pandas (``pip install pandas``)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("TrackResult.to_dataframe needs pandas: pip install pandas "
+                              "(or use to_csv / long_form without it)") from None
+        return pd.DataFrame(self.long_form())
+
+
+def _json_text(d: dict[str, Any], path: str | Path | None, indent: int | None) -> str:
+    text = json.dumps(d, indent=indent)
+    if path is not None:
+        Path(path).write_text(text)
+    return text
 
 
 def _nan_to_none(value: Any) -> Any:

@@ -1,0 +1,290 @@
+"""Peaks over time: ``track`` and ``Tracker`` (frames of a long recording), and
+``WelchPeakStream`` (the same frames, computed as the samples arrive).
+
+A frame is ``frame_segments`` Welch segments; frame ``t`` starts ``t * frame_hop * hop``
+samples in. Each frame's peaks are, by construction, what :class:`WelchPeaks` returns for that
+frame alone: the frames of a block of signals are laid side by side as rows (a strided view,
+copied one bounded block at a time) and the same planned executor computes them. Memory is
+bounded by the block, never by the length of the recording.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from welchpeaks.api.coerce import as_real_array
+from welchpeaks.api.peaks import WelchPeaks
+from welchpeaks.plan.planner import PROVISIONAL
+from welchpeaks.result import TrackResult
+
+#: Bytes of frames copied side by side per executor call (the working set of a block).
+BLOCK_BYTES = 32 << 20
+
+
+def _check_count(name: str, value: Any, fix: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}={value!r} must be an integer; {fix}")
+    if value < 1:
+        raise ValueError(f"{name}={value} must be >= 1; {fix}")
+    return int(value)
+
+
+class Tracker:
+    """A reusable peaks-over-time executor: validate and plan once, call on many recordings.
+
+    Parameters are those of :func:`track`. Calling it on ``x [..., samples]`` returns a
+    :class:`TrackResult` of shape ``[..., T, k]``.
+    """
+
+    def __init__(self, n_fft: int = 256, k: int = 16, *, hop: int | None = None, frame_segments: int = 8,
+                 frame_hop: int | None = None, fs: float | None = None, mode: str = "peaks",
+                 strategy: str = "auto", window: Any = "hann", detrend: str | bool = "constant",
+                 scaling: str = "density", min_distance: int = 1, nan_policy: str = "raise",
+                 dtype: str | None = None, max_memory: int | None = None):
+        self.frame_segments = _check_count("frame_segments", frame_segments,
+                                           "pass the number of Welch segments per frame (8 by default)")
+        self.frame_hop = self.frame_segments if frame_hop is None else _check_count(
+            "frame_hop", frame_hop, "pass how many segments a frame advances (default frame_segments: no overlap)")
+        # the executor always leaves non-finite frames empty; the policy is applied here, per frame
+        self._kw = dict(n_fft=n_fft, k=k, segments=self.frame_segments, hop=hop, fs=fs, mode=mode, window=window,
+                        detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy="propagate",
+                        dtype=dtype, max_memory=max_memory)
+        self.peaks = WelchPeaks(strategy=strategy, **self._kw)
+        self._pinned: dict[np.dtype, WelchPeaks] = {}
+        self._last: WelchPeaks | None = None
+        if nan_policy not in ("raise", "propagate"):
+            raise ValueError(f"nan_policy={nan_policy!r} is unknown; use 'raise' or 'propagate'")
+        self.nan_policy = nan_policy
+        p = self.params
+        self.frame = p.frame_length(self.frame_segments)
+        self.step = self.frame_hop * p.hop
+
+    @property
+    def params(self):
+        return self.peaks.params
+
+    @property
+    def strategy(self) -> str:
+        """The execution of the last call ('auto' before the first)."""
+        return self._last.strategy if self._last is not None else self.peaks.strategy
+
+    def executor(self, dtype: np.dtype) -> WelchPeaks:
+        """The executor of every block of ``dtype`` frames. Under 'auto' the planner's choice for
+        a full block is kept for every later block, call and push, whatever their size: frames
+        come out bit for bit the same however the recording is cut."""
+        dtype = np.dtype(dtype)
+        if self.peaks.requested != "auto":
+            self._last = self.peaks
+            return self.peaks
+        if dtype not in self._pinned:
+            rows = max(1, BLOCK_BYTES // (self.frame * dtype.itemsize))
+            call = self.peaks.planner.plan(rows, self.frame, dtype)
+            if call.why.startswith(PROVISIONAL):  # the cost model is being measured: not kept
+                return self.peaks
+            self._pinned[dtype] = WelchPeaks(strategy=call.execution, **self._kw)
+        self._last = self._pinned[dtype]
+        return self._last
+
+    def n_frames(self, length: int) -> int:
+        """Whole frames in a signal of ``length`` samples."""
+        return 0 if length < self.frame else (length - self.frame) // self.step + 1
+
+    def times(self, n_frames: int, first_sample: int = 0) -> np.ndarray:
+        """Frame centres: seconds when ``fs`` is known, else samples."""
+        centre = first_sample + np.arange(n_frames, dtype=np.float64) * self.step + self.frame / 2
+        return centre / self.params.fs if self.params.fs is not None else centre
+
+    def info(self) -> dict[str, Any]:
+        info = self.params.to_dict()
+        info.update(segments=self.frame_segments, frame_segments=self.frame_segments, frame_hop=self.frame_hop,
+                    frame=self.frame, frame_step=self.step, nan_policy=self.nan_policy)
+        return info
+
+    def empty(self, lead: tuple[int, ...], dtype: np.dtype, first_sample: int = 0) -> TrackResult:
+        k = self.params.k
+        return TrackResult(np.full(lead + (0, k), -1, np.int32), np.full(lead + (0, k), np.nan, dtype),
+                           np.full(lead + (0, k), np.nan), self.times(0, first_sample), self.strategy, self.info())
+
+    def __call__(self, x: Any) -> TrackResult:
+        arr = as_real_array(x)
+        length = arr.shape[-1]
+        if length < self.frame:
+            raise ValueError(f"x has {length} samples but a frame needs {self.frame} (n_fft + (frame_segments-1)*hop "
+                             f"= {self.params.n_fft} + {self.frame_segments - 1}*{self.params.hop}); pass a longer "
+                             "signal, a smaller n_fft or fewer frame_segments")
+        return self.run(arr)
+
+    def run(self, arr: np.ndarray, first_sample: int = 0) -> TrackResult:
+        """Frames of ``arr [..., samples]`` (float32/float64, validated); ``first_sample``: the
+        position of ``arr[..., 0]`` in the recording (for the times)."""
+        lead, length = tuple(arr.shape[:-1]), arr.shape[-1]
+        rows = arr.reshape(-1, length)
+        n_rows, n_frames, k = rows.shape[0], self.n_frames(length), self.params.k
+        if n_frames == 0:
+            return self.empty(lead, arr.dtype, first_sample)
+        bins = np.empty((n_rows, n_frames, k), np.int32)
+        power = np.empty((n_rows, n_frames, k), arr.dtype)
+        freqs = np.empty((n_rows, n_frames, k), np.float64)
+        per_frame = self.frame * arr.dtype.itemsize
+        frames_per_block = max(1, min(n_frames, BLOCK_BYTES // per_frame))
+        rows_per_block = max(1, min(n_rows, BLOCK_BYTES // (per_frame * frames_per_block)))
+        row_stride, item = rows.strides
+        peaks = self.executor(arr.dtype)
+        for r0 in range(0, n_rows, rows_per_block):
+            r1 = min(n_rows, r0 + rows_per_block)
+            for t0 in range(0, n_frames, frames_per_block):
+                t1 = min(n_frames, t0 + frames_per_block)
+                view = as_strided(rows[r0:, t0 * self.step:], shape=(r1 - r0, t1 - t0, self.frame),
+                                  strides=(row_stride, self.step * item, item), writeable=False)
+                block = np.ascontiguousarray(view).reshape(-1, self.frame)
+                try:
+                    res = peaks(block)
+                except ValueError as exc:
+                    raise ValueError(f"{exc} [track: frames {t0}..{t1 - 1} of rows {r0}..{r1 - 1}]") from None
+                shape = (r1 - r0, t1 - t0, k)
+                bins[r0:r1, t0:t1] = res.bins.reshape(shape)
+                power[r0:r1, t0:t1] = res.power.reshape(shape)
+                freqs[r0:r1, t0:t1] = res.freqs.reshape(shape)
+                empty = np.flatnonzero(res.bins[:, 0] < 0)
+                if empty.size:
+                    self._check_frames(block, empty, lead, r0, t0, t1 - t0, first_sample)
+        return TrackResult(bins.reshape(lead + (n_frames, k)), power.reshape(lead + (n_frames, k)),
+                           freqs.reshape(lead + (n_frames, k)), self.times(n_frames, first_sample), self.strategy,
+                           self.info())
+
+    def _check_frames(self, block: np.ndarray, empty: np.ndarray, lead: tuple[int, ...], r0: int, t0: int,
+                      n_t: int, first_sample: int) -> None:
+        """Under ``nan_policy='raise'``, an error naming the first empty frame that holds NaN or
+        infinity (an empty frame without them simply has no peaks)."""
+        if self.nan_policy != "raise":
+            return
+        bad = empty[~np.isfinite(block[empty]).all(axis=1)]
+        if bad.size:
+            row, frame = r0 + int(bad[0]) // n_t, t0 + int(bad[0]) % n_t
+            signal = tuple(int(i) for i in np.unravel_index(row, lead)) if lead else ()
+            start = first_sample + frame * self.step
+            raise ValueError(f"x has NaN or infinity in signal {signal} (row {row}), frame {frame} (samples {start} to "
+                             f"{start + self.frame - 1}); clean the data or pass nan_policy='propagate' to get empty "
+                             "slots (-1/NaN) for those frames")
+
+
+def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None = None, frame_segments: int = 8,
+          frame_hop: int | None = None, k: int = 16, mode: str = "peaks", window: Any = "hann",
+          detrend: str | bool = "constant", scaling: str = "density", min_distance: int = 1,
+          strategy: str = "auto", nan_policy: str = "raise", dtype: str | None = None,
+          max_memory: int | None = None) -> TrackResult:
+    """Peaks over time: the ``k`` strongest peaks of every frame of every signal.
+
+    A frame is ``frame_segments`` Welch segments of ``n_fft`` samples, ``hop`` apart; frames
+    advance ``frame_hop`` segments (default ``frame_segments``: frames do not overlap). Every
+    frame gets exactly the Welch PSD and peak selection that :func:`welch_peaks` gives on that
+    frame alone (with ``segments=frame_segments``). Samples past the last whole frame are not
+    analysed.
+
+    Parameters
+    ----------
+    x : array_like ``[..., samples]``
+        Real signals; every leading dimension is batch.
+    fs, n_fft, hop, k, mode, window, detrend, scaling, min_distance, strategy, dtype, max_memory
+        As in :func:`welch_peaks`.
+    frame_segments : int
+        Welch segments averaged per frame.
+    frame_hop : int, optional
+        Segments between frame starts.
+    nan_policy : {'raise', 'propagate'}
+        A frame holding NaN or infinity raises a ValueError naming it, or comes back empty.
+
+    Returns
+    -------
+    TrackResult
+        ``bins``, ``power``, ``freqs`` of shape ``[..., T, k]`` and ``times`` ``[T]`` (frame
+        centres, seconds with ``fs``, else samples).
+
+    Examples
+    --------
+    >>> import numpy as np, welchpeaks
+    >>> fs = 8000.0
+    >>> t = np.arange(int(fs)) / fs
+    >>> x = np.sin(2 * np.pi * (500 + 1000 * t) * t)  # a chirp from 500 Hz up
+    >>> r = welchpeaks.track(x, fs=fs, k=1, frame_segments=8)
+    >>> r.freqs.shape, bool(np.all(np.diff(r.freqs[:, 0]) > 0))
+    ((7, 1), True)
+    """
+    return Tracker(n_fft=n_fft, k=k, hop=hop, frame_segments=frame_segments, frame_hop=frame_hop, fs=fs,
+                   mode=mode, strategy=strategy, window=window, detrend=detrend, scaling=scaling,
+                   min_distance=min_distance, nan_policy=nan_policy, dtype=dtype, max_memory=max_memory)(x)
+
+
+class WelchPeakStream:
+    """Peaks over time as the samples arrive: ``push(chunk)`` returns the frames that chunk
+    completes (a :class:`TrackResult`, possibly with no frame), ``flush()`` ends the stream.
+
+    Parameters are those of :func:`track`. Chunks are ``[..., n]`` with the same leading shape
+    and dtype every time, any ``n >= 1``. The concatenated output equals ``track`` on the
+    concatenated input, exactly; per channel the stream keeps fewer than ``frame + step``
+    samples between calls.
+
+    Examples
+    --------
+    >>> import numpy as np, welchpeaks
+    >>> x = np.random.default_rng(0).standard_normal((2, 5000))
+    >>> stream = welchpeaks.WelchPeakStream(k=4, frame_segments=4)
+    >>> parts = [stream.push(x[:, i:i + 700]) for i in range(0, 5000, 700)]
+    >>> whole = welchpeaks.track(x, k=4, frame_segments=4)
+    >>> bool(np.array_equal(np.concatenate([p.bins for p in parts], axis=1), whole.bins))
+    True
+    """
+
+    def __init__(self, **params: Any):
+        self.tracker = Tracker(**params)
+        self._buf: np.ndarray | None = None
+        self._fill = 0
+        self.consumed = 0  # samples of the stream before the buffer's first one
+
+    @property
+    def pending(self) -> int:
+        """Samples held for frames not yet complete."""
+        return self._fill
+
+    def push(self, chunk: Any) -> TrackResult:
+        """Add ``chunk [..., n]``; return the frames it completes."""
+        arr = as_real_array(chunk, "chunk")
+        tr = self.tracker
+        if self._buf is None:
+            self._buf = np.empty(arr.shape[:-1] + (tr.frame + tr.step,), arr.dtype)
+        buf = self._buf
+        if arr.shape[:-1] != buf.shape[:-1]:
+            raise ValueError(f"chunk has leading shape {arr.shape[:-1]}, but this stream's channels are "
+                             f"{buf.shape[:-1]}; push chunks shaped [..., n] with the same leading shape")
+        if arr.dtype != buf.dtype:
+            raise TypeError(f"chunk has dtype {arr.dtype}, but this stream holds {buf.dtype}; push one dtype throughout")
+        n = arr.shape[-1]
+        if self._fill + n <= buf.shape[-1]:  # small chunks: copied into the buffer
+            buf[..., self._fill:self._fill + n] = arr
+            self._fill += n
+            data = buf[..., :self._fill]
+        else:
+            data = np.concatenate([buf[..., :self._fill], arr], axis=-1)
+        n_frames = tr.n_frames(data.shape[-1])
+        if n_frames == 0:  # then data is the buffer: a concatenation is longer than a frame
+            return tr.empty(buf.shape[:-1], buf.dtype, self.consumed)
+        used = n_frames * tr.step
+        out = tr.run(data[..., :(n_frames - 1) * tr.step + tr.frame], self.consumed)
+        rest = data[..., used:]
+        buf[..., :rest.shape[-1]] = rest  # fewer than a frame remain (an overlapping copy is safe)
+        self._fill = rest.shape[-1]
+        self.consumed += used
+        return out
+
+    def flush(self) -> TrackResult:
+        """End the stream: the samples held (fewer than a frame) make no frame and are dropped;
+        the stream starts over on the next push."""
+        if self._buf is None:
+            raise ValueError("flush() before any push(); the stream has no channels yet")
+        out = self.tracker.empty(self._buf.shape[:-1], self._buf.dtype, self.consumed)
+        self._buf, self._fill, self.consumed = None, 0, 0
+        return out

@@ -1,0 +1,146 @@
+"""Peaks over time (track, Tracker, WelchPeakStream): every frame equals welch_peaks on that
+frame alone; a stream equals track on the concatenated input, for any chunking."""
+
+import importlib
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import welchpeaks
+track_mod = importlib.import_module("welchpeaks.api.track")
+
+
+def _frames_oracle(x, tr, **kw):
+    """welch_peaks on each frame alone, [..., T, k]."""
+    T = tr.n_frames(x.shape[-1])
+    outs = [welchpeaks.welch_peaks(x[..., t * tr.step: t * tr.step + tr.frame], segments=tr.frame_segments, **kw)
+            for t in range(T)]
+    return (np.stack([o.bins for o in outs], -2), np.stack([o.power for o in outs], -2),
+            np.stack([o.freqs for o in outs], -2))
+
+
+@pytest.mark.parametrize("strategy", ["numpy", "fused-cpu"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("frame_hop", [None, 3])
+def test_each_frame_is_welch_peaks_of_that_frame(strategy, dtype, frame_hop):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 5000)).astype(dtype)
+    x[0, 1] += np.sin(2 * np.pi * 0.1 * np.arange(5000))
+    kw = dict(n_fft=128, k=5, hop=64, strategy=strategy, fs=1000.0)
+    r = welchpeaks.track(x, frame_segments=4, frame_hop=frame_hop, **kw)
+    tr = welchpeaks.Tracker(frame_segments=4, frame_hop=frame_hop, **kw)
+    bins, power, freqs = _frames_oracle(x, tr, **kw)
+    assert r.shape == bins.shape == (2, 3, tr.n_frames(5000), 5)
+    np.testing.assert_array_equal(r.bins, bins)
+    np.testing.assert_array_equal(r.power, power)
+    np.testing.assert_array_equal(r.freqs, freqs)
+    assert r.power.dtype == dtype
+    # frame centres in seconds
+    np.testing.assert_allclose(r.times, (np.arange(len(r)) * tr.step + tr.frame / 2) / 1000.0)
+
+
+def test_blocks_of_frames_give_the_same_result(monkeypatch):
+    """Blocking (rows and frames per executor call) never changes a result."""
+    x = np.random.default_rng(4).standard_normal((3, 9000)).astype(np.float32)
+    whole = welchpeaks.track(x, n_fft=64, frame_segments=3, strategy="fused-cpu")
+    monkeypatch.setattr(track_mod, "BLOCK_BYTES", 1)  # one frame per call
+    tiny = welchpeaks.track(x, n_fft=64, frame_segments=3, strategy="fused-cpu")
+    np.testing.assert_array_equal(whole.bins, tiny.bins)
+    np.testing.assert_array_equal(whole.power, tiny.power)
+
+
+def test_tone_is_tracked_over_time():
+    fs = 4000.0
+    t = np.arange(int(4 * fs)) / fs
+    f = np.where(t < 2, 300.0, 900.0)
+    x = np.sin(2 * np.pi * np.cumsum(f) / fs)
+    r = welchpeaks.track(x, fs=fs, n_fft=256, k=1, frame_segments=8)
+    early, late = r.freqs[r.times < 1.8, 0], r.freqs[r.times > 2.2, 0]
+    assert np.all(np.abs(early - 300) < fs / 256) and np.all(np.abs(late - 900) < fs / 256)
+
+
+def test_nan_frames():
+    x = np.random.default_rng(5).standard_normal((2, 4000))
+    x[1, 2100] = np.nan
+    tr = welchpeaks.Tracker(n_fft=64, frame_segments=4, k=3)
+    first = 2100 // tr.step  # frames are 160 samples, 128 apart: only frame 16 holds sample 2100
+    with pytest.raises(ValueError, match=rf"signal \(1,\) \(row 1\), frame {first} \(samples 2048 to 2207\)"):
+        tr(x)
+    r = welchpeaks.track(x, n_fft=64, frame_segments=4, k=3, nan_policy="propagate")
+    empty = np.all(r.bins == -1, axis=-1)
+    hit = [t for t in range(len(r)) if t * tr.step <= 2100 < t * tr.step + tr.frame]
+    assert np.array_equal(np.flatnonzero(empty[1]), hit) and not empty[0].any()
+
+
+def test_errors():
+    x = np.zeros(1000)
+    with pytest.raises(ValueError, match="frame needs 1152"):
+        welchpeaks.track(x)
+    with pytest.raises(ValueError, match="frame_segments=0 must be >= 1"):
+        welchpeaks.track(x, frame_segments=0)
+    with pytest.raises(TypeError, match="frame_hop=1.5 must be an integer"):
+        welchpeaks.track(x, frame_hop=1.5)
+    s = welchpeaks.WelchPeakStream(n_fft=64)
+    s.push(np.zeros((2, 10)))
+    with pytest.raises(ValueError, match="leading shape"):
+        s.push(np.zeros((3, 10)))
+    with pytest.raises(TypeError, match="one dtype"):
+        s.push(np.zeros((2, 10), np.float32))
+    with pytest.raises(ValueError, match="before any push"):
+        welchpeaks.WelchPeakStream().flush()
+
+
+def test_exports():
+    x = np.random.default_rng(6).standard_normal((2, 3000))
+    r = welchpeaks.track(x, n_fft=64, frame_segments=4, k=2, fs=100.0)
+    d = json.loads(r.to_json())
+    assert np.array_equal(np.array(d["bins"]), r.bins) and d["params"]["frame"] == r.params["frame"]
+    lines = r.to_csv().splitlines()
+    assert lines[0] == "signal,time,rank,bin,freq,power" and len(lines) == 1 + int((r.bins >= 0).sum())
+    df = r.to_dataframe()
+    row = df.iloc[5]
+    s, t = int(row["signal"]), int(np.flatnonzero(r.times == row["time"])[0])
+    assert r.freqs[s, t, int(row["rank"])] == row["freq"] and r.bins[s, t, int(row["rank"])] == row["bin"]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(cuts=st.lists(st.integers(1, 900), min_size=1, max_size=12), frame_hop=st.sampled_from([None, 1, 2]),
+       dtype=st.sampled_from([np.float32, np.float64]), strategy=st.sampled_from(["numpy", "fused-cpu"]))
+def test_stream_equals_track_for_any_chunking(cuts, frame_hop, dtype, strategy):
+    """Bit for bit, whatever the chunks."""
+    x = np.random.default_rng(len(cuts)).standard_normal((2, 3000)).astype(dtype)
+    kw = dict(n_fft=64, k=4, frame_segments=3, frame_hop=frame_hop, fs=50.0, strategy=strategy)
+    whole = welchpeaks.track(x, **kw)
+    stream = welchpeaks.WelchPeakStream(**kw)
+    edges = np.unique(np.clip(np.cumsum(cuts), 0, 3000))
+    parts = [stream.push(c) for c in np.split(x, edges[edges < 3000], axis=-1) if c.shape[-1]]
+    parts.append(stream.flush())
+    for field in ("bins", "power", "freqs"):
+        np.testing.assert_array_equal(np.concatenate([getattr(p, field) for p in parts], axis=-2), getattr(whole, field))
+    np.testing.assert_array_equal(np.concatenate([p.times for p in parts]), whole.times)
+
+
+def test_stream_of_single_samples_holds_less_than_a_frame():
+    x = np.random.default_rng(7).standard_normal(700)
+    stream = welchpeaks.WelchPeakStream(n_fft=32, k=2, frame_segments=2)
+    got = []
+    for v in x:
+        got.append(stream.push(v[None]))
+        assert stream.pending < stream.tracker.frame
+    whole = welchpeaks.track(x, n_fft=32, k=2, frame_segments=2)
+    np.testing.assert_array_equal(np.concatenate([g.bins for g in got], axis=0), whole.bins)
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 1e-6), (np.float64, 1e-12)])
+def test_stream_under_auto(dtype, rtol):
+    """Under 'auto' the execution is chosen once, for a full block, so pushes of any size agree
+    with track (asserted to the issue's tolerance; they are in fact bit for bit)."""
+    x = np.random.default_rng(8).standard_normal((4, 20000)).astype(dtype)
+    whole = welchpeaks.track(x, n_fft=128, k=8, frame_segments=4)
+    stream = welchpeaks.WelchPeakStream(n_fft=128, k=8, frame_segments=4)
+    parts = [stream.push(x[:, i:i + 777]) for i in range(0, 20000, 777)]
+    np.testing.assert_array_equal(np.concatenate([p.bins for p in parts], axis=1), whole.bins)
+    np.testing.assert_allclose(np.concatenate([p.power for p in parts], axis=1), whole.power, rtol=rtol)

@@ -176,6 +176,24 @@ def test_picker_follows_the_injected_model():
                                               + terms["sync_ns"] + terms["readback_ns"])
 
 
+def test_auto_keeps_long_rows_lean():
+    """A call whose numpy intermediates would exceed LEAN_BYTES runs a lean execution even where
+    the model prices numpy lower; the explanation says so. With nothing lean, the model decides."""
+    from welchpeaks.plan.planner import LEAN_BYTES
+
+    set_cost_model(synthetic_cpu_model(fused_ns_per_row=1e7))  # numpy predicted faster
+    wp = welchpeaks.WelchPeaks(segments=None)
+    long = wp.explain(batch=16, length=2_000_000)
+    assert long["costs"]["numpy"]["working_bytes"] > LEAN_BYTES
+    assert long["strategy"] == "fused-cpu" and "numpy not ranked: over 256 MiB" in long["why"]
+    short = wp.explain(batch=8, length=4096)
+    assert short["strategy"] == "numpy"
+    odd = welchpeaks.WelchPeaks(segments=None, n_fft=100).explain(batch=16, length=2_000_000)
+    assert min(c["working_bytes"] for c in odd["costs"].values() if "working_bytes" in c) > LEAN_BYTES
+    cheapest = min(odd["costs"], key=lambda n: odd["costs"][n]["total_ns"])  # nothing lean: the model decides
+    assert odd["strategy"] == cheapest and "not ranked" not in odd["why"]
+
+
 def test_legacy_picker_rules(monkeypatch):
     set_cost_model(synthetic_cpu_model(fused_ns_per_row=1e7))
     monkeypatch.setenv("WELCHPEAKS_PICKER", "legacy")

@@ -54,6 +54,8 @@ def default_budget() -> int:
 #: shape reuse them. The key holds the backend itself (learned backends differ per model).
 _PROGRAMS = LruCache(64)
 LAYOUTS = {"ultra": 1, "fast": 2}
+#: auto prefers executions needing at most this much working memory when any can run the call
+LEAN_BYTES = 256 << 20
 #: why auto runs numpy while there is no CPU cost model (such plans are not remembered)
 PROVISIONAL = "auto without a cost model: "
 MEASURING = (PROVISIONAL + "first use on this machine, it is being measured in the background; numpy (no kernel "
@@ -184,7 +186,7 @@ class Planner:
         if self.device == "cpu" and cost_model_for("cpu", wait=False) is None:
             return backends.get("numpy"), MEASURING if calibrate.measuring("cpu") else UNMEASURED
         try:
-            name, _, why = pick_for(self.params, n_seg, rows, length, compute, self.device, budget=budget)
+            name, _, why = self._pick_lean(rows, n_seg, length, compute, budget)
         except OverBudget:  # nothing fits at once: the fastest that fits one signal, in blocks of rows
             name, _, why = pick_for(self.params, n_seg, 1, length, compute, self.device, budget=budget)
             why += f"; no execution fits the {budget / 2**30:.2f} GiB memory budget at once, so it runs in blocks of rows"
@@ -194,6 +196,23 @@ class Planner:
                 return self._race_learned(backends.get(name), rows, n_seg, length, compute)
             why += f"; the learned model does not race: {reason}"
         return backends.get(name), why
+
+    def _pick_lean(self, rows: int, n_seg: int, length: int, compute: np.dtype, budget: int) -> tuple[str, dict, str]:
+        """The cost model's pick among the executions whose working memory stays within
+        :data:`LEAN_BYTES` when any does, else within ``budget``. The models are measured on
+        batches that fit the caches; an execution that would fill gigabytes with intermediates
+        (numpy on long rows: 10 GB for float32 [64, 10M]) runs far slower than they predict, so
+        auto does not bet on it while a lean one can do the work."""
+        lean = min(budget, LEAN_BYTES)
+        try:
+            name, info, why = pick_for(self.params, n_seg, rows, length, compute, self.device, budget=lean)
+        except OverBudget:
+            return pick_for(self.params, n_seg, rows, length, compute, self.device, budget=budget)
+        over = [n for n, b in info.items() if lean < b.get("working_bytes", 0) <= budget]
+        if over:
+            why += (f"; {', '.join(over)} not ranked: over {lean >> 20} MiB of intermediates, where measured costs "
+                    "do not reach")
+        return name, info, why
 
     def _cuda_execution(self, rows: int, n_seg: int, length: int, compute: np.dtype,
                         budget: int) -> tuple[backends.Execution, str]:

@@ -20,6 +20,10 @@ from welchpeaks.plan import calibrate
 from welchpeaks.plan.calibrate import median_ns
 from welchpeaks.plan.planner import CallPlan, Planner
 from welchpeaks.result import PeakResult
+from welchpeaks.sources import SignalSource
+
+#: Bytes of signals read from a source per block when no max_memory is given
+SOURCE_BLOCK_BYTES = 64 << 20
 
 DEVICES = ("cpu", "cuda")
 #: k may exceed the bins (the extra slots come back empty), but not by more result memory than this
@@ -185,6 +189,8 @@ class WelchPeaks:
         return {"requested": self.requested, **self.planner.explain(batch, length, last[2]), "params": p.to_dict()}
 
     def __call__(self, x: Any) -> PeakResult:
+        if isinstance(x, SignalSource):
+            return self._run_source(x)
         t = tensor_input(x)
         if t is not None:
             forced = self.planner.forced
@@ -196,6 +202,31 @@ class WelchPeaks:
                 return PeakResult(strategy=res.strategy, params=res.params, **conv)
             return self._run(t, tensor=True)
         return self._run(as_real_array(x), tensor=False)
+
+    def _run_source(self, src: SignalSource) -> PeakResult:
+        """Peaks of every signal of a source, read in blocks of rows (only each row's analysed
+        frame is read), ``[rows, k]`` in the source's row order."""
+        p = self.params
+        if p.fs is not None and src.fs is not None and p.fs != src.fs:
+            raise ValueError(f"fs={p.fs:g} but {src.description} is sampled at {src.fs:g} Hz; pass fs=None (the "
+                             "file's rate is used) or the file's rate")
+        budget = self.planner.max_memory or SOURCE_BLOCK_BYTES
+        results, info = [], {}
+        for i, part in enumerate(src.parts):
+            try:
+                p.check_length(part.samples)
+            except ValueError as exc:
+                raise ValueError(f"{part.name}: {exc}") from None
+            frame = p.frame_for(part.samples)
+            for r0, r1 in src.row_blocks(i, frame * src.dtype.itemsize, budget):
+                try:
+                    res = self._run(src.read(i, r0, r1, 0, frame), tensor=False)
+                except ValueError as exc:
+                    raise ValueError(f"{part.name}, rows {r0}..{r1 - 1}: {exc}") from None
+                results.append(res)
+                info = res.params
+        cat = {f: np.concatenate([getattr(r, f) for r in results]) for f in ("bins", "power", "freqs")}
+        return PeakResult(strategy=results[-1].strategy, params=dict(info, source=src.description), **cat)
 
     def _check_rows(self, rows: Any, bad_rows: np.ndarray, power: Any, lead: tuple, call: CallPlan) -> None:
         """Rows left empty or holding infinite power: a row whose frame is finite overflowed the
@@ -316,8 +347,10 @@ def welch_peaks(
 
     Parameters
     ----------
-    x : array_like ``[..., samples]``
-        Real signals; every leading dimension is batch.
+    x : array_like ``[..., samples]`` or SignalSource
+        Real signals; every leading dimension is batch. A source from
+        :func:`welchpeaks.open_signals` is read block by block (``max_memory`` bytes, default
+        64 MiB) and gives ``[rows, k]``; its sample rate is used when ``fs`` is None.
     k : int
         Peaks per signal.
     n_fft : int
@@ -382,6 +415,8 @@ def welch_peaks(
     >>> np.round(r.freqs, 0).tolist()
     [1000.0, 2500.0]
     """
+    if fs is None and isinstance(x, SignalSource):
+        fs = x.fs
     executor = WelchPeaks(
         n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device,
         window=window, detrend=detrend, scaling=scaling, min_distance=min_distance,

@@ -11,15 +11,16 @@ bounded by the block, never by the length of the recording.
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from welchpeaks.api.coerce import as_real_array
-from welchpeaks.api.peaks import WelchPeaks
+from welchpeaks.api.peaks import SOURCE_BLOCK_BYTES, WelchPeaks
 from welchpeaks.plan.planner import PROVISIONAL
 from welchpeaks.result import TrackResult
+from welchpeaks.sources import SignalSource
 
 #: Bytes of frames copied side by side per executor call (the working set of a block).
 BLOCK_BYTES = 32 << 20
@@ -110,6 +111,8 @@ class Tracker:
                            np.full(lead + (0, k), np.nan), self.times(0, first_sample), self.strategy, self.info())
 
     def __call__(self, x: Any) -> TrackResult:
+        if isinstance(x, SignalSource):
+            return self._run_source(x)
         arr = as_real_array(x)
         length = arr.shape[-1]
         if length < self.frame:
@@ -156,6 +159,48 @@ class Tracker:
                            freqs.reshape(lead + (n_frames, k)), self.times(n_frames, first_sample), self.strategy,
                            self.info())
 
+    def part_frames(self, src: SignalSource, part: int) -> Iterator[tuple[int, int, TrackResult]]:
+        """``(r0, t0, result)`` for blocks of part ``part`` of a source: rows ``r0..`` and frames
+        ``t0..`` of it, each block read at once (``max_memory`` bytes, default 64 MiB); consecutive
+        blocks of frames re-read the ``frame - step`` samples they share."""
+        info = src.parts[part]
+        n_frames = self.n_frames(info.samples)
+        if n_frames == 0:
+            raise ValueError(f"{info.name}: {info.samples} samples, but a frame needs {self.frame}; pass a smaller "
+                             "n_fft or fewer frame_segments")
+        budget = self.peaks.planner.max_memory or SOURCE_BLOCK_BYTES
+        item = src.dtype.itemsize
+        for r0, r1 in src.row_blocks(part, 4 * self.frame * item, budget):
+            per_read = max(1, (budget // ((r1 - r0) * item) - self.frame) // self.step + 1)
+            for t0 in range(0, n_frames, per_read):
+                t1 = min(n_frames, t0 + per_read)
+                s0 = t0 * self.step
+                block = src.read(part, r0, r1, s0, s0 + (t1 - t0 - 1) * self.step + self.frame)
+                try:
+                    yield r0, t0, self.run(block, s0)
+                except ValueError as exc:
+                    raise ValueError(f"{info.name}, rows {r0}..{r1 - 1}: {exc}") from None
+
+    def _run_source(self, src: SignalSource) -> TrackResult:
+        """Every part of a source, ``[rows, T, k]`` (parts must give the same number of frames)."""
+        frames = {p.name: self.n_frames(p.samples) for p in src.parts}
+        if len(set(frames.values())) > 1:
+            listed = ", ".join(f"{n}: {t}" for n, t in list(frames.items())[:6])
+            raise ValueError(f"{src.description}: the files give different numbers of frames ({listed}); track each "
+                             "file on its own (welchpeaks track on the command line writes them all)")
+        k, n_frames = self.params.k, next(iter(frames.values()))
+        bins = np.empty((src.rows, n_frames, k), np.int32)
+        power = np.empty((src.rows, n_frames, k), src.dtype)
+        freqs = np.empty((src.rows, n_frames, k), np.float64)
+        base = 0
+        for i, part in enumerate(src.parts):
+            for r0, t0, res in self.part_frames(src, i):
+                rows, t = slice(base + r0, base + r0 + res.bins.shape[0]), slice(t0, t0 + len(res))
+                bins[rows, t], power[rows, t], freqs[rows, t] = res.bins, res.power, res.freqs
+            base += part.rows
+        info = dict(self.info(), source=src.description)
+        return TrackResult(bins, power, freqs, self.times(n_frames), self.strategy, info)
+
     def _check_frames(self, block: np.ndarray, empty: np.ndarray, lead: tuple[int, ...], r0: int, t0: int,
                       n_t: int, first_sample: int) -> None:
         """Under ``nan_policy='raise'``, an error naming the first empty frame that holds NaN or
@@ -187,8 +232,10 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
 
     Parameters
     ----------
-    x : array_like ``[..., samples]``
-        Real signals; every leading dimension is batch.
+    x : array_like ``[..., samples]`` or SignalSource
+        Real signals; every leading dimension is batch. A source from
+        :func:`welchpeaks.open_signals` is read block by block (``max_memory`` bytes, default
+        64 MiB); its sample rate is used when ``fs`` is None.
     fs, n_fft, hop, k, mode, window, detrend, scaling, min_distance, strategy, dtype, max_memory
         As in :func:`welch_peaks`.
     frame_segments : int
@@ -214,6 +261,8 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
     >>> r.freqs.shape, bool(np.all(np.diff(r.freqs[:, 0]) > 0))
     ((7, 1), True)
     """
+    if fs is None and isinstance(x, SignalSource):
+        fs = x.fs
     return Tracker(n_fft=n_fft, k=k, hop=hop, frame_segments=frame_segments, frame_hop=frame_hop, fs=fs,
                    mode=mode, strategy=strategy, window=window, detrend=detrend, scaling=scaling,
                    min_distance=min_distance, nan_policy=nan_policy, dtype=dtype, max_memory=max_memory)(x)

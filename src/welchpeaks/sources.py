@@ -1,0 +1,262 @@
+"""Signals that stay on disk: :func:`open_signals` returns a lazy, chunked view over a
+memory-mapped .npy, a Zarr array, an HDF5 dataset, or sound files (one or a directory or glob
+of them). Nothing is read until a block is asked for, so ``welch_peaks`` and ``track`` work
+through files larger than memory one bounded block at a time.
+
+A source is a list of *parts* (one per file; one for an array store), each ``[rows, samples]``
+(a 1-D array is one row; sound files have a row per channel). Every value read from a file is
+untrusted: shapes and dtypes are checked before anything is allocated, and a file that cannot
+be read gives a :class:`welchpeaks.loaders.SignalFileError` naming it and the reason.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from welchpeaks.loaders import SignalFileError
+
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
+ARRAY_SUFFIXES = (".npy", ".zarr", ".h5", ".hdf5")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One file (or array) of a source: ``rows`` signals of ``samples`` samples."""
+
+    name: str
+    rows: int
+    samples: int
+    read: Callable[[int, int, int, int], np.ndarray]  # (r0, r1, s0, s1) -> [r1-r0, s1-s0]
+
+
+class SignalSource:
+    """A lazy view of signals on disk. Use :func:`open_signals` to make one.
+
+    Attributes: ``parts`` (one per file), ``fs`` (the files' sample rate, or None), ``dtype``
+    (float32 or float64: what blocks come back as), ``description``.
+    """
+
+    def __init__(self, parts: list[Part], fs: float | None, dtype: np.dtype, description: str):
+        self.parts = parts
+        self.fs = fs
+        self.dtype = np.dtype(dtype)
+        self.description = description
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.rows * p.samples for p in self.parts) * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        return (f"SignalSource({self.description}: {len(self.parts)} part(s), {self.rows} signal(s), "
+                f"{self.nbytes / 2**20:.1f} MiB, fs={self.fs})")
+
+    def read(self, part: int, r0: int, r1: int, s0: int, s1: int) -> np.ndarray:
+        """Samples ``s0:s1`` of rows ``r0:r1`` of part ``part``, as a C-contiguous float array
+        (a read error names the file)."""
+        p = self.parts[part]
+        try:
+            out = p.read(r0, r1, s0, s1)
+        except SignalFileError:
+            raise
+        except Exception as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise SignalFileError(f"{p.name}: reading rows {r0}..{r1 - 1}, samples {s0}..{s1 - 1} failed ({reason})") from None
+        out = np.ascontiguousarray(out, dtype=self.dtype)
+        if out.shape != (r1 - r0, s1 - s0):
+            raise SignalFileError(f"{p.name}: asked for {(r1 - r0, s1 - s0)} samples, the file gave {out.shape}; it is "
+                                  "damaged or changed while being read")
+        return out
+
+    def row_blocks(self, part: int, row_bytes: int, budget: int) -> Iterator[tuple[int, int]]:
+        """``(r0, r1)`` blocks of part ``part`` whose rows of ``row_bytes`` fit ``budget`` (at least one row)."""
+        rows = self.parts[part].rows
+        step = max(1, budget // max(row_bytes, 1))
+        for r0 in range(0, rows, step):
+            yield r0, min(rows, r0 + step)
+
+
+def _real_dtype(dtype: Any, name: str) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "iuf" or dtype.itemsize > 8:
+        raise SignalFileError(f"{name}: holds {dtype} values; welchpeaks reads real numbers (integers or floats)")
+    return np.dtype(np.float32) if dtype in (np.float32, np.float16) else np.dtype(np.float64)
+
+
+def _rows_samples(shape: tuple[int, ...], name: str) -> tuple[int, int]:
+    if len(shape) == 0 or any(int(d) < 0 for d in shape):
+        raise SignalFileError(f"{name}: has shape {shape}; welchpeaks reads signals shaped [samples] or [rows, samples]")
+    samples = int(shape[-1])
+    rows = int(np.prod(shape[:-1], dtype=object)) if len(shape) > 1 else 1
+    if rows == 0 or samples == 0:
+        raise SignalFileError(f"{name}: holds no samples (shape {shape})")
+    return rows, samples
+
+
+def _check_fs(fs: Any, name: str) -> float | None:
+    if fs is None:
+        return None
+    try:
+        fs = float(np.asarray(fs).reshape(-1)[0])
+    except Exception:
+        raise SignalFileError(f"{name}: its sample rate attribute {fs!r} is not a number") from None
+    if not math.isfinite(fs) or fs <= 0:
+        raise SignalFileError(f"{name}: its sample rate {fs!r} is not a positive, finite number")
+    return fs
+
+
+def _npy(path: Path) -> SignalSource:
+    from numpy.lib import format as npy
+
+    with open(path, "rb") as fh:
+        try:
+            version = npy.read_magic(fh)
+            shape, fortran, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(fh)
+        except Exception:
+            raise SignalFileError(f"{path}: not a valid .npy file (no NumPy array header)") from None
+        if dtype.hasobject:
+            raise SignalFileError(f"{path}: holds Python objects, which welchpeaks never unpickles")
+        out = _real_dtype(dtype, str(path))
+        rows, samples = _rows_samples(shape, str(path))
+        need = rows * samples * dtype.itemsize
+        if need != path.stat().st_size - fh.tell():
+            raise SignalFileError(f"{path}: its header declares {need} bytes of data but the file holds "
+                                  f"{path.stat().st_size - fh.tell()}; it is truncated or damaged")
+    mm = np.load(path, mmap_mode="r", allow_pickle=False)
+    mm = mm.reshape(rows, samples, order="F" if fortran else "C") if mm.ndim != 2 else mm
+    return SignalSource([Part(str(path), rows, samples, lambda r0, r1, s0, s1: mm[r0:r1, s0:s1])], None, out,
+                        f"npy {path}")
+
+
+def _zarr(path: Path) -> SignalSource:
+    try:
+        import zarr
+    except ImportError:
+        raise SignalFileError(f"{path}: reading Zarr needs zarr: pip install 'welchpeaks[io]'") from None
+    try:
+        arr = zarr.open_array(str(path), mode="r")
+    except Exception as exc:
+        raise SignalFileError(f"{path}: not a Zarr array ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+    out = _real_dtype(arr.dtype, str(path))
+    rows, samples = _rows_samples(tuple(arr.shape), str(path))
+    fs = _check_fs(arr.attrs.get("fs", arr.attrs.get("sample_rate")), str(path))
+    return SignalSource([Part(str(path), rows, samples, _nd_reader(arr))], fs, out, f"zarr {path}")
+
+
+def _nd_reader(arr: Any) -> Callable[[int, int, int, int], np.ndarray]:
+    """A row/sample block reader over an array store of any rank (rows: the leading axes flattened)."""
+    if arr.ndim == 1:
+        return lambda r0, r1, s0, s1: np.asarray(arr[s0:s1])[None, :]
+    if arr.ndim == 2:
+        return lambda r0, r1, s0, s1: np.asarray(arr[r0:r1, s0:s1])
+    lead = tuple(arr.shape[:-1])
+
+    def read(r0: int, r1: int, s0: int, s1: int) -> np.ndarray:
+        return np.stack([np.asarray(arr[np.unravel_index(r, lead) + (slice(s0, s1),)]) for r in range(r0, r1)])
+
+    return read
+
+
+def _hdf5(path: Path, dataset: str) -> SignalSource:
+    try:
+        import h5py
+    except ImportError:
+        raise SignalFileError(f"{path}: reading HDF5 needs h5py: pip install 'welchpeaks[io]'") from None
+    try:
+        fh = h5py.File(path, "r")
+    except Exception as exc:
+        raise SignalFileError(f"{path}: not an HDF5 file ({str(exc).splitlines()[0]})") from None
+    if not dataset:
+        names: list[str] = []
+        fh.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+        raise SignalFileError(f"{path}: name the dataset as {path}:/path/to/dataset (datasets here: "
+                              f"{', '.join('/' + n for n in names[:10]) or 'none'})")
+    ds = fh.get(dataset)
+    if not isinstance(ds, h5py.Dataset):
+        raise SignalFileError(f"{path}: has no dataset {dataset!r}")
+    out = _real_dtype(ds.dtype, f"{path}:{dataset}")
+    rows, samples = _rows_samples(tuple(ds.shape), f"{path}:{dataset}")
+    fs = _check_fs(ds.attrs.get("fs", ds.attrs.get("sample_rate")), f"{path}:{dataset}")
+    return SignalSource([Part(f"{path}:{dataset}", rows, samples, _nd_reader(ds))], fs, out, f"hdf5 {path}:{dataset}")
+
+
+def _audio(paths: list[Path], what: str) -> SignalSource:
+    try:
+        import soundfile as sf
+    except ImportError:
+        raise SignalFileError(f"{what}: reading sound files needs soundfile: pip install 'welchpeaks[io]'") from None
+    parts, rates = [], {}
+    for path in paths:
+        try:
+            info = sf.info(str(path))
+        except Exception as exc:
+            raise SignalFileError(f"{path}: not a sound file soundfile can read ({str(exc).splitlines()[0]})") from None
+        if info.frames <= 0 or info.channels <= 0:
+            raise SignalFileError(f"{path}: holds no samples")
+        rates.setdefault(float(info.samplerate), []).append(path.name)
+
+        def read(r0: int, r1: int, s0: int, s1: int, path: Path = path) -> np.ndarray:
+            with sf.SoundFile(str(path)) as f:
+                f.seek(s0)
+                data = f.read(s1 - s0, dtype="float32", always_2d=True)
+            return data[:, r0:r1].T
+
+        parts.append(Part(str(path), int(info.channels), int(info.frames), read))
+    if len(rates) > 1:
+        listed = "; ".join(f"{rate:g} Hz: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
+                           for rate, names in rates.items())
+        raise SignalFileError(f"{what}: the files have different sample rates ({listed}); analyse each rate separately")
+    return SignalSource(parts, next(iter(rates)), np.float32, f"audio {what}")
+
+
+def open_signals(source: str | os.PathLike) -> SignalSource:
+    """A lazy, chunked view of the signals in ``source``.
+
+    * ``x.npy``: memory-mapped; 1-D is one signal, N-D is rows of signals (last axis: samples).
+    * ``x.zarr``: a Zarr array (rows: the leading axes); sample rate from its ``fs`` attribute.
+    * ``x.h5:/group/dataset``: an HDF5 dataset (h5py); sample rate from its ``fs`` attribute.
+    * ``x.wav``, ``.flac``, ``.ogg``, a directory, or a glob (``'rec/*.flac'``): sound files
+      (soundfile), a row per channel, each file its own part; all files must share a sample rate.
+    """
+    text = os.fspath(source)
+    head, sep, dataset = text.partition(":")
+    if sep and Path(head).suffix.lower() in (".h5", ".hdf5"):
+        path = Path(head)
+        if not path.is_file():
+            raise SignalFileError(f"{path}: no such file")
+        return _hdf5(path, dataset)
+    path = Path(text)
+    if any(c in text for c in "*?["):
+        paths = sorted(Path(p) for p in _glob.glob(text) if Path(p).suffix.lower() in AUDIO_SUFFIXES)
+        if not paths:
+            raise SignalFileError(f"{text}: the pattern matches no .wav, .flac or .ogg file")
+        return _audio(paths, text)
+    if path.suffix.lower() == ".zarr" or (path.is_dir() and (path / "zarr.json").exists()):
+        if not path.exists():
+            raise SignalFileError(f"{path}: no such Zarr store")
+        return _zarr(path)
+    if path.is_dir():
+        paths = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
+        if not paths:
+            raise SignalFileError(f"{path}: the directory holds no .wav, .flac or .ogg file")
+        return _audio(paths, str(path))
+    if not path.is_file():
+        raise SignalFileError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return _npy(path)
+    if suffix in (".h5", ".hdf5"):
+        return _hdf5(path, "")
+    if suffix in AUDIO_SUFFIXES:
+        return _audio([path], str(path))
+    raise SignalFileError(f"{path}: unsupported file type {suffix!r}; use .npy, .zarr, .h5:/dataset, .wav, .flac or .ogg")

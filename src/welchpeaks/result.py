@@ -64,10 +64,23 @@ class PeakResult:
         out[..., 1] = self.power
         return out
 
+    def compute(self) -> PeakResult:
+        """This result with NumPy arrays: dask-backed arrays (``welch_peaks`` of a dask array)
+        are computed together, in one pass over the data; otherwise the result itself."""
+        if not _lazy(self.bins):
+            return self
+        import dask
+
+        bins, power, freqs = dask.compute(self.bins, self.power, self.freqs)
+        return PeakResult(bins, power, freqs, self.strategy, dict(self.params))
+
     def numpy(self) -> PeakResult:
-        """This result with host (NumPy) arrays (tensors on a GPU are copied back)."""
+        """This result with host (NumPy) arrays (tensors on a GPU are copied back, dask arrays
+        computed)."""
         if isinstance(self.bins, np.ndarray):
             return self
+        if _lazy(self.bins):
+            return self.compute()
 
         def host(a: Any) -> np.ndarray:
             return a.detach().cpu().numpy()
@@ -139,8 +152,20 @@ class TrackResult:
         """Frames."""
         return int(self.times.shape[0])
 
+    def compute(self) -> TrackResult:
+        """This result with NumPy arrays: dask-backed arrays (``track`` of a dask array) are
+        computed together, in one pass over the data; otherwise the result itself."""
+        if not _lazy(self.bins):
+            return self
+        import dask
+
+        bins, power, freqs = dask.compute(self.bins, self.power, self.freqs)
+        return TrackResult(bins, power, freqs, self.times, self.strategy, dict(self.params))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; NaN becomes None."""
+        if _lazy(self.bins):
+            return self.compute().to_dict()
         return {
             "strategy": self.strategy,
             "params": self.params,
@@ -157,6 +182,8 @@ class TrackResult:
     def long_form(self) -> dict[str, np.ndarray]:
         """Columns of the long form, one entry per filled slot: ``signal`` (row index into the
         flattened batch), ``time``, ``rank`` (0 = strongest), ``bin``, ``freq``, ``power``."""
+        if _lazy(self.bins):
+            return self.compute().long_form()
         k = self.bins.shape[-1]
         bins = self.bins.reshape(-1, len(self), k)
         signal, frame, rank = np.nonzero(bins >= 0)
@@ -190,6 +217,11 @@ class TrackResult:
             raise ImportError("TrackResult.to_dataframe needs pandas: pip install pandas "
                               "(or use to_csv / long_form without it)") from None
         return pd.DataFrame(self.long_form())
+
+
+def _lazy(a: Any) -> bool:
+    """True for a dask array (duck-typed: dask is never imported for this)."""
+    return type(a).__module__.startswith("dask.")
 
 
 def _json_text(d: dict[str, Any], path: str | Path | None, indent: int | None) -> str:

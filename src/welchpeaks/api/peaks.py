@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from welchpeaks import backends
+from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, np_dtype, tensor_input
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
@@ -153,6 +154,11 @@ class WelchPeaks:
         min_recall: float = 0.99,
         max_memory: int | None = None,
     ):
+        self._init = dict(n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, device=device, window=window,
+                          detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy=nan_policy,
+                          dtype=dtype, precision=precision, layout=layout, model=model, min_recall=min_recall,
+                          max_memory=max_memory)
+        self._pinned: dict[str, WelchPeaks] = {}
         self.layout = _check_layout(layout, segments)
         self.params = make_params(
             k=k, n_fft=n_fft, hop=hop, segments=1 if self.layout else segments, fs=fs, window=window,
@@ -189,6 +195,9 @@ class WelchPeaks:
         return {"requested": self.requested, **self.planner.explain(batch, length, last[2]), "params": p.to_dict()}
 
     def __call__(self, x: Any) -> PeakResult:
+        if lazy.is_dask(x):
+            raise TypeError("WelchPeaks is called on arrays in memory; for a dask array use "
+                            "welchpeaks.welch_peaks(x, ...), which returns a lazy result")
         if isinstance(x, SignalSource):
             return self._run_source(x)
         t = tensor_input(x)
@@ -202,6 +211,17 @@ class WelchPeaks:
                 return PeakResult(strategy=res.strategy, params=res.params, **conv)
             return self._run(t, tensor=True)
         return self._run(as_real_array(x), tensor=False)
+
+    def for_batch(self, rows: int, length: int, dtype: Any) -> "WelchPeaks":
+        """The executor for a batch of ``rows`` signals of ``length`` samples computed in parts
+        (blocks of a source, chunks of a dask array): under 'auto', one whose execution is the
+        one this whole batch in memory would run, so that every part matches it; else self."""
+        if self.requested != "auto" or self.planner.learned is not None:
+            return self
+        name = self.planner.plan(rows, length, np.dtype(dtype)).execution
+        if name not in self._pinned:
+            self._pinned[name] = WelchPeaks(strategy=name, **self._init)
+        return self._pinned[name]
 
     def _run_source(self, src: SignalSource) -> PeakResult:
         """Peaks of every signal of a source, read in blocks of rows (only each row's analysed
@@ -218,9 +238,10 @@ class WelchPeaks:
             except ValueError as exc:
                 raise ValueError(f"{part.name}: {exc}") from None
             frame = p.frame_for(part.samples)
+            ex = self.for_batch(part.rows, part.samples, src.dtype)
             for r0, r1 in src.row_blocks(i, frame * src.dtype.itemsize, budget):
                 try:
-                    res = self._run(src.read(i, r0, r1, 0, frame), tensor=False)
+                    res = ex._run(src.read(i, r0, r1, 0, frame), tensor=False)
                 except ValueError as exc:
                     raise ValueError(f"{part.name}, rows {r0}..{r1 - 1}: {exc}") from None
                 results.append(res)
@@ -417,13 +438,15 @@ def welch_peaks(
     """
     if fs is None and isinstance(x, SignalSource):
         fs = x.fs
-    executor = WelchPeaks(
-        n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device,
-        window=window, detrend=detrend, scaling=scaling, min_distance=min_distance,
-        nan_policy=nan_policy, dtype=dtype, precision=precision, layout=layout, model=model, min_recall=min_recall,
-        max_memory=max_memory,
-    )
-    return executor(x)
+    kw = dict(n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device,
+              window=window, detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy=nan_policy,
+              dtype=dtype, precision=precision, layout=layout, model=model, min_recall=min_recall,
+              max_memory=max_memory)
+    if lazy.is_dask(x):
+        if model is not None or device != "cpu":
+            raise ValueError("dask arrays run on the CPU executions in this version; drop model= and device=")
+        return lazy.welch_peaks(x, kw)
+    return WelchPeaks(**kw)(x)
 
 
 def _time_call(name: str, repeats: int) -> float:

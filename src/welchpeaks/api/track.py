@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array
 from welchpeaks.api.peaks import SOURCE_BLOCK_BYTES, WelchPeaks
 from welchpeaks.plan.planner import PROVISIONAL
@@ -111,6 +112,9 @@ class Tracker:
                            np.full(lead + (0, k), np.nan), self.times(0, first_sample), self.strategy, self.info())
 
     def __call__(self, x: Any) -> TrackResult:
+        if lazy.is_dask(x):
+            raise TypeError("Tracker is called on arrays in memory; for a dask array use welchpeaks.track(x, ...), "
+                            "which returns a lazy result")
         if isinstance(x, SignalSource):
             return self._run_source(x)
         arr = as_real_array(x)
@@ -263,9 +267,12 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
     """
     if fs is None and isinstance(x, SignalSource):
         fs = x.fs
-    return Tracker(n_fft=n_fft, k=k, hop=hop, frame_segments=frame_segments, frame_hop=frame_hop, fs=fs,
-                   mode=mode, strategy=strategy, window=window, detrend=detrend, scaling=scaling,
-                   min_distance=min_distance, nan_policy=nan_policy, dtype=dtype, max_memory=max_memory)(x)
+    kw = dict(n_fft=n_fft, k=k, hop=hop, frame_segments=frame_segments, frame_hop=frame_hop, fs=fs, mode=mode,
+              strategy=strategy, window=window, detrend=detrend, scaling=scaling, min_distance=min_distance,
+              nan_policy=nan_policy, dtype=dtype, max_memory=max_memory)
+    if lazy.is_dask(x):
+        return lazy.track(x, kw)
+    return Tracker(**kw)(x)
 
 
 class WelchPeakStream:

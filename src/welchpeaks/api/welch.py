@@ -8,6 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from numpy.lib.stride_tricks import as_strided
+
+from welchpeaks.api import lazy
 from welchpeaks.params import is_int
 from welchpeaks.spectral import welch_psd
 
@@ -52,6 +55,8 @@ def welch(
         fs=fs, window=window, nperseg=nperseg, noverlap=noverlap, nfft=nfft, detrend=detrend,
         return_onesided=return_onesided, scaling=scaling, axis=axis, average=average,
     )
+    if lazy.is_dask(x):
+        return _welch_dask(x, fs, window, nperseg, noverlap, nfft, detrend, return_onesided, scaling, axis, average)
     fast = _welch_fast_args(x, fs, window, nperseg, noverlap, nfft, detrend, return_onesided, scaling, axis, average)
     if fast is None:
         return scipy.signal.welch(x, **args)
@@ -68,6 +73,32 @@ def welch(
     freqs = np.fft.rfftfreq(int(n_fft_out), 1.0 / fs)
     psd = np.moveaxis(psd.reshape(lead + (psd.shape[-1],)), -1, ax)
     return freqs, psd
+
+
+def _welch_dask(x, fs, window, nperseg, noverlap, nfft, detrend, return_onesided, scaling, axis, average):
+    """Lazy Welch PSD of a dask array: the mean of each time chunk's segments, tree-summed."""
+    dtype = np.dtype(x.dtype)
+    if dtype.kind in "iu":
+        dtype = np.result_type(dtype, np.float32)
+    if dtype.kind != "f" or dtype.itemsize > 8:
+        raise TypeError(f"welch of a dask array: x has dtype {x.dtype}; pass real numbers")
+    stand_in = as_strided(np.zeros(1, dtype), shape=tuple(int(d) for d in x.shape), strides=(0,) * x.ndim)
+    fast = _welch_fast_args(stand_in, fs, window, nperseg, noverlap, nfft, detrend, return_onesided, scaling, axis,
+                            "mean" if average == "mean" else None)
+    if fast is None:
+        raise ValueError("welch of a dask array supports real input with a window, detrend 'constant', 'linear' or "
+                         "False, average='mean' and a one-sided result; compute x first (x.compute()) for anything "
+                         "else")
+    _, ax, win, seg, ovl, n_fft_out = fast
+    win = np.asarray(win, np.float64)
+
+    def psd_of(block: np.ndarray, n_seg: int) -> np.ndarray:
+        return welch_psd(block.astype(dtype, copy=False), win, seg - ovl, n_seg, detrend=detrend, scaling=scaling,
+                         fs=float(fs), nfft=n_fft_out)
+
+    da = lazy.dask_array()
+    psd = lazy.welch_sum(da.moveaxis(x, ax, -1).astype(dtype), psd_of, seg, seg - ovl, n_fft_out // 2 + 1, dtype)
+    return np.fft.rfftfreq(n_fft_out, 1.0 / fs), da.moveaxis(psd, -1, ax)
 
 
 def _welch_fast_args(x, fs, window, nperseg, noverlap, nfft, detrend, return_onesided, scaling, axis, average):

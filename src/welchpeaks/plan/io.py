@@ -42,10 +42,21 @@ def profile_graph_io(
         if n.op in METADATA_OPS:
             continue
         launches += 1
-        traffic += sum(graph.node(i).nbytes for i in n.inputs) + n.nbytes
+        traffic += sum(read_bytes(graph, n, i) for i in n.inputs) + n.nbytes
         if n.op in sync_ops or (fft_host_sync and n.op is Op.fft):
             syncs += 1
     return GraphIoProfile(launches, syncs, host, traffic)
+
+
+def read_bytes(graph: Graph, node, input_id: int) -> int:
+    """Bytes ``node`` reads of its input ``input_id``: all of it, except that a fused
+    ``welch_peaks`` reads only the analysed frame of each row (as the ``frames`` view does in
+    the chain), however long the rows are."""
+    src = graph.node(input_id)
+    if node.op is Op.welch_peaks:
+        frame = node.attrs["params"].frame_length(node.attrs["n_segments"])
+        return src.nbytes // max(src.shape[-1], 1) * min(frame, src.shape[-1])
+    return src.nbytes
 
 
 def host_readback_bytes(profile: GraphIoProfile, *, on_host: bool) -> int:
@@ -69,3 +80,11 @@ def peak_working_bytes(graph: Graph) -> int:
             if last_use.get(i) == n.id and i not in outputs:
                 live.pop(i, None)
     return peak
+
+
+def size_text(n: float) -> str:
+    """Bytes for messages: '1.50 GiB', '4.7 MiB', '512 KiB'."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n / 1024:.3g} KiB"

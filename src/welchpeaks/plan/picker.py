@@ -26,7 +26,7 @@ from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan.cache import LruCache
 from welchpeaks.plan.cost import BackendCostModel, cost_breakdown, cost_model_for, default_cuda_model
 from welchpeaks.plan.fusion import fuse
-from welchpeaks.plan.io import peak_working_bytes
+from welchpeaks.plan.io import peak_working_bytes, size_text
 from welchpeaks.plan.original import legacy_mode, legacy_pick
 
 log = logging.getLogger("welchpeaks.plan")
@@ -94,8 +94,8 @@ def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, 
         b["fusion"] = decision
         b["working_bytes"] = peak_working_bytes(g)
         if budget is not None and b["working_bytes"] > budget:
-            b["why"] = (f"needs {b['working_bytes'] / 2**30:.2f} GiB of working memory, over the budget of "
-                        f"{budget / 2**30:.2f} GiB (max_memory=)")
+            b["why"] = (f"needs {size_text(b['working_bytes'])} of working memory, over the budget of "
+                        f"{size_text(budget)} (max_memory=)")
             b["total_ns"] = math.inf
         out[name] = b
     return out

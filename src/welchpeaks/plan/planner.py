@@ -32,7 +32,7 @@ from welchpeaks.params import PeakParams
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.cache import LruCache
 from welchpeaks.plan.cost import BackendCostModel, cost_model_for, default_cpu_model, default_cuda_model
-from welchpeaks.plan.io import peak_working_bytes
+from welchpeaks.plan.io import peak_working_bytes, size_text
 from welchpeaks.plan.picker import OverBudget, execution_graph, pick_for
 from welchpeaks.result import RowPeaks
 
@@ -189,7 +189,7 @@ class Planner:
             name, _, why = self._pick_lean(rows, n_seg, length, compute, budget)
         except OverBudget:  # nothing fits at once: the fastest that fits one signal, in blocks of rows
             name, _, why = pick_for(self.params, n_seg, 1, length, compute, self.device, budget=budget)
-            why += f"; no execution fits the {budget / 2**30:.2f} GiB memory budget at once, so it runs in blocks of rows"
+            why += f"; no execution fits the {size_text(budget)} memory budget at once, so it runs in blocks of rows"
         if self.learned is not None:
             reason = self.learned_ineligible()
             if reason is None:
@@ -301,11 +301,11 @@ class Planner:
                 per_row = -(-working // rows)
                 if per_row > budget:
                     raise ValueError(
-                        f"one signal needs {per_row / 2**30:.2f} GiB of working memory in {ex.name!r}, over the budget "
-                        f"of {budget / 2**30:.2f} GiB; pass a larger max_memory= (bytes), fewer segments, or "
+                        f"one signal needs {size_text(per_row)} of working memory in {ex.name!r}, over the budget "
+                        f"of {size_text(budget)}; pass a larger max_memory= (bytes), fewer segments, or "
                         "strategy='auto' (the fused executions need almost none)")
                 block = max(1, budget // per_row)
-                why += f"; in blocks of {block} rows to stay within {budget / 2**30:.2f} GiB of working memory"
+                why += f"; in blocks of {block} rows to stay within {size_text(budget)} of working memory"
             call = CallPlan(ex.name, program, n_seg, self.params.frame_length(n_seg), compute, why, fusion, layout,
                             upload, working, block)
             if not why.startswith(PROVISIONAL):  # planned again once the cost model is measured

@@ -1,0 +1,237 @@
+"""Dask arrays: ``welch_peaks``, ``track`` and ``welch`` build dask graphs and compute nothing.
+
+Signals are the last axis; every leading axis is batch. Each task runs welchpeaks' own kernels
+on a block of whole rows:
+
+* **Chunks along the batch** stay as they are: a task computes its rows (``map_blocks``, with
+  fixed-``k`` outputs, so every chunk's shape is known before anything runs).
+* **Chunks along time** are handled by ownership: a frame (or, for ``welch_peaks`` with a fixed
+  number of segments, the analysed prefix) belongs to the chunk where it starts, and its task
+  reads the few samples it needs from the next chunk (overlap), so results are bit for bit
+  those of the same execution in memory. ``welch_peaks(segments=None)`` on rows too long for
+  one task (``TASK_BYTES``) sums per-chunk partial PSDs (float64, each segment counted by the
+  chunk where it starts) with a tree reduction, then selects; that equals the float64
+  in-memory result to rounding.
+* **Threads**: on a ``distributed`` worker, each task sets numba's thread count to the
+  worker's ``nthreads`` (numba would otherwise start one thread per core in every worker
+  process, and oversubscribe the machine).
+
+Executors are rebuilt in each worker process from their parameters (cached there), so nothing
+unpicklable travels with the graph.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from typing import Any
+
+import numpy as np
+
+from welchpeaks.result import PeakResult, TrackResult
+
+#: Bytes of signal one task may hold: whole rows up to this are read by one task
+TASK_BYTES = 256 << 20
+_EXECUTORS: dict[bytes, Any] = {}
+
+
+def is_dask(x: Any) -> bool:
+    return type(x).__module__.startswith("dask.") and hasattr(x, "dask") and hasattr(x, "chunks")
+
+
+def dask_array():
+    try:
+        import dask.array as da
+    except ImportError:
+        raise ImportError("dask arrays need dask: pip install 'welchpeaks[dask]'") from None
+    return da
+
+
+def _executor(kind: str, kw: dict[str, Any]) -> Any:
+    """The WelchPeaks/Tracker for ``kw``, built once per process."""
+    key = pickle.dumps((kind, sorted(kw.items(), key=lambda item: item[0])))
+    ex = _EXECUTORS.get(key)
+    if ex is None:
+        from welchpeaks.api.peaks import WelchPeaks
+        from welchpeaks.api.track import Tracker
+
+        ex = _EXECUTORS[key] = (WelchPeaks if kind == "peaks" else Tracker)(**kw)
+    return ex
+
+
+def fit_numba_threads() -> int | None:
+    """On a dask ``distributed`` worker: numba's thread count set to the worker's threads
+    (returned); elsewhere nothing is changed (None)."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return None
+    import numba
+
+    n = max(1, min(int(worker.state.nthreads), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(n)
+    return n
+
+
+def _meta(ndim: int) -> np.ndarray:
+    """What a task returns, described without calling it (dask would call it on empty blocks)."""
+    return np.empty((0,) * ndim, np.float64)
+
+
+def _pack(*arrays: np.ndarray) -> np.ndarray:
+    """bins, power, freqs as one float64 array with a last axis of 3 (all exact in float64)."""
+    return np.stack([a.astype(np.float64) for a in arrays], axis=-1)
+
+
+def _peaks_task(block: np.ndarray, kw: dict[str, Any]) -> np.ndarray:
+    fit_numba_threads()
+    r = _executor("peaks", kw)(block)
+    return _pack(r.bins, r.power, r.freqs)
+
+
+def _track_task(block: np.ndarray, kw: dict[str, Any], first_sample: int) -> np.ndarray:
+    fit_numba_threads()
+    tr = _executor("track", kw)
+    r = tr.run(np.ascontiguousarray(block), first_sample)
+    return _pack(r.bins, r.power, r.freqs)
+
+
+def _psd_sum_task(block: np.ndarray, kw: dict[str, Any], n_seg: int) -> np.ndarray:
+    """float64 sum over the block's ``n_seg`` segments of their PSD (Welch's mean times n_seg)."""
+    from welchpeaks.spectral import welch_psd
+
+    p = _executor("peaks", kw).params
+    psd = welch_psd(block.astype(np.float64), p.window_array, p.hop, n_seg, detrend=p.detrend, scaling=p.scaling,
+                    fs=1.0 if p.fs is None else p.fs)
+    return psd * n_seg
+
+
+def _select_task(psd: np.ndarray, kw: dict[str, Any]) -> np.ndarray:
+    from welchpeaks.backends.numpy_exec import select
+
+    p = _executor("peaks", kw).params
+    out = np.empty(psd.shape[:1] + (p.k, 3))
+    good = np.isfinite(psd).all(axis=1)
+    if p.nan_policy == "raise" and not good.all():
+        raise ValueError(f"x has NaN or infinity in {int((~good).sum())} row(s) of this block; clean the data or "
+                         "pass nan_policy='propagate'")
+    out[:] = np.nan
+    out[..., 0] = -1
+    if good.any():
+        bins, power, fbins = select(psd[good], p.k, p.mode, p.min_distance)
+        out[good] = _pack(bins, power, fbins * p.freq_scale())
+    return out
+
+
+def _as_rows(x: Any, what: str) -> tuple[Any, tuple[int, ...], np.dtype]:
+    """``x`` as a 2-D float dask array ``[rows, samples]``, its batch shape and dtype."""
+    if x.ndim == 0 or any(math.isnan(d) for d in x.shape):
+        raise ValueError(f"{what}: x has shape {x.shape}; pass a dask array shaped [..., samples] with known "
+                         "chunk sizes (x.compute_chunk_sizes())")
+    dtype = np.dtype(x.dtype)
+    if dtype.kind == "c" or dtype.kind not in "iuf":
+        raise TypeError(f"{what}: x has dtype {dtype}; pass real numbers")
+    if dtype not in (np.float32, np.float64):
+        dtype = np.dtype(np.float32) if dtype == np.float16 else np.dtype(np.float64)
+        x = x.astype(dtype)
+    lead = tuple(int(d) for d in x.shape[:-1])
+    rows = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
+    return (rows[None, :] if x.ndim == 1 else rows), lead, dtype
+
+
+def _bounded_rows(rows: Any, samples: int, item: int) -> Any:
+    """``rows`` with whole rows per chunk, at most :data:`TASK_BYTES` each (at least one row)."""
+    per = max(1, TASK_BYTES // max(samples * item, 1))
+    chunks = [c for c in rows.chunks[0]]
+    if max(chunks) > per:
+        chunks = per
+    return rows.rechunk({0: chunks, 1: -1})
+
+
+def _owned(starts: list[int], step: int, total: int) -> list[tuple[int, int]]:
+    """Per time chunk starting at ``starts[c]``, the ``[t0, t1)`` of the ``total`` items (a
+    frame or segment every ``step`` samples) that start inside it."""
+    bounds = starts[1:] + [math.inf]
+    out = []
+    for a, b in zip(starts, bounds):
+        t0 = -(-a // step)
+        t1 = total if b == math.inf else min(total, -(-b // step))
+        if t1 > t0:
+            out.append((t0, t1))
+    return out
+
+
+def _starts(rows: Any) -> list[int]:
+    return [0] + list(np.cumsum(rows.chunks[1])[:-1].astype(int))
+
+
+def welch_peaks(x: Any, kw: dict[str, Any]) -> PeakResult:
+    """Lazy ``welch_peaks`` of a dask array (``kw``: the executor's parameters)."""
+    da = dask_array()
+    ex = _executor("peaks", kw)
+    p = ex.params
+    rows, lead, dtype = _as_rows(x, "welch_peaks")
+    length = rows.shape[1]
+    p.check_length(length)
+    frame, item = p.frame_for(length), dtype.itemsize
+    if kw.get("strategy", "auto") == "auto":  # every task runs what the whole batch in memory would
+        kw = dict(kw, strategy=ex.for_batch(rows.shape[0], length, dtype).strategy)
+    if p.segments is not None or frame * item <= TASK_BYTES or rows.numblocks[1] == 1:
+        whole = _bounded_rows(rows[:, :frame], frame, item)
+        out = whole.map_blocks(_peaks_task, kw, new_axis=2, chunks=(whole.chunks[0], (p.k,), (3,)), meta=_meta(3))
+    else:  # long rows across time chunks: partial PSD sums, tree-reduced, then selected
+        n_seg = p.n_segments_for(length)
+        parts = []
+        for s0, s1 in _owned(_starts(rows), p.hop, n_seg):
+            piece = rows[:, s0 * p.hop:(s1 - 1) * p.hop + p.n_fft].rechunk({1: -1})
+            parts.append(piece.map_blocks(_psd_sum_task, kw, s1 - s0, chunks=(piece.chunks[0], (p.n_bins,)),
+                                          meta=_meta(2)))
+        psd = da.stack(parts).sum(axis=0, split_every=8) / n_seg
+        out = psd.map_blocks(_select_task, kw, new_axis=2, chunks=(psd.chunks[0], (p.k,), (3,)), meta=_meta(3))
+    shape = lead + (p.k,)
+    info = dict(p.to_dict(), segments=p.n_segments_for(length), frame=frame, lazy="dask")
+    return PeakResult(out[..., 0].astype(np.int32).reshape(shape), out[..., 1].astype(dtype).reshape(shape),
+                      out[..., 2].reshape(shape), f"dask ({ex.requested})", info)
+
+
+def track(x: Any, kw: dict[str, Any]) -> TrackResult:
+    """Lazy ``track`` of a dask array: the frames starting in each time chunk are one task
+    (reading up to a frame past the chunk), blocks of rows as chunked."""
+    da = dask_array()
+    tr = _executor("track", kw)
+    rows, lead, dtype = _as_rows(x, "track")
+    length = rows.shape[1]
+    n_frames = tr.n_frames(length)
+    if n_frames == 0:
+        raise ValueError(f"track: x has {length} samples but a frame needs {tr.frame}; pass longer signals, a smaller "
+                         "n_fft or fewer frame_segments")
+    k = tr.params.k
+    parts = []
+    for t0, t1 in _owned(_starts(rows), tr.step, n_frames):
+        piece = rows[:, t0 * tr.step:(t1 - 1) * tr.step + tr.frame]
+        piece = _bounded_rows(piece, piece.shape[1], dtype.itemsize)
+        parts.append(piece.map_blocks(_track_task, kw, t0 * tr.step, new_axis=(2, 3),
+                                      chunks=(piece.chunks[0], (t1 - t0,), (k,), (3,)), meta=_meta(4)))
+    out = da.concatenate(parts, axis=1)
+    shape = lead + (n_frames, k)
+    return TrackResult(out[..., 0].astype(np.int32).reshape(shape), out[..., 1].astype(dtype).reshape(shape),
+                       out[..., 2].reshape(shape), tr.times(n_frames), f"dask ({tr.peaks.requested})",
+                       dict(tr.info(), lazy="dask"))
+
+
+def welch_sum(x: Any, psd_of: Any, nperseg: int, hop: int, n_bins: int, out_dtype: np.dtype) -> Any:
+    """Lazy Welch mean PSD of a dask array along its last axis: ``psd_of(block, n_seg)`` gives the
+    mean PSD of a block's ``n_seg`` segments; per time chunk, the segments starting in it."""
+    da = dask_array()
+    rows, lead, _ = _as_rows(x, "welch")
+    length = rows.shape[1]
+    n_seg = (length - nperseg) // hop + 1
+    parts = []
+    for s0, s1 in _owned(_starts(rows), hop, n_seg):
+        piece = rows[:, s0 * hop:(s1 - 1) * hop + nperseg].rechunk({1: -1})
+        parts.append(piece.map_blocks(lambda b, n=s1 - s0: psd_of(b, n).astype(np.float64) * n,
+                                      chunks=(piece.chunks[0], (n_bins,)), meta=_meta(2)))
+    psd = da.stack(parts).sum(axis=0, split_every=8) / n_seg
+    return psd.astype(out_dtype).reshape(lead + (n_bins,))

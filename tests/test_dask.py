@@ -1,0 +1,111 @@
+"""Dask arrays: welch_peaks, track and welch build lazy graphs (nothing computed) whose results
+equal the in-memory ones for any chunking of either axis; a distributed cluster runs them with
+numba's threads fitted to each worker."""
+
+import importlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import welchpeaks
+
+da = pytest.importorskip("dask.array", reason="the dask extra is part of the test install")
+lazy = importlib.import_module("welchpeaks.api.lazy")
+
+X = np.random.default_rng(21).standard_normal((6, 9000)).astype(np.float32)
+X[3] += np.sin(2 * np.pi * 0.15 * np.arange(9000)).astype(np.float32)
+
+
+
+
+def _same(lazy_res, mem_res):
+    got = lazy_res.compute()
+    for f in ("bins", "power", "freqs"):
+        np.testing.assert_array_equal(getattr(got, f), getattr(mem_res, f))
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(rows=st.integers(1, 6), time=st.integers(200, 9000), segments=st.sampled_from([None, 2, 8]),
+       strategy=st.sampled_from(["numpy", "fused-cpu"]))
+def test_welch_peaks_any_chunking(rows, time, segments, strategy):
+    kw = dict(n_fft=128, k=5, segments=segments, strategy=strategy)
+    r = welchpeaks.welch_peaks(da.from_array(X, chunks=(rows, time)), **kw)
+    assert isinstance(r.bins, da.Array) and r.bins.shape == (6, 5)
+    _same(r, welchpeaks.welch_peaks(X, **kw))
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(rows=st.integers(1, 6), time=st.integers(100, 9000), frame_hop=st.sampled_from([None, 1, 3]))
+def test_track_any_chunking(rows, time, frame_hop):
+    kw = dict(n_fft=64, k=3, frame_segments=4, frame_hop=frame_hop, fs=100.0)
+    r = welchpeaks.track(da.from_array(X, chunks=(rows, time)), **kw)
+    mem = welchpeaks.track(X, **kw)
+    assert r.bins.shape == mem.bins.shape and np.array_equal(r.times, mem.times)
+    _same(r, mem)
+
+
+def test_long_rows_sum_partial_psds(monkeypatch):
+    """Rows longer than a task holds: per-chunk PSD sums, tree-reduced; equal to the float64
+    in-memory result to rounding."""
+    monkeypatch.setattr(lazy, "TASK_BYTES", 4096)
+    x = X.astype(np.float64)
+    r = welchpeaks.welch_peaks(da.from_array(x, chunks=(4, 1000)), segments=None, k=6, n_fft=128).compute()
+    mem = welchpeaks.welch_peaks(x, segments=None, k=6, n_fft=128, strategy="numpy")
+    np.testing.assert_array_equal(r.bins, mem.bins)
+    np.testing.assert_allclose(r.power, mem.power, rtol=1e-12)
+    np.testing.assert_allclose(r.freqs, mem.freqs, rtol=0, atol=1e-9)
+
+
+def test_welch_lazy_equals_scipy():
+    import scipy.signal
+
+    dx = da.from_array(X.astype(np.float64), chunks=(3, 700))
+    f, p = welchpeaks.welch(dx, fs=10.0, nperseg=256, axis=-1)
+    assert isinstance(p, da.Array)
+    f2, p2 = scipy.signal.welch(X.astype(np.float64), fs=10.0, nperseg=256)
+    np.testing.assert_allclose(p.compute(), p2, rtol=1e-12)
+    np.testing.assert_array_equal(f, f2)
+    f, p = welchpeaks.welch(da.from_array(X.T.copy(), chunks=(500, 2)), nperseg=128, axis=0)
+    np.testing.assert_allclose(p.compute(), scipy.signal.welch(X.T, nperseg=128, axis=0)[1], rtol=1e-5)
+    with pytest.raises(ValueError, match="average='mean'"):
+        welchpeaks.welch(dx, average="median")
+
+
+def test_nothing_computes_until_asked():
+    calls = []
+
+    def spy(block):
+        if block.size:  # dask may call it on empty blocks to learn the output type
+            calls.append(block.shape)
+        return block
+
+    dx = da.from_array(X, chunks=(3, 3000)).map_blocks(spy, dtype=X.dtype)
+    r = welchpeaks.welch_peaks(dx, segments=None)
+    t = welchpeaks.track(dx, frame_segments=4)
+    assert calls == [] and r.power.dtype == np.float32 and t.freqs.dtype == np.float64
+    with pytest.raises(TypeError, match="welchpeaks.welch_peaks"):
+        welchpeaks.WelchPeaks()(dx)
+
+
+@pytest.fixture(scope="session")
+def cluster_client():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = distributed.Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+def test_distributed_workers_fit_numba_threads(cluster_client):
+    workers = list(cluster_client.scheduler_info()["workers"])
+    threads = [cluster_client.submit(lazy.fit_numba_threads, workers=[w], pure=False).result() for w in workers]
+    assert threads == [1, 1]
+    dx = da.from_array(X, chunks=(2, 2500))
+    r = welchpeaks.welch_peaks(dx, segments=None, strategy="fused-cpu")
+    _same(r, welchpeaks.welch_peaks(X, segments=None, strategy="fused-cpu"))
+    t = welchpeaks.track(dx, frame_segments=4, strategy="fused-cpu")
+    _same(t, welchpeaks.track(X, frame_segments=4, strategy="fused-cpu"))
+    assert lazy.fit_numba_threads() is None  # not on a worker: nothing changed

@@ -13,6 +13,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
+from welchpeaks.cli import scale
 from welchpeaks.cli.common import app_options, check_output, console, err, finish_background_calibration, write_output
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.common import write_json as _write_json
@@ -74,11 +75,27 @@ def peaks(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write all results as JSON here."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one line per peak as CSV here."),
     show: int = typer.Option(8, "--show", help="Signals per file to print in the table."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="Out of core: read FILES chunk by chunk and write results as they finish (.parquet, "
+                            ".zarr, .csv, .jsonl; one row per peak), resumable; nothing is printed or held."),
+    memory: str = typer.Option("1GB", "--memory", help="With --out: memory bound of the run."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="With --out: a local dask cluster of N processes."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="With --out: a dask cluster, tcp://HOST:PORT."),
+    quiet: bool = typer.Option(False, "--quiet", help="With --out: no progress bar."),
 ) -> None:
-    """Find the k strongest spectral peaks of every signal in FILES."""
+    """Find the k strongest spectral peaks of every signal in FILES (.npy, .wav, .csv; with --out
+    also .zarr, file.h5:/dataset, .flac/.ogg, folders and globs of sound files)."""
     from welchpeaks import welch_peaks
     from welchpeaks.loaders import SignalFileError, load_signals
 
+    if out is not None:
+        if json_path is not None or csv_path is not None or model is not None or device != "cpu" or layout is not None:
+            _fail("--out writes the results itself; drop --json/--csv/--model/--device/--layout")
+        kw = dict(n_fft=n_fft, k=k, hop=hop, segments=_parse_segments(segments), mode=mode, min_distance=min_distance,
+                  strategy=strategy, nan_policy=nan_policy, precision=precision)
+        scale.run_job("peaks", [str(f) for f in files], kw, fs, out, memory, workers, scheduler, quiet)
+        finish_background_calibration()
+        return
     check_output(json_path, "--json")
     check_output(csv_path, "--csv")
     net = None
@@ -142,6 +159,9 @@ def peaks(
                                     repr(float(power[sig, r]))])
         write_output(csv_path, out.getvalue(), "--csv")
     finish_background_calibration()
+
+
+app.command()(scale.track)
 
 
 @app.command()

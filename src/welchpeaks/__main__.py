@@ -1,0 +1,5 @@
+"""``python -m welchpeaks``: the command line."""
+
+from welchpeaks.cli import app
+
+app(prog_name="welchpeaks")

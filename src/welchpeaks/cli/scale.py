@@ -1,0 +1,153 @@
+"""The out-of-core side of the command line: ``welchpeaks track`` and ``welchpeaks peaks --out``
+over sources (``.npy``, ``.zarr``, ``file.h5:/dataset``, sound files, directories, globs),
+with a progress bar, a memory bound, resume, and an optional dask cluster."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from welchpeaks.cli.common import check_output, console, err
+from welchpeaks.cli.common import fail as _fail
+from welchpeaks.cli.job import Job, JobError, Unit, bytes_of, staging_dir
+
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "kib": 2**10, "mib": 2**20,
+          "gib": 2**30}
+
+
+def parse_memory(text: str) -> int:
+    """'1GB', '512MiB', '2e9' -> bytes (at least 16 MiB)."""
+    m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([a-zA-Z]*)\s*", text)
+    try:
+        value = float(m.group(1)) * _UNITS[m.group(2).lower()] if m else None
+    except (KeyError, ValueError):
+        value = None
+    if value is None or not value == value or value < 16 * 2**20:
+        _fail(f"--memory {text!r}: give a size of at least 16MiB, such as 1GB, 512MiB or 2e9 (bytes)")
+    return int(value)
+
+
+def open_sources(files: list[str], fs: Optional[float]) -> tuple[list[Any], list[Optional[float]]]:
+    """Each FILES argument opened as a source, and the sample rate each is analysed with."""
+    from welchpeaks.loaders import SignalFileError
+    from welchpeaks.sources import open_signals
+
+    sources, rates = [], []
+    for f in files:
+        try:
+            src = open_signals(f)
+        except SignalFileError as exc:
+            _fail(str(exc))
+        if src.fs is not None and fs is not None and src.fs != fs:
+            _fail(f"{f}: its own sample rate is {src.fs:g} Hz but --fs is {fs:g} Hz; drop --fs (it is for files "
+                  "without a rate) or resample the file")
+        sources.append(src)
+        rates.append(src.fs if src.fs is not None else fs)
+    return sources, rates
+
+
+def _client(workers: Optional[int], scheduler: Optional[str]) -> Any:
+    if workers is None and scheduler is None:
+        return None
+    if workers is not None and scheduler is not None:
+        _fail("--workers starts a local cluster and --scheduler joins one; pass one of them")
+    if workers is not None and workers < 1:
+        _fail(f"--workers {workers}: pass 1 or more worker processes")
+    try:
+        import distributed
+    except ImportError:
+        _fail("--workers/--scheduler need dask's distributed: pip install 'welchpeaks[dask]'")
+    try:
+        if scheduler is not None:
+            return distributed.Client(scheduler, timeout="20s")
+        cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                           dashboard_address=None)
+        return distributed.Client(cluster)
+    except (OSError, TimeoutError) as exc:
+        _fail(f"--scheduler {scheduler}: cannot connect ({exc})")
+
+
+def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float], out: Path, memory: str,
+            workers: Optional[int], scheduler: Optional[str], quiet: bool = False) -> None:
+    """Run (or resume) the job and report it; every failure is a one-line error."""
+    check_output(out if out.suffix.lower() != ".zarr" else out.with_suffix(".check"), "--out")
+    if out.suffix.lower() == ".zarr" and out.exists() and not out.is_dir():
+        _fail(f"--out {str(out)!r} exists and is not a Zarr folder; give another name")
+    budget = parse_memory(memory)
+    sources, rates = open_sources(files, fs)
+    kws = [dict(kw, fs=rate, max_memory=max(1 << 20, budget // 4)) for rate in rates]
+    try:
+        job = Job(kind, files, sources, kws, out, budget)
+        todo_before = len(job.prepare())
+    except (JobError, ValueError, TypeError) as exc:
+        _fail(str(exc))
+    total_units = len(job.units)
+    if todo_before < total_units:
+        console.print(f"resuming: {total_units - todo_before} of {total_units} chunks already done in "
+                      f"{staging_dir(out)}", markup=False, highlight=False)
+    total_signals = sum(src.rows for src in sources)
+    done = {"signals": 0, "bytes": 0, "t0": time.perf_counter()}
+    client = _client(workers, scheduler)
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} chunks"),
+               TextColumn("{task.fields[rate]}"), TimeRemainingColumn())
+    with Progress(*columns, console=err, disable=quiet, transient=False) as bar:
+        task = bar.add_task(f"{kind} {total_signals} signal(s)", total=total_units,
+                            completed=total_units - todo_before, rate="")
+
+        def progress(unit: Unit, i: int) -> None:
+            done["bytes"] += bytes_of(unit, job)
+            done["signals"] += unit.r1 - unit.r0 if kind == "peaks" or unit.t0 == 0 else 0
+            dt = max(time.perf_counter() - done["t0"], 1e-9)
+            bar.update(task, advance=1, rate=f"{done['signals'] / dt:.3g} signals/s, {done['bytes'] / dt / 1e6:.4g} MB/s")
+
+        try:
+            job.run(progress, client)
+        except KeyboardInterrupt:
+            bar.stop()
+            err.print(f"interrupted: the finished chunks are kept in {staging_dir(out)}; run the same command again "
+                      "to continue", highlight=False)
+            raise typer.Exit(130)
+        except (JobError, ValueError, TypeError) as exc:
+            bar.stop()
+            _fail(str(exc))
+        finally:
+            if client is not None:
+                cluster = getattr(client, "cluster", None)
+                client.close()
+                if cluster is not None:
+                    cluster.close()
+    dt = time.perf_counter() - done["t0"]
+    console.print(f"wrote {out} ({total_signals} signal(s), {dt:.2f} s)", markup=False, highlight=False)
+
+
+def track(
+    files: list[str] = typer.Argument(..., help="Sources: .npy, .zarr, file.h5:/dataset, .wav/.flac/.ogg, a folder "
+                                                "or a glob of sound files."),
+    out: Path = typer.Option(..., "--out", help="Results, written as chunks finish: .parquet, .zarr, .csv or .jsonl "
+                                               "(one row per peak: file, signal, time, rank, bin, freq, power)."),
+    k: int = typer.Option(16, "--k", help="Peaks per frame."),
+    n_fft: int = typer.Option(256, "--n-fft", help="Segment length."),
+    hop: Optional[int] = typer.Option(None, "--hop", help="Samples between segments [default: n_fft/2]."),
+    frame_segments: int = typer.Option(8, "--frame-segments", help="Welch segments per frame."),
+    frame_hop: Optional[int] = typer.Option(None, "--frame-hop",
+                                            help="Segments between frame starts [default: frame-segments]."),
+    fs: Optional[float] = typer.Option(None, "--fs", help="Sample rate of sources without one [default: the file's]."),
+    mode: str = typer.Option("peaks", "--mode", help="peaks (local maxima) or bins (top bins)."),
+    min_distance: int = typer.Option(1, "--min-distance", help="Minimum bins between peaks."),
+    strategy: str = typer.Option("auto", "--strategy", help="auto or an execution (welchpeaks strategies)."),
+    nan_policy: str = typer.Option("raise", "--nan-policy", help="raise, or propagate (empty frames)."),
+    memory: str = typer.Option("1GB", "--memory", help="Memory bound of the run (samples in flight)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Run on a local dask cluster of N processes."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Run on a dask cluster: tcp://HOST:PORT."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Peaks over time of every signal in FILES, in bounded memory, resumable: run the same
+    command again after an interruption and it continues where it stopped."""
+    kw = dict(n_fft=n_fft, k=k, hop=hop, frame_segments=frame_segments, frame_hop=frame_hop, mode=mode,
+              min_distance=min_distance, strategy=strategy, nan_policy=nan_policy)
+    run_job("track", files, kw, fs, out, memory, workers, scheduler, quiet)

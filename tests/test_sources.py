@@ -114,3 +114,22 @@ def test_source_errors_name_the_file(tmp_path):
         src2 = welchpeaks.open_signals(tmp_path / "short.npy")
         src2.fs = 20.0
         welchpeaks.WelchPeaks(fs=10.0, n_fft=16)(src2)
+
+
+@pytest.mark.parametrize("detrend", ["constant", "linear", False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_long_rows_in_pieces_bit_for_bit(tmp_path, detrend, dtype):
+    """Rows longer than the budget go through the fused pass in pieces of segments, carrying the
+    power sums: bit for bit the in-memory fused pass (float64 data computed in float64 by auto)."""
+    x = (np.random.default_rng(13).standard_normal((3, 200_000)) + 4).astype(dtype)
+    x[1, 123_456] = np.nan
+    np.save(tmp_path / "x.npy", x)
+    kw = dict(n_fft=256, k=6, segments=None, detrend=detrend, nan_policy="propagate")
+    got = welchpeaks.welch_peaks(welchpeaks.open_signals(tmp_path / "x.npy"), max_memory=1 << 20, **kw)
+    ref = welchpeaks.welch_peaks(x, strategy="fused-cpu", dtype=np.dtype(dtype).name, **kw)
+    assert got.strategy == "fused-cpu" and got.params["compute_dtype"] == np.dtype(dtype).name
+    _same(got, ref)
+    assert np.all(got.bins[1] == -1) and np.all(got.bins[[0, 2]] >= 0)
+    with pytest.raises(ValueError, match="signal 1 holds NaN or infinity"):
+        welchpeaks.welch_peaks(welchpeaks.open_signals(tmp_path / "x.npy"), max_memory=1 << 20,
+                               **dict(kw, nan_policy="raise"))

@@ -132,10 +132,35 @@ def _npy(path: Path) -> SignalSource:
         if need != path.stat().st_size - fh.tell():
             raise SignalFileError(f"{path}: its header declares {need} bytes of data but the file holds "
                                   f"{path.stat().st_size - fh.tell()}; it is truncated or damaged")
-    mm = np.load(path, mmap_mode="r", allow_pickle=False)
-    mm = mm.reshape(rows, samples, order="F" if fortran else "C") if mm.ndim != 2 else mm
-    return SignalSource([Part(str(path), rows, samples, lambda r0, r1, s0, s1: mm[r0:r1, s0:s1])], None, out,
-                        f"npy {path}")
+        offset = fh.tell()
+    if fortran:  # column-major: a memory map reads it (its pages count as the process's memory)
+        mm = np.load(path, mmap_mode="r", allow_pickle=False).reshape(rows, samples, order="F")
+        read = lambda r0, r1, s0, s1: mm[r0:r1, s0:s1]  # noqa: E731
+    else:
+        read = _pread_rows(path, offset, dtype, samples)
+    return SignalSource([Part(str(path), rows, samples, read)], None, out, f"npy {path}")
+
+
+def _pread_rows(path: Path, offset: int, dtype: np.dtype, samples: int) -> Callable[[int, int, int, int], np.ndarray]:
+    """Blocks of a row-major array in a file, read with plain reads into fresh buffers (a memory
+    map would leave every page read counted in the process's resident memory)."""
+    item = dtype.itemsize
+
+    def read(r0: int, r1: int, s0: int, s1: int) -> np.ndarray:
+        out = np.empty((r1 - r0, s1 - s0), dtype)
+        with open(path, "rb", buffering=0) as fh:
+            if s0 == 0 and s1 == samples:
+                fh.seek(offset + r0 * samples * item)
+                if fh.readinto(memoryview(out).cast("B")) != out.nbytes:
+                    raise SignalFileError(f"{path}: shorter than its header says; it changed while being read")
+                return out
+            for i, r in enumerate(range(r0, r1)):
+                fh.seek(offset + (r * samples + s0) * item)
+                if fh.readinto(memoryview(out[i]).cast("B")) != out[i].nbytes:
+                    raise SignalFileError(f"{path}: shorter than its header says; it changed while being read")
+        return out
+
+    return read
 
 
 def _zarr(path: Path) -> SignalSource:

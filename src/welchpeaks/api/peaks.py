@@ -16,6 +16,8 @@ import numpy as np
 from welchpeaks import backends
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, np_dtype, tensor_input
+from welchpeaks.backends.fused_cpu import FusedCpuPlan, is_pow2
+from welchpeaks.numba_base import LANES
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.calibrate import median_ns
@@ -158,7 +160,7 @@ class WelchPeaks:
                           detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy=nan_policy,
                           dtype=dtype, precision=precision, layout=layout, model=model, min_recall=min_recall,
                           max_memory=max_memory)
-        self._pinned: dict[str, WelchPeaks] = {}
+        self._pinned: dict[tuple[str, str], WelchPeaks] = {}
         self.layout = _check_layout(layout, segments)
         self.params = make_params(
             k=k, n_fft=n_fft, hop=hop, segments=1 if self.layout else segments, fs=fs, window=window,
@@ -218,10 +220,11 @@ class WelchPeaks:
         one this whole batch in memory would run, so that every part matches it; else self."""
         if self.requested != "auto" or self.planner.learned is not None:
             return self
-        name = self.planner.plan(rows, length, np.dtype(dtype)).execution
-        if name not in self._pinned:
-            self._pinned[name] = WelchPeaks(strategy=name, **self._init)
-        return self._pinned[name]
+        call = self.planner.plan(rows, length, np.dtype(dtype))
+        key = (call.execution, call.compute.name)
+        if key not in self._pinned:  # the execution and its precision, as auto chose them
+            self._pinned[key] = WelchPeaks(strategy=call.execution, **dict(self._init, dtype=call.compute.name))
+        return self._pinned[key]
 
     def _run_source(self, src: SignalSource) -> PeakResult:
         """Peaks of every signal of a source, read in blocks of rows (only each row's analysed
@@ -237,17 +240,49 @@ class WelchPeaks:
                 p.check_length(part.samples)
             except ValueError as exc:
                 raise ValueError(f"{part.name}: {exc}") from None
-            frame = p.frame_for(part.samples)
+            frame, item = p.frame_for(part.samples), src.dtype.itemsize
             ex = self.for_batch(part.rows, part.samples, src.dtype)
-            for r0, r1 in src.row_blocks(i, frame * src.dtype.itemsize, budget):
+            long = (ex.strategy == "fused-cpu" and is_pow2(p.n_fft)
+                    and frame * item * min(part.rows, LANES) > budget)
+            blocks = (((r0, min(part.rows, r0 + LANES)) for r0 in range(0, part.rows, LANES)) if long
+                      else src.row_blocks(i, frame * item, budget))
+            for r0, r1 in blocks:
                 try:
-                    res = ex._run(src.read(i, r0, r1, 0, frame), tensor=False)
+                    res = (ex._long_rows(src, i, r0, r1, budget) if long
+                           else ex._run(src.read(i, r0, r1, 0, frame), tensor=False))
                 except ValueError as exc:
                     raise ValueError(f"{part.name}, rows {r0}..{r1 - 1}: {exc}") from None
                 results.append(res)
                 info = res.params
         cat = {f: np.concatenate([getattr(r, f) for r in results]) for f in ("bins", "power", "freqs")}
         return PeakResult(strategy=results[-1].strategy, params=dict(info, source=src.description), **cat)
+
+    def _long_rows(self, src: SignalSource, part: int, r0: int, r1: int, budget: int) -> PeakResult:
+        """Rows ``r0:r1`` of a source whose frames exceed the memory budget, through the fused
+        pass in pieces of whole segments (each about ``budget`` bytes), bit for bit the result of
+        the fused pass over whole rows in memory."""
+        p, samples, item = self.params, src.parts[part].samples, src.dtype.itemsize
+        n_seg = p.n_segments_for(samples)
+        compute = self.planner.compute_dtype(src.dtype)
+        plan = FusedCpuPlan(p, n_seg, compute)
+        per_piece = max(1, (budget // ((r1 - r0) * item) - p.n_fft) // p.hop + 1)
+        if plan.whole:  # short after all: one piece
+            per_piece = n_seg
+        rows = plan.pieces(r1 - r0, src.dtype) if not plan.whole else None
+        if rows is None:
+            out = plan.run(src.read(part, r0, r1, 0, p.frame_length(n_seg)))
+        else:
+            for s0 in range(0, n_seg, per_piece):
+                cnt = min(per_piece, n_seg - s0)
+                rows.feed(src.read(part, r0, r1, s0 * p.hop, s0 * p.hop + p.frame_length(cnt)), cnt,
+                          last=s0 + cnt == n_seg)
+            out = rows.result()
+        if out.bad_rows.size and p.nan_policy == "raise":
+            row = int(out.bad_rows[0])
+            raise ValueError(f"signal {r0 + row} holds NaN or infinity, or its power overflows {compute.name}; clean "
+                             "or scale the data, or pass nan_policy='propagate' to get empty slots (-1/NaN)")
+        info = dict(p.to_dict(), segments=n_seg, frame=p.frame_length(n_seg), compute_dtype=compute.name)
+        return PeakResult(out.bins, out.power.astype(src.dtype), out.fbins * p.freq_scale(), "fused-cpu", info)
 
     def _check_rows(self, rows: Any, bad_rows: np.ndarray, power: Any, lead: tuple, call: CallPlan) -> None:
         """Rows left empty or holding infinite power: a row whose frame is finite overflowed the

@@ -87,7 +87,7 @@ class Tracker:
             call = self.peaks.planner.plan(rows, self.frame, dtype)
             if call.why.startswith(PROVISIONAL):  # the cost model is being measured: not kept
                 return self.peaks
-            self._pinned[dtype] = WelchPeaks(strategy=call.execution, **self._kw)
+            self._pinned[dtype] = WelchPeaks(strategy=call.execution, **dict(self._kw, dtype=call.compute.name))
         self._last = self._pinned[dtype]
         return self._last
 

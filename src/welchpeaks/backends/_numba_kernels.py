@@ -313,9 +313,11 @@ def _segment_trend(row, off, n, detrend):
 
 
 @njit(**_INL)
-def _pivot(x, r, detrend):
-    """The shift of row ``r`` on loading: its first sample when detrending, else zero."""
-    return x[r, 0] if detrend != DETREND_NONE else x[r, 0] - x[r, 0]
+def _pivot(x, r, detrend, pivot):
+    """The shift of row ``r`` on loading when detrending (``pivot[r]``, or without one its first
+    sample), else zero."""
+    p0 = pivot[r] if pivot.shape[0] > 0 else x[r, 0]
+    return p0 if detrend != DETREND_NONE else p0 - p0
 
 
 @njit(**_INL)
@@ -491,8 +493,18 @@ def fused_pow2(
     out_bins,
     out_power,
     out_fbin,
+    carry,
+    use_carry,
+    finish,
+    pivot,
 ):
     """The fused pass for power-of-two ``n_fft``; scratch arrays have a leading worker axis.
+
+    A long row may come in pieces of whole segments: ``carry [n_rows, n_bins]`` (compute
+    dtype) holds the power summed so far; with ``use_carry`` each row starts from it, and
+    without ``finish`` the sums go back into it and nothing is selected (``out_*`` untouched).
+    ``pivot`` (one per row, or empty: each row's first sample) is the shift of each row, the
+    same for all its pieces. Pieces fed in order give exactly the values of one whole call.
 
     ``tile`` holds the frame of ``LANES`` rows (``whole``) or one segment (long frames), ``stats``
     their segment's mean (of the shifted samples) and slope (compute dtype), and ``sums`` the
@@ -531,6 +543,10 @@ def fused_pow2(
             for q in range(1, n_bins + 1):
                 for lane in range(nv):
                     ac[q, lane] = 0.0
+            if use_carry:
+                for lane in range(nl):
+                    for q in range(n_bins):
+                        ac[q + 1, lane] = carry[r0 + lane, q]
             for lane in range(nl):
                 bad[r0 + lane] = False
             for lane in range(nl, nv):  # computed lanes past the last row stay zero
@@ -544,7 +560,7 @@ def fused_pow2(
                 # overlapping segments are read from the tile, not from memory again
                 for lane in range(nl):
                     r = r0 + lane
-                    p0 = _pivot(x, r, detrend)
+                    p0 = _pivot(x, r, detrend, pivot)
                     for i in range(frame):
                         tl[i, lane] = x[r, i] - p0
             for s in range(n_seg):
@@ -552,7 +568,7 @@ def fused_pow2(
                 if not whole:  # long frames: one segment at a time
                     for lane in range(nl):
                         r = r0 + lane
-                        p0 = _pivot(x, r, detrend)
+                        p0 = _pivot(x, r, detrend, pivot)
                         for i in range(n_fft):
                             tl[i, lane] = x[r, off + i] - p0
                     off = 0
@@ -629,6 +645,11 @@ def fused_pow2(
                     ar = 2.0 * re[h, lane] - mean[lane] * h_wr - slope[lane] * h_rr
                     ai = -2.0 * im[h, lane] - mean[lane] * h_wi - slope[lane] * h_ri
                     ac[h + 1, lane] += ar * ar + ai * ai
+            if not finish:  # a piece of long rows: the sums go back to the carry
+                for lane in range(nl):
+                    for q in range(n_bins):
+                        carry[r0 + lane, q] = ac[q + 1, lane]
+                continue
             # the PSD tile, between -inf sentinel rows for the local-maximum test
             for q in range(n_bins):
                 sq = scale[q]

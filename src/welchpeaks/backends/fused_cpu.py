@@ -84,25 +84,70 @@ class FusedCpuPlan:
     def run(self, x2d: np.ndarray) -> RowPeaks:
         """Peaks of rows ``x2d`` (float32/float64, at least the frame long); power comes back in
         ``x2d``'s precision."""
-        kern = _kernels()
-        p = self.params
         x2d = np.ascontiguousarray(x2d)
         rows = x2d.shape[0]
-        bins = np.empty((rows, p.k), np.int32)
-        power = np.empty((rows, p.k), x2d.dtype)
-        fbin = np.empty((rows, p.k), np.float64)
+        bins = np.empty((rows, self.params.k), np.int32)
+        power = np.empty((rows, self.params.k), x2d.dtype)
+        fbin = np.empty((rows, self.params.k), np.float64)
+        bad = self._call(x2d, self.n_seg, (bins, power, fbin), np.empty((0, self.params.n_bins), self.compute),
+                         False, True, np.empty(0, x2d.dtype))
+        return RowPeaks(bins, power, fbin, bad)
+
+    def _call(self, x2d: np.ndarray, n_seg: int, outs: tuple, carry: np.ndarray, use_carry: bool, finish: bool,
+              pivot: np.ndarray) -> np.ndarray:
+        """One kernel call over ``n_seg`` segments of ``x2d``; the rows left empty (non-finite)."""
+        p, rows = self.params, x2d.shape[0]
         with KERNEL_LOCK:
             if self._bad.shape[0] < rows:
                 self._bad = np.zeros(rows, np.bool_)
             bad = self._bad
-            kern.fused_pow2(
-                x2d, rows, p.n_fft, p.hop, self.n_seg, self.window, self.ramp, self.consts,
+            _kernels().fused_pow2(
+                x2d, rows, p.n_fft, p.hop, n_seg, self.window, self.ramp, self.consts,
                 p.detrend_code, self.rev, self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend,
                 self.scale, p.k, p.mode_code, p.min_distance, self.whole, self.tile, self.stats, self.sums,
-                self.buf_re, self.buf_im, self.acc, *self.select, bad, bins, power, fbin,
+                self.buf_re, self.buf_im, self.acc, *self.select, bad, *outs, carry, use_carry, finish, pivot,
             )
-            bad_rows = np.flatnonzero(bad[:rows])
-        return RowPeaks(bins, power, fbin, bad_rows)
+            return np.flatnonzero(bad[:rows])
+
+    def pieces(self, rows: int, dtype: np.dtype) -> "LongRows":
+        """A computation of ``rows`` rows of this plan's segments fed in pieces (:class:`LongRows`)."""
+        return LongRows(self, rows, np.dtype(dtype))
+
+
+class LongRows:
+    """Rows too long to hold at once, fed to the fused pass in pieces of whole segments, in order:
+    ``feed(piece, n_seg)`` for each (the piece starts at a segment's first sample and spans
+    ``n_seg`` segments), then :meth:`result`. The result is bit for bit that of one
+    :meth:`FusedCpuPlan.run` over whole rows; memory is the piece plus ``rows x n_bins`` sums."""
+
+    def __init__(self, plan: FusedCpuPlan, rows: int, dtype: np.dtype):
+        if plan.whole:
+            raise ValueError("LongRows is for plans whose frame is loaded a segment at a time (long rows)")
+        self.plan, self.rows, self.dtype = plan, rows, dtype
+        self.carry = np.zeros((rows, plan.params.n_bins), plan.compute)
+        self.pivot: np.ndarray | None = None
+        self.bad = np.zeros(rows, np.bool_)
+        self.fed = 0
+        k = plan.params.k
+        self.outs = (np.empty((rows, k), np.int32), np.empty((rows, k), dtype), np.empty((rows, k), np.float64))
+
+    def feed(self, piece: np.ndarray, n_seg: int, last: bool = False) -> None:
+        piece = np.ascontiguousarray(piece, self.dtype)
+        if piece.shape[0] != self.rows or piece.shape[1] < self.plan.params.frame_length(n_seg):
+            raise ValueError(f"a piece of {piece.shape} does not hold {self.rows} rows of {n_seg} segments")
+        if self.pivot is None:  # each row's first sample shifts all its pieces
+            self.pivot = piece[:, 0].copy()
+        self.fed += n_seg
+        if last and self.fed != self.plan.n_seg:
+            raise ValueError(f"the pieces hold {self.fed} segments, the plan {self.plan.n_seg}")
+        bad = self.plan._call(piece, n_seg, self.outs, self.carry, True, last, self.pivot)
+        self.bad[bad] = True
+
+    def result(self) -> RowPeaks:
+        bins, power, fbin = self.outs
+        bad = np.flatnonzero(self.bad)
+        bins[bad], power[bad], fbin[bad] = -1, np.nan, np.nan
+        return RowPeaks(bins, power, fbin, bad)
 
 
 class SpectrumSelect:

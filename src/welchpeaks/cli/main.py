@@ -353,6 +353,38 @@ def bench_phases(
     _write_json(json_path, {"machine": machine_info(), "reports": reports})
 
 
+@bench_app.command("scale")
+def bench_scale(
+    which: str = typer.Option(",".join(("long-rows", "zarr-cli", "dask", "track")), "--which",
+                              help="Experiments, comma-separated: long-rows, zarr-cli, dask, track."),
+    workdir: Path = typer.Option(Path("."), "--dir", help="Where the bench writes its data files (kept for reruns)."),
+    size_gb: float = typer.Option(4.0, "--size-gb", help="Size of the Zarr array on disk (GB)."),
+    repeats: int = typer.Option(3, "--repeats", help="Runs per figure (median and min-max)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the figures and machine info as JSON."),
+) -> None:
+    """Real data at scale: long rows, the CLI over a Zarr array on disk (time, peak memory), Dask
+    with 1 and 2 workers, and track over a long recording; each figure in its own process."""
+    from welchpeaks.bench.scale import EXPERIMENTS, run
+    from welchpeaks.machine import machine_info
+
+    chosen = [w.strip() for w in which.split(",") if w.strip()]
+    bad = [w for w in chosen if w not in EXPERIMENTS]
+    if bad or not chosen:
+        _fail(f"--which {which!r}: use some of {', '.join(EXPERIMENTS)}")
+    if not workdir.is_dir():
+        _fail(f"--dir {str(workdir)!r} is not a folder")
+    if repeats < 1 or size_gb <= 0:
+        _fail("--repeats must be >= 1 and --size-gb > 0")
+    check_output(json_path, "--json")
+    info = machine_info()
+    try:
+        res = run(chosen, workdir, size_gb, repeats, lambda s: err.print(s, highlight=False))
+    except RuntimeError as exc:
+        _fail(str(exc))
+    console.print_json(json.dumps(res, default=str))
+    _write_json(json_path, {"machine": info, **res})
+
+
 @bench_app.command("picker")
 def bench_picker(
     batch: Optional[str] = typer.Option(None, "--batch", help="Batches [default: 1,32,256,1024,8192,32768]."),

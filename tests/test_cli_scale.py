@@ -75,14 +75,17 @@ def test_track_cli_equals_api_in_every_format(recording, tmp_path):
         np.testing.assert_allclose(df["power"].to_numpy(), frames[".parquet"]["power"].to_numpy(), rtol=1e-15)
 
 
-def test_peaks_out_of_core(recording, tmp_path):
+@pytest.mark.parametrize("strategy, memory", [("numpy", "64MiB"), ("fused-cpu", "16MiB")])
+def test_peaks_out_of_core(recording, tmp_path, strategy, memory):
+    """numpy: blocks of 3 whole rows (16 MiB of samples each); fused-cpu at 16MiB: the 6 rows
+    together exceed the 4 MiB per block, so they are read in pieces of segments."""
     path, x = recording
     out = tmp_path / "p.csv"
     res = runner.invoke(app, ["peaks", str(path), "--out", str(out), "--k", "4", "--segments", "all",
-                              "--memory", "64MiB", "--quiet", "--strategy", "numpy"])
+                              "--memory", memory, "--quiet", "--strategy", strategy])
     assert res.exit_code == 0, res.output
-    df = pd.read_csv(out)  # blocks of 3 rows (16 MiB of samples each)
-    ref = welchpeaks.welch_peaks(x, k=4, segments=None, strategy="numpy")
+    df = pd.read_csv(out)
+    ref = welchpeaks.welch_peaks(x, k=4, segments=None, strategy=strategy)
     np.testing.assert_array_equal(df["bin"].to_numpy().reshape(6, 4), ref.bins)
     np.testing.assert_array_equal(df["power"].to_numpy().reshape(6, 4), ref.power)
 
@@ -95,11 +98,11 @@ def test_interrupted_then_resumed_is_byte_identical(long_recording, tmp_path, mo
     out = tmp_path / "resumed.parquet"
     real, calls = job_mod.compute_unit, []
 
-    def ctrl_c_on_third(spec, unit):
+    def ctrl_c_on_third(spec, unit, data=None):
         calls.append(unit)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real(spec, unit)
+        return real(spec, unit, data)
 
     monkeypatch.setattr(job_mod, "compute_unit", ctrl_c_on_third)
     res = runner.invoke(app, args + ["--out", str(out)])
@@ -119,7 +122,7 @@ def test_interrupted_then_resumed_is_byte_identical(long_recording, tmp_path, mo
 def test_other_arguments_do_not_resume_a_run(recording, tmp_path, monkeypatch):
     path, _ = recording
     out = tmp_path / "o.csv"
-    monkeypatch.setattr(job_mod, "compute_unit", lambda spec, unit: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(job_mod, "compute_unit", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
     base = ["track", str(path), "--out", str(out), "--n-fft", "64", "--quiet"]
     assert runner.invoke(app, base).exit_code == 130
     res = runner.invoke(app, base[:-1] + ["--k", "3", "--quiet"])

@@ -16,8 +16,6 @@ import numpy as np
 from welchpeaks import backends
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, np_dtype, tensor_input
-from welchpeaks.backends.fused_cpu import FusedCpuPlan, is_pow2
-from welchpeaks.numba_base import LANES
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.calibrate import median_ns
@@ -229,38 +227,64 @@ class WelchPeaks:
     def _run_source(self, src: SignalSource) -> PeakResult:
         """Peaks of every signal of a source, read in blocks of rows (only each row's analysed
         frame is read), ``[rows, k]`` in the source's row order."""
-        p = self.params
+        budget = self.planner.max_memory or SOURCE_BLOCK_BYTES
+        results = [self.source_block(src, i, r0, r1, budget)
+                   for i in range(len(src.parts)) for r0, r1, _ in self.source_blocks(src, i, budget)]
+        cat = {f: np.concatenate([getattr(r, f) for r in results]) for f in ("bins", "power", "freqs")}
+        return PeakResult(strategy=results[-1].strategy, params=dict(results[-1].params, source=src.description),
+                          **cat)
+
+    def source_blocks(self, src: SignalSource, part: int, budget: int) -> list[tuple[int, int, tuple | None]]:
+        """How part ``part`` of a source is computed within ``budget`` bytes of samples: blocks
+        ``(r0, r1, read)``, ``read`` the ``(part, r0, r1, s0, s1)`` a block reads at once, or
+        None for rows longer than the budget (read in pieces by :meth:`source_block`)."""
+        p, info = self.params, src.parts[part]
         if p.fs is not None and src.fs is not None and p.fs != src.fs:
             raise ValueError(f"fs={p.fs:g} but {src.description} is sampled at {src.fs:g} Hz; pass fs=None (the "
                              "file's rate is used) or the file's rate")
-        budget = self.planner.max_memory or SOURCE_BLOCK_BYTES
-        results, info = [], {}
-        for i, part in enumerate(src.parts):
-            try:
-                p.check_length(part.samples)
-            except ValueError as exc:
-                raise ValueError(f"{part.name}: {exc}") from None
-            frame, item = p.frame_for(part.samples), src.dtype.itemsize
-            ex = self.for_batch(part.rows, part.samples, src.dtype)
-            long = (ex.strategy == "fused-cpu" and is_pow2(p.n_fft)
-                    and frame * item * min(part.rows, LANES) > budget)
-            blocks = (((r0, min(part.rows, r0 + LANES)) for r0 in range(0, part.rows, LANES)) if long
-                      else src.row_blocks(i, frame * item, budget))
-            for r0, r1 in blocks:
-                try:
-                    res = (ex._long_rows(src, i, r0, r1, budget) if long
-                           else ex._run(src.read(i, r0, r1, 0, frame), tensor=False))
-                except ValueError as exc:
-                    raise ValueError(f"{part.name}, rows {r0}..{r1 - 1}: {exc}") from None
-                results.append(res)
-                info = res.params
-        cat = {f: np.concatenate([getattr(r, f) for r in results]) for f in ("bins", "power", "freqs")}
-        return PeakResult(strategy=results[-1].strategy, params=dict(info, source=src.description), **cat)
+        try:
+            p.check_length(info.samples)
+        except ValueError as exc:
+            raise ValueError(f"{info.name}: {exc}") from None
+        frame = p.frame_for(info.samples)
+        if self._in_pieces(src, part, budget):
+            from welchpeaks.numba_base import LANES
+
+            return [(r0, min(info.rows, r0 + LANES), None) for r0 in range(0, info.rows, LANES)]
+        return [(r0, r1, (part, r0, r1, 0, frame)) for r0, r1 in src.row_blocks(part, frame * src.dtype.itemsize, budget)]
+
+    def _in_pieces(self, src: SignalSource, part: int, budget: int) -> bool:
+        """Whether rows of part ``part`` are too long for ``budget`` and the fused pass takes them
+        in pieces (other executions read whole rows, one block of rows at a time)."""
+        from welchpeaks.backends.fused_cpu import is_pow2
+        from welchpeaks.numba_base import LANES
+
+        info = src.parts[part]
+        ex = self.for_batch(info.rows, info.samples, src.dtype)
+        frame_bytes = self.params.frame_for(info.samples) * src.dtype.itemsize
+        return ex.strategy == "fused-cpu" and is_pow2(self.params.n_fft) and frame_bytes * min(info.rows, LANES) > budget
+
+    def source_block(self, src: SignalSource, part: int, r0: int, r1: int, budget: int,
+                     data: np.ndarray | None = None) -> PeakResult:
+        """Peaks of rows ``r0:r1`` of part ``part`` (a block of :meth:`source_blocks`); ``data``:
+        its samples when already read."""
+        info = src.parts[part]
+        ex = self.for_batch(info.rows, info.samples, src.dtype)
+        try:
+            if self._in_pieces(src, part, budget):
+                return ex._long_rows(src, part, r0, r1, budget)
+            if data is None:
+                data = src.read(part, r0, r1, 0, self.params.frame_for(info.samples))
+            return ex._run(data, tensor=False)
+        except ValueError as exc:
+            raise ValueError(f"{info.name}, rows {r0}..{r1 - 1}: {exc}") from None
 
     def _long_rows(self, src: SignalSource, part: int, r0: int, r1: int, budget: int) -> PeakResult:
         """Rows ``r0:r1`` of a source whose frames exceed the memory budget, through the fused
         pass in pieces of whole segments (each about ``budget`` bytes), bit for bit the result of
         the fused pass over whole rows in memory."""
+        from welchpeaks.backends.fused_cpu import FusedCpuPlan
+
         p, samples, item = self.params, src.parts[part].samples, src.dtype.itemsize
         n_seg = p.n_segments_for(samples)
         compute = self.planner.compute_dtype(src.dtype)

@@ -11,7 +11,7 @@ Experiments (each reports medians with min-max over ``repeats`` runs where it re
   rate, through the page cache when it holds the file);
 * ``dask``: ``welch_peaks`` of ``da.from_zarr`` on ``LocalCluster(n_workers=2,
   threads_per_worker=1, processes=True)`` against one worker; the per-chunk overhead of one
-  worker against the kernel alone on the same chunks in memory (one thread);
+  worker against a plain loop doing the same reads and kernels on one thread;
 * ``track``: ``track`` of a float32 16-channel recording on disk (48 kHz) against
   ``welch_peaks(segments=None)`` of the same samples, both from the file, with peak RSS.
 """
@@ -83,16 +83,12 @@ def child_long_rows(rows: int, samples: int, strategy: str, repeats: int) -> dic
             "input_bytes": x.nbytes}
 
 
-def child_in_memory(path: str, rows: int, repeats: int, threads: int = 0) -> dict[str, Any]:
-    """fused-cpu on the first ``rows`` rows of a Zarr array, in memory (optionally one thread)."""
+def child_in_memory(path: str, rows: int, repeats: int) -> dict[str, Any]:
+    """fused-cpu on the first ``rows`` rows of a Zarr array, in memory."""
     import zarr
 
     import welchpeaks
 
-    if threads:
-        import numba
-
-        numba.set_num_threads(threads)
     x = np.asarray(zarr.open_array(path, mode="r")[:rows])
     wp = welchpeaks.WelchPeaks(segments=None, strategy="fused-cpu")
     wp(x[:1])
@@ -104,16 +100,53 @@ def child_in_memory(path: str, rows: int, repeats: int, threads: int = 0) -> dic
     return {**_median(ts), "signals_per_s": rows / float(np.median(ts)), "bytes_per_s": x.nbytes / float(np.median(ts))}
 
 
-def child_read(path: str) -> dict[str, Any]:
-    """Read every chunk of a Zarr array once (row blocks), nothing else."""
+def child_one_thread_model() -> dict[str, Any]:
+    """Make sure this machine's cost model for one numba thread is cached (a dask worker with one
+    thread plans with it; without it, every worker would measure it in the background while the
+    bench times it)."""
+    import numba
+
+    from welchpeaks.plan.cost import cost_model_for
+
+    numba.set_num_threads(1)
+    return {"status": cost_model_for("cpu", wait=True).status}
+
+
+def child_loop(path: str) -> dict[str, Any]:
+    """What one dask worker does, without dask: every chunk of the Zarr array read (as
+    ``da.from_zarr`` reads it) and computed by fused-cpu, one after the other, one thread."""
+    import numba
     import zarr
 
+    import welchpeaks
+
+    numba.set_num_threads(1)
     z = zarr.open_array(path, mode="r")
+    wp = welchpeaks.WelchPeaks(segments=None, strategy="fused-cpu")
+    wp(np.zeros((1, 4096), np.float32))
+    read = compute = 0.0
     t0 = time.perf_counter()
-    step = max(1, z.chunks[0])
+    for r in range(0, z.shape[0], z.chunks[0]):
+        a = time.perf_counter()
+        x = np.asarray(z[r:r + z.chunks[0]])
+        b = time.perf_counter()
+        wp(x)
+        read, compute = read + b - a, compute + time.perf_counter() - b
+    dt = time.perf_counter() - t0
+    return {"seconds": dt, "read_s": read, "compute_s": compute, "signals_per_s": z.shape[0] / dt}
+
+
+def child_read(path: str) -> dict[str, Any]:
+    """Read the whole source once, in the blocks of rows the CLI reads (256 MB), nothing else:
+    the rate the disk (or the page cache) gives welchpeaks' reader."""
+    import welchpeaks
+
+    src = welchpeaks.open_signals(path)
+    part = src.parts[0]
+    t0 = time.perf_counter()
     total = 0
-    for r in range(0, z.shape[0], step):
-        total += np.asarray(z[r:r + step]).nbytes
+    for r0, r1 in src.row_blocks(0, part.samples * src.dtype.itemsize, 256 << 20):
+        total += src.read(0, r0, r1, 0, part.samples).nbytes
     dt = time.perf_counter() - t0
     return {"seconds": dt, "bytes_per_s": total / dt}
 
@@ -155,6 +188,7 @@ def child_track(path: str, what: str, repeats: int) -> dict[str, Any]:
 
 
 CHILDREN = {"long-rows": child_long_rows, "in-memory": child_in_memory, "read": child_read, "dask": child_dask,
+            "loop": child_loop, "one-thread-model": child_one_thread_model,
             "track": child_track}
 
 
@@ -223,24 +257,27 @@ def run(which: list[str], workdir: Path, size_gb: float, repeats: int,
             "cli_over_read_rate": sig_s * samples * 4 / read["bytes_per_s"],
             "method": ("CLI: wall time of `welchpeaks peaks ARRAY --out X.parquet --segments all --memory 1GB` as a "
                        "child process (start-up, imports and planning included), peak RSS from wait4; in memory: "
-                       "fused-cpu on 64 rows loaded first (median of the calls); read: every chunk read once. The "
-                       "file was just written, so reads come from the page cache when it holds it"),
+                       "fused-cpu on 64 rows loaded first (median of the calls); read: the array read once through "
+                       "open_signals in 256 MB blocks, nothing computed (from disk or the page cache, whichever "
+                       "holds it then)"),
         }
     if "dask" in which:
+        progress("dask: the one-thread cost model the workers plan with")
+        _rss_child(_child_cmd("one-thread-model"))
         res = {}
         for w in (1, 2):
             progress(f"dask: {w} worker(s)")
             doc, _, _ = _rss_child(_child_cmd("dask", path=str(zpath), workers=w, repeats=repeats))
             res[f"workers_{w}"] = doc
-        progress("dask: the kernel alone, one thread, on the same rows in memory")
-        kernel, _, _ = _rss_child(_child_cmd("in-memory", path=str(zpath), rows=64, repeats=repeats, threads=1))
-        res["kernel_one_thread"] = kernel
+        progress("dask: the same chunks read and computed in a plain loop, one thread")
+        loop, _, _ = _rss_child(_child_cmd("loop", path=str(zpath)))
+        res["plain_loop_one_thread"] = loop
         res["speedup_2_over_1"] = res["workers_2"]["signals_per_s"] / res["workers_1"]["signals_per_s"]
-        res["per_chunk_overhead"] = 1 - res["workers_1"]["signals_per_s"] / kernel["signals_per_s"]
+        res["per_chunk_overhead"] = loop["signals_per_s"] / res["workers_1"]["signals_per_s"] - 1
         res["method"] = ("welch_peaks(da.from_zarr(array), segments=None, strategy='fused-cpu').compute() on a "
                          "LocalCluster(threads_per_worker=1, processes=True) after a warm-up on each worker; "
-                         "overhead: 1 - one worker's throughput / the kernel's in memory on one thread (reading "
-                         "the chunk, scheduling and transfers all count as overhead)")
+                         "overhead: one worker's time over a plain loop's doing the same reads and kernels on one "
+                         "thread, minus 1 (scheduling, serialisation, transfers)")
         out["dask"] = res
     if "track" in which:
         path = workdir / "scale-recording.npy"

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -65,27 +66,48 @@ def _cached(key: str, make: Callable[[], Any]) -> Any:
     return _CACHE[key]
 
 
-def compute_unit(spec: dict[str, Any], unit: Unit) -> dict[str, np.ndarray]:
-    """The long-form columns of one unit (runs here or on a dask worker, which opens the source
-    and builds the executor itself, once per process)."""
+def _executor(spec: dict[str, Any], unit: Unit) -> tuple[Any, Any]:
+    """The unit's source and executor (WelchPeaks or Tracker), built once per process."""
     from welchpeaks.api import Tracker, WelchPeaks
+
+    path, kind, kw = spec["sources"][unit.source], spec["kind"], spec["kw"][unit.source]
+    src = _cached("src:" + path, lambda: _open(path))
+    return src, _cached(json.dumps([kind, kw], sort_keys=True), lambda: (WelchPeaks if kind == "peaks" else Tracker)(**kw))
+
+
+def unit_read(spec: dict[str, Any], unit: Unit) -> tuple[int, int, int, int, int] | None:
+    """The one read ``(part, r0, r1, s0, s1)`` a unit makes, or None when it reads in pieces."""
+    src, ex = _executor(spec, unit)
+    if spec["kind"] == "peaks":
+        if ex._in_pieces(src, unit.part, spec["budget"]):
+            return None
+        return unit.part, unit.r0, unit.r1, 0, ex.params.frame_for(src.parts[unit.part].samples)
+    s0 = unit.t0 * ex.step
+    return unit.part, unit.r0, unit.r1, s0, s0 + (unit.t1 - unit.t0 - 1) * ex.step + ex.frame
+
+
+def read_unit(spec: dict[str, Any], unit: Unit) -> np.ndarray | None:
+    """The samples of a unit (None when it reads in pieces itself)."""
+    where = unit_read(spec, unit)
+    return None if where is None else _executor(spec, unit)[0].read(*where)
+
+
+def compute_unit(spec: dict[str, Any], unit: Unit, data: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The long-form columns of one unit (runs here or on a dask worker, which opens the source
+    and builds the executor itself, once per process); ``data``: its samples, already read."""
     from welchpeaks.api.lazy import fit_numba_threads
 
     fit_numba_threads()
-    path, kind, kw = spec["sources"][unit.source], spec["kind"], spec["kw"][unit.source]
-    src = _cached("src:" + path, lambda: _open(path))
-    key = json.dumps([kind, kw], sort_keys=True)
-    part = src.parts[unit.part]
-    if kind == "peaks":
-        ex = _cached(key, lambda: WelchPeaks(**kw)).for_batch(part.rows, part.samples, src.dtype)
-        res = ex(src.read(unit.part, unit.r0, unit.r1, 0, ex.params.frame_for(part.samples)))
-        bins, power, freqs = res.bins, res.power, res.freqs
-        times = None
+    src, ex = _executor(spec, unit)
+    if data is None:
+        data = read_unit(spec, unit)
+    times = None
+    if spec["kind"] == "peaks":
+        res = ex.source_block(src, unit.part, unit.r0, unit.r1, spec["budget"], data)
     else:
-        tr = _cached(key, lambda: Tracker(**kw))
-        s0 = unit.t0 * tr.step
-        res = tr.run(src.read(unit.part, unit.r0, unit.r1, s0, s0 + (unit.t1 - unit.t0 - 1) * tr.step + tr.frame), s0)
-        bins, power, freqs, times = res.bins, res.power, res.freqs, res.times
+        res = ex.run(data, unit_read(spec, unit)[3])
+        times = res.times
+    bins, power, freqs = res.bins, res.power, res.freqs
     sig, *rest = np.nonzero(bins >= 0)
     cols = {"file": np.full(sig.shape, spec["file_index"][unit.source][unit.part], np.int32),
             "signal": (sig + unit.r0).astype(np.int64)}
@@ -99,20 +121,18 @@ def compute_unit(spec: dict[str, Any], unit: Unit) -> dict[str, np.ndarray]:
 def plan_units(kind: str, sources: list[Any], kw: list[dict[str, Any]], budget: int) -> list[Unit]:
     """The job's units: blocks of rows (and of frames, for track) reading at most ``budget``
     bytes of samples each."""
-    from welchpeaks.api import Tracker
-    from welchpeaks.params import make_params
+    from welchpeaks.api import Tracker, WelchPeaks
 
     units = []
     for s, src in enumerate(sources):
         item = src.dtype.itemsize
         for i, part in enumerate(src.parts):
             if kind == "peaks":
-                p = make_params(**{a: kw[s][a] for a in ("n_fft", "hop", "segments", "k", "fs")})
                 try:
-                    p.check_length(part.samples)
+                    blocks = WelchPeaks(**kw[s]).source_blocks(src, i, budget)
                 except ValueError as exc:
-                    raise JobError(f"{part.name}: {exc}") from None
-                units += [Unit(s, i, r0, r1) for r0, r1 in src.row_blocks(i, p.frame_for(part.samples) * item, budget)]
+                    raise JobError(str(exc)) from None
+                units += [Unit(s, i, r0, r1) for r0, r1, _ in blocks]
                 continue
             tr = Tracker(**kw[s])
             n_frames = tr.n_frames(part.samples)
@@ -160,7 +180,7 @@ class Job:
         for src in sources:
             index.append(list(range(n, n + len(src.parts))))
             n += len(src.parts)
-        self.spec = {"kind": kind, "sources": paths, "kw": kw, "file_index": index}
+        self.spec = {"kind": kind, "sources": paths, "kw": kw, "file_index": index, "budget": self.budget}
         self.names = names
         self.stage = staging_dir(out)
         self.key = _fingerprint(kind, paths, sources, kw, self.budget, out)
@@ -213,10 +233,18 @@ class Job:
         """Compute the missing units (on ``client``'s cluster when given), then assemble."""
         todo = self.prepare()
         if client is None:
-            for i in todo:
-                self._save(i, compute_unit(self.spec, self.units[i]))
-                if progress:
-                    progress(self.units[i], i)
+            # the next unit's samples are read while this one computes (reading and the kernels
+            # release the GIL): two units' samples in flight, each within the budget
+            with ThreadPoolExecutor(1, thread_name_prefix="welchpeaks-read") as reader:
+                ahead = reader.submit(read_unit, self.spec, self.units[todo[0]]) if todo else None
+                for j, i in enumerate(todo):
+                    data = ahead.result()
+                    if j + 1 < len(todo):
+                        ahead = reader.submit(read_unit, self.spec, self.units[todo[j + 1]])
+                    self._save(i, compute_unit(self.spec, self.units[i], data))
+                    del data
+                    if progress:
+                        progress(self.units[i], i)
         else:
             from distributed import as_completed
 
@@ -320,16 +348,8 @@ def _csv_cell(v: Any) -> str:
 
 def bytes_of(unit: Unit, job: Job) -> int:
     """Bytes of samples a unit reads (for the progress rate)."""
+    where = unit_read(job.spec, unit)
     src = job.sources[unit.source]
-    part = src.parts[unit.part]
-    if job.kind == "peaks":
-        from welchpeaks.params import make_params
-
-        p = make_params(**{a: job.kw[unit.source][a] for a in ("n_fft", "hop", "segments", "k", "fs")})
-        span = p.frame_for(part.samples)
-    else:
-        from welchpeaks.api import Tracker
-
-        tr = _cached(json.dumps(["track", job.kw[unit.source]], sort_keys=True), lambda: Tracker(**job.kw[unit.source]))
-        span = (unit.t1 - unit.t0 - 1) * tr.step + tr.frame
-    return (unit.r1 - unit.r0) * span * src.dtype.itemsize
+    if where is None:  # whole long rows, in pieces
+        return (unit.r1 - unit.r0) * src.parts[unit.part].samples * src.dtype.itemsize
+    return (unit.r1 - unit.r0) * (where[4] - where[3]) * src.dtype.itemsize

@@ -28,11 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from welchpeaks.plan.cache import LruCache
 from welchpeaks.result import PeakResult, TrackResult
 
 #: Bytes of signal one task may hold: whole rows up to this are read by one task
 TASK_BYTES = 256 << 20
-_EXECUTORS: dict[bytes, Any] = {}
+_EXECUTORS = LruCache(16)
 
 
 def is_dask(x: Any) -> bool:
@@ -49,14 +50,11 @@ def dask_array():
 
 def _executor(kind: str, kw: dict[str, Any]) -> Any:
     """The WelchPeaks/Tracker for ``kw``, built once per process."""
-    key = pickle.dumps((kind, sorted(kw.items(), key=lambda item: item[0])))
-    ex = _EXECUTORS.get(key)
-    if ex is None:
-        from welchpeaks.api.peaks import WelchPeaks
-        from welchpeaks.api.track import Tracker
+    from welchpeaks.api.peaks import WelchPeaks
+    from welchpeaks.api.track import Tracker
 
-        ex = _EXECUTORS[key] = (WelchPeaks if kind == "peaks" else Tracker)(**kw)
-    return ex
+    key = pickle.dumps((kind, sorted(kw.items(), key=lambda item: item[0])))
+    return _EXECUTORS.get_or_make(key, lambda: (WelchPeaks if kind == "peaks" else Tracker)(**kw))
 
 
 def fit_numba_threads() -> int | None:

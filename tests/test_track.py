@@ -144,3 +144,20 @@ def test_stream_under_auto(dtype, rtol):
     parts = [stream.push(x[:, i:i + 777]) for i in range(0, 20000, 777)]
     np.testing.assert_array_equal(np.concatenate([p.bins for p in parts], axis=1), whole.bins)
     np.testing.assert_allclose(np.concatenate([p.power for p in parts], axis=1), whole.power, rtol=rtol)
+
+
+def test_tensors_cpu_and_triton_in_the_interpreter():
+    """CPU tensors run the host executions (tensors back); a GPU execution runs frames of a tensor
+    where it is (here Triton's interpreter on CPU tensors) and agrees with the float64 oracle."""
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(9).standard_normal((2, 1200)).astype(np.float32)
+    kw = dict(n_fft=64, k=3, frame_segments=2)
+    ref = welchpeaks.track(x, strategy="numpy", **kw)
+    cpu = welchpeaks.track(torch.from_numpy(x), strategy="numpy", **kw)
+    assert torch.is_tensor(cpu.bins) and np.array_equal(cpu.bins.numpy(), ref.bins)
+    pytest.importorskip("triton", reason="the gpu extra is part of the test install")
+    got = welchpeaks.track(torch.from_numpy(x), strategy="triton-fused", **kw)
+    oracle = welchpeaks.track(x.astype(np.float64), strategy="numpy", **kw)
+    assert got.strategy == "triton-fused" and got.bins.shape == (2, len(ref), 3)
+    np.testing.assert_array_equal(got.bins.numpy(), oracle.bins)
+    np.testing.assert_allclose(got.power.numpy(), oracle.power, rtol=1e-4)

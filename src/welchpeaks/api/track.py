@@ -17,7 +17,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from welchpeaks.api import lazy
-from welchpeaks.api.coerce import as_real_array
+from welchpeaks.api.coerce import as_real_array, tensor_input
 from welchpeaks.api.peaks import SOURCE_BLOCK_BYTES, WelchPeaks
 from welchpeaks.plan.planner import PROVISIONAL
 from welchpeaks.result import TrackResult
@@ -117,13 +117,69 @@ class Tracker:
                             "which returns a lazy result")
         if isinstance(x, SignalSource):
             return self._run_source(x)
+        t = tensor_input(x)
+        if t is not None:
+            self._check_length(t.shape[-1])
+            forced = self.peaks.planner.forced
+            if t.is_cuda or (forced is not None and forced.device == "cuda"):
+                return self._run_tensor(t)
+            import torch
+
+            res = self.run(t.detach().numpy())  # a host execution computes CPU tensors
+            conv = {f: torch.from_numpy(np.ascontiguousarray(getattr(res, f))) for f in ("bins", "power", "freqs")}
+            return TrackResult(times=res.times, strategy=res.strategy, params=res.params, **conv)
         arr = as_real_array(x)
-        length = arr.shape[-1]
+        self._check_length(arr.shape[-1])
+        return self.run(arr)
+
+    def _check_length(self, length: int) -> None:
         if length < self.frame:
             raise ValueError(f"x has {length} samples but a frame needs {self.frame} (n_fft + (frame_segments-1)*hop "
                              f"= {self.params.n_fft} + {self.frame_segments - 1}*{self.params.hop}); pass a longer "
                              "signal, a smaller n_fft or fewer frame_segments")
-        return self.run(arr)
+
+    def _run_tensor(self, t: Any) -> TrackResult:
+        """Frames of a tensor where it is (a CUDA device, or CPU tensors for a GPU execution under
+        Triton's interpreter): ``unfold`` views, copied a block at a time, through the GPU
+        executions; bins, power and freqs come back as tensors on its device."""
+        import torch
+
+        lead, length = tuple(t.shape[:-1]), t.shape[-1]
+        rows = t.reshape(-1, length)
+        n_frames, k = self.n_frames(length), self.params.k
+        frames = rows.unfold(1, self.frame, self.step)  # [rows, T, frame], a view
+        per_block = max(1, BLOCK_BYTES // (self.frame * t.element_size()))  # frames per block
+        peaks = self.peaks
+        if peaks.requested == "auto":  # one execution for every block, as for host arrays
+            call = peaks.planner.plan(per_block, self.frame,
+                                      np.dtype(str(t.dtype).replace("torch.", "")), True)
+            peaks = WelchPeaks(strategy=call.execution, **dict(self._kw, dtype=call.compute.name))
+        self._last = peaks
+        f_block = max(1, min(n_frames, per_block))
+        r_block = max(1, per_block // f_block)
+        out: dict[str, Any] = {}
+        for r0 in range(0, rows.shape[0], r_block):
+            r1 = min(rows.shape[0], r0 + r_block)
+            for t0 in range(0, n_frames, f_block):
+                t1 = min(n_frames, t0 + f_block)
+                block = frames[r0:r1, t0:t1].reshape(-1, self.frame).contiguous()  # this block only
+                res = peaks(block)
+                if self.nan_policy == "raise":
+                    empty = torch.nonzero(res.bins[:, 0] < 0).flatten()
+                    if empty.numel():
+                        bad = empty[~torch.isfinite(block[empty]).all(dim=1)].cpu().numpy()
+                        if bad.size:
+                            row, frame = r0 + int(bad[0]) // (t1 - t0), t0 + int(bad[0]) % (t1 - t0)
+                            raise ValueError(f"x has NaN or infinity in row {row}, frame {frame} (samples "
+                                             f"{frame * self.step} to {frame * self.step + self.frame - 1}); clean "
+                                             "the data or pass nan_policy='propagate'")
+                for f in ("bins", "power", "freqs"):
+                    v = getattr(res, f).reshape(r1 - r0, t1 - t0, k)
+                    if f not in out:
+                        out[f] = torch.empty((rows.shape[0], n_frames, k), dtype=v.dtype, device=v.device)
+                    out[f][r0:r1, t0:t1] = v
+        out = {f: v.reshape(lead + (n_frames, k)) for f, v in out.items()}
+        return TrackResult(times=self.times(n_frames), strategy=peaks.strategy, params=self.info(), **out)
 
     def run(self, arr: np.ndarray, first_sample: int = 0) -> TrackResult:
         """Frames of ``arr [..., samples]`` (float32/float64, validated); ``first_sample``: the

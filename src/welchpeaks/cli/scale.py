@@ -75,6 +75,7 @@ def _client(workers: Optional[int], scheduler: Optional[str]) -> Any:
 def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float], out: Path, memory: str,
             workers: Optional[int], scheduler: Optional[str], quiet: bool = False) -> None:
     """Run (or resume) the job and report it; every failure is a one-line error."""
+    # a .zarr output is a folder: check that its parent can take it (a file check refuses folders)
     check_output(out if out.suffix.lower() != ".zarr" else out.with_suffix(".check"), "--out")
     if out.suffix.lower() == ".zarr" and out.exists() and not out.is_dir():
         _fail(f"--out {str(out)!r} exists and is not a Zarr folder; give another name")

@@ -3,7 +3,6 @@ format holds the same rows, memory-bounded chunks, and an interrupted or killed 
 to an output byte-identical to an uninterrupted run's."""
 
 import importlib
-import os
 import signal
 import subprocess
 import sys
@@ -129,28 +128,34 @@ def test_other_arguments_do_not_resume_a_run(recording, tmp_path, monkeypatch):
     assert res.exit_code == 2 and "other arguments or inputs" in res.output and "o.csv.partial" in res.output
 
 
+# A child that runs the command line and kills itself (SIGKILL: no clean-up of any kind) as the
+# third chunk starts computing: a real kill at a known step, not at a moment in time.
+KILL_AT_THIRD = """
+import os, signal, sys
+from welchpeaks.cli import app, job
+real, calls = job.compute_unit, []
+def kill_at_third(*args):
+    calls.append(1)
+    if len(calls) == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(*args)
+job.compute_unit = kill_at_third
+app(sys.argv[1:], prog_name="welchpeaks")
+"""
+
+
 def test_killed_process_resumes(long_recording, tmp_path):
-    """A real SIGKILL once a first chunk is saved; the rerun completes to the same bytes."""
+    """A real SIGKILL after two chunks are saved; the rerun completes to the same bytes."""
     path = long_recording
-    args = [sys.executable, "-m", "welchpeaks", "track", str(path), "--n-fft", "32", "--k", "2",
-            "--frame-segments", "1", "--memory", "16MiB", "--quiet", "--strategy", "numpy"]
+    args = ["track", str(path), "--n-fft", "32", "--k", "2", "--frame-segments", "1", "--memory", "16MiB",
+            "--quiet", "--strategy", "numpy"]
     clean, out = tmp_path / "clean.jsonl", tmp_path / "killed.jsonl"
-    subprocess.run(args + ["--out", str(clean)], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "welchpeaks", *args, "--out", str(clean)], check=True, capture_output=True)
+    killed = subprocess.run([sys.executable, "-c", KILL_AT_THIRD, *args, "--out", str(out)], capture_output=True)
     stage = job_mod.staging_dir(out)
-    proc = subprocess.Popen(args + ["--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(2000):  # until a chunk is saved (or the run ended): polled, not timed
-            if list(stage.glob("unit-*.npz")) or proc.poll() is not None:
-                break
-            try:
-                proc.wait(0.05)
-            except subprocess.TimeoutExpired:
-                pass
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-    subprocess.run(args + ["--out", str(out)], check=True, capture_output=True)
+    assert killed.returncode == -signal.SIGKILL and not out.exists()
+    assert len(list(stage.glob("unit-*.npz"))) == 2
+    subprocess.run([sys.executable, "-m", "welchpeaks", *args, "--out", str(out)], check=True, capture_output=True)
     assert out.read_bytes() == clean.read_bytes() and not stage.exists()
 
 

@@ -62,3 +62,11 @@ def as_real_array(x: Any, name: str = "x") -> np.ndarray:
     if arr.dtype == np.float16:
         return arr.astype(np.float32)
     return arr.astype(np.float64)
+
+
+def as_tensors(result: Any) -> dict[str, Any]:
+    """A host result's ``bins``, ``power`` and ``freqs`` as CPU torch tensors (no copy where
+    they are contiguous): what a CPU-tensor caller gets back."""
+    import torch
+
+    return {f: torch.from_numpy(np.ascontiguousarray(getattr(result, f))) for f in ("bins", "power", "freqs")}

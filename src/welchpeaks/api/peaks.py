@@ -8,6 +8,7 @@ turns its rows into a :class:`PeakResult`.
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from typing import Any
 
@@ -15,11 +16,11 @@ import numpy as np
 
 from welchpeaks import backends
 from welchpeaks.api import lazy
-from welchpeaks.api.coerce import as_real_array, np_dtype, tensor_input
+from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, tensor_input
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.calibrate import median_ns
-from welchpeaks.plan.planner import CallPlan, Planner
+from welchpeaks.plan.planner import PROVISIONAL, CallPlan, Planner
 from welchpeaks.result import PeakResult
 from welchpeaks.sources import SignalSource
 
@@ -159,6 +160,7 @@ class WelchPeaks:
                           dtype=dtype, precision=precision, layout=layout, model=model, min_recall=min_recall,
                           max_memory=max_memory)
         self._pinned: dict[tuple[str, str], WelchPeaks] = {}
+        self._piece_plans: dict[tuple[int, str], Any] = {}
         self.layout = _check_layout(layout, segments)
         self.params = make_params(
             k=k, n_fft=n_fft, hop=hop, segments=1 if self.layout else segments, fs=fs, window=window,
@@ -204,21 +206,22 @@ class WelchPeaks:
         if t is not None:
             forced = self.planner.forced
             if not t.is_cuda and (forced is None or forced.device == "cpu"):
-                import torch
-
                 res = self(t.detach().numpy())  # zero-copy view; a host execution computes it
-                conv = {f: torch.from_numpy(np.ascontiguousarray(getattr(res, f))) for f in ("bins", "power", "freqs")}
-                return PeakResult(strategy=res.strategy, params=res.params, **conv)
+                return dataclasses.replace(res, **as_tensors(res))
             return self._run(t, tensor=True)
         return self._run(as_real_array(x), tensor=False)
 
-    def for_batch(self, rows: int, length: int, dtype: Any) -> "WelchPeaks":
+    def for_batch(self, rows: int, length: int, dtype: Any, tensor: bool = False) -> "WelchPeaks":
         """The executor for a batch of ``rows`` signals of ``length`` samples computed in parts
-        (blocks of a source, chunks of a dask array): under 'auto', one whose execution is the
-        one this whole batch in memory would run, so that every part matches it; else self."""
+        (blocks of a source, chunks of a dask array, frames of a recording): under 'auto', one
+        whose execution and precision are those this whole batch in memory would run, so that
+        every part matches it; else self (and self while the cost model is being measured:
+        nothing is pinned to a provisional choice)."""
         if self.requested != "auto" or self.planner.learned is not None:
             return self
-        call = self.planner.plan(rows, length, np.dtype(dtype))
+        call = self.planner.plan(rows, length, np.dtype(dtype), tensor)
+        if call.why.startswith(PROVISIONAL):
+            return self
         key = (call.execution, call.compute.name)
         if key not in self._pinned:  # the execution and its precision, as auto chose them
             self._pinned[key] = WelchPeaks(strategy=call.execution, **dict(self._init, dtype=call.compute.name))
@@ -288,14 +291,15 @@ class WelchPeaks:
         p, samples, item = self.params, src.parts[part].samples, src.dtype.itemsize
         n_seg = p.n_segments_for(samples)
         compute = self.planner.compute_dtype(src.dtype)
-        plan = FusedCpuPlan(p, n_seg, compute)
-        per_piece = max(1, (budget // ((r1 - r0) * item) - p.n_fft) // p.hop + 1)
-        if plan.whole:  # short after all: one piece
-            per_piece = n_seg
-        rows = plan.pieces(r1 - r0, src.dtype) if not plan.whole else None
-        if rows is None:
+        key = (n_seg, compute.name)
+        if key not in self._piece_plans:  # window, twiddles and scratch: once per row length
+            self._piece_plans[key] = FusedCpuPlan(p, n_seg, compute)
+        plan = self._piece_plans[key]
+        if plan.whole:  # short after all: one read
             out = plan.run(src.read(part, r0, r1, 0, p.frame_length(n_seg)))
         else:
+            rows = plan.pieces(r1 - r0, src.dtype)
+            per_piece = max(1, (budget // ((r1 - r0) * item) - p.n_fft) // p.hop + 1)
             for s0 in range(0, n_seg, per_piece):
                 cnt = min(per_piece, n_seg - s0)
                 rows.feed(src.read(part, r0, r1, s0 * p.hop, s0 * p.hop + p.frame_length(cnt)), cnt,

@@ -10,6 +10,7 @@ bounded by the block, never by the length of the recording.
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from typing import Any, Iterator
 
@@ -17,9 +18,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from welchpeaks.api import lazy
-from welchpeaks.api.coerce import as_real_array, tensor_input
+from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, tensor_input
 from welchpeaks.api.peaks import SOURCE_BLOCK_BYTES, WelchPeaks
-from welchpeaks.plan.planner import PROVISIONAL
 from welchpeaks.result import TrackResult
 from welchpeaks.sources import SignalSource
 
@@ -52,11 +52,9 @@ class Tracker:
         self.frame_hop = self.frame_segments if frame_hop is None else _check_count(
             "frame_hop", frame_hop, "pass how many segments a frame advances (default frame_segments: no overlap)")
         # the executor always leaves non-finite frames empty; the policy is applied here, per frame
-        self._kw = dict(n_fft=n_fft, k=k, segments=self.frame_segments, hop=hop, fs=fs, mode=mode, window=window,
-                        detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy="propagate",
-                        dtype=dtype, max_memory=max_memory)
-        self.peaks = WelchPeaks(strategy=strategy, **self._kw)
-        self._pinned: dict[np.dtype, WelchPeaks] = {}
+        self.peaks = WelchPeaks(n_fft=n_fft, k=k, segments=self.frame_segments, hop=hop, fs=fs, mode=mode,
+                                strategy=strategy, window=window, detrend=detrend, scaling=scaling,
+                                min_distance=min_distance, nan_policy="propagate", dtype=dtype, max_memory=max_memory)
         self._last: WelchPeaks | None = None
         if nan_policy not in ("raise", "propagate"):
             raise ValueError(f"nan_policy={nan_policy!r} is unknown; use 'raise' or 'propagate'")
@@ -74,21 +72,13 @@ class Tracker:
         """The execution of the last call ('auto' before the first)."""
         return self._last.strategy if self._last is not None else self.peaks.strategy
 
-    def executor(self, dtype: np.dtype) -> WelchPeaks:
-        """The executor of every block of ``dtype`` frames. Under 'auto' the planner's choice for
-        a full block is kept for every later block, call and push, whatever their size: frames
-        come out bit for bit the same however the recording is cut."""
+    def executor(self, dtype: np.dtype, tensor: bool = False) -> WelchPeaks:
+        """The executor of every block of ``dtype`` frames: under 'auto' the planner's choice for
+        a full block (:meth:`WelchPeaks.for_batch`), kept for every later block, call and push,
+        whatever their size: frames come out bit for bit the same however the recording is cut."""
         dtype = np.dtype(dtype)
-        if self.peaks.requested != "auto":
-            self._last = self.peaks
-            return self.peaks
-        if dtype not in self._pinned:
-            rows = max(1, BLOCK_BYTES // (self.frame * dtype.itemsize))
-            call = self.peaks.planner.plan(rows, self.frame, dtype)
-            if call.why.startswith(PROVISIONAL):  # the cost model is being measured: not kept
-                return self.peaks
-            self._pinned[dtype] = WelchPeaks(strategy=call.execution, **dict(self._kw, dtype=call.compute.name))
-        self._last = self._pinned[dtype]
+        self._last = self.peaks.for_batch(max(1, BLOCK_BYTES // (self.frame * dtype.itemsize)), self.frame, dtype,
+                                          tensor)
         return self._last
 
     def n_frames(self, length: int) -> int:
@@ -123,11 +113,8 @@ class Tracker:
             forced = self.peaks.planner.forced
             if t.is_cuda or (forced is not None and forced.device == "cuda"):
                 return self._run_tensor(t)
-            import torch
-
             res = self.run(t.detach().numpy())  # a host execution computes CPU tensors
-            conv = {f: torch.from_numpy(np.ascontiguousarray(getattr(res, f))) for f in ("bins", "power", "freqs")}
-            return TrackResult(times=res.times, strategy=res.strategy, params=res.params, **conv)
+            return dataclasses.replace(res, **as_tensors(res))
         arr = as_real_array(x)
         self._check_length(arr.shape[-1])
         return self.run(arr)
@@ -149,12 +136,7 @@ class Tracker:
         n_frames, k = self.n_frames(length), self.params.k
         frames = rows.unfold(1, self.frame, self.step)  # [rows, T, frame], a view
         per_block = max(1, BLOCK_BYTES // (self.frame * t.element_size()))  # frames per block
-        peaks = self.peaks
-        if peaks.requested == "auto":  # one execution for every block, as for host arrays
-            call = peaks.planner.plan(per_block, self.frame,
-                                      np.dtype(str(t.dtype).replace("torch.", "")), True)
-            peaks = WelchPeaks(strategy=call.execution, **dict(self._kw, dtype=call.compute.name))
-        self._last = peaks
+        peaks = self.executor(np_dtype(t), tensor=True)
         f_block = max(1, min(n_frames, per_block))
         r_block = max(1, per_block // f_block)
         out: dict[str, Any] = {}

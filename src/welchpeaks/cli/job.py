@@ -229,9 +229,11 @@ class Job:
         return {} if check_only else cols
 
     # ------------------------------------------------------------------ running
-    def run(self, progress: Callable[[Unit, int], None] | None = None, client: Any = None) -> None:
-        """Compute the missing units (on ``client``'s cluster when given), then assemble."""
-        todo = self.prepare()
+    def run(self, progress: Callable[[Unit, int], None] | None = None, client: Any = None,
+            todo: list[int] | None = None) -> None:
+        """Compute the missing units (``todo``, else what :meth:`prepare` finds; on ``client``'s
+        cluster when given), then assemble."""
+        todo = self.prepare() if todo is None else todo
         if client is None:
             # the next unit's samples are read while this one computes (reading and the kernels
             # release the GIL): two units' samples in flight, each within the budget

@@ -84,12 +84,12 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
     kws = [dict(kw, fs=rate, max_memory=max(1 << 20, budget // 4)) for rate in rates]
     try:
         job = Job(kind, files, sources, kws, out, budget)
-        todo_before = len(job.prepare())
+        todo = job.prepare()
     except (JobError, ValueError, TypeError) as exc:
         _fail(str(exc))
     total_units = len(job.units)
-    if todo_before < total_units:
-        console.print(f"resuming: {total_units - todo_before} of {total_units} chunks already done in "
+    if len(todo) < total_units:
+        console.print(f"resuming: {total_units - len(todo)} of {total_units} chunks already done in "
                       f"{staging_dir(out)}", markup=False, highlight=False)
     total_signals = sum(src.rows for src in sources)
     done = {"signals": 0, "bytes": 0, "t0": time.perf_counter()}
@@ -98,7 +98,7 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
                TextColumn("{task.fields[rate]}"), TimeRemainingColumn())
     with Progress(*columns, console=err, disable=quiet, transient=False) as bar:
         task = bar.add_task(f"{kind} {total_signals} signal(s)", total=total_units,
-                            completed=total_units - todo_before, rate="")
+                            completed=total_units - len(todo), rate="")
 
         def progress(unit: Unit, i: int) -> None:
             done["bytes"] += bytes_of(unit, job)
@@ -107,7 +107,7 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
             bar.update(task, advance=1, rate=f"{done['signals'] / dt:.3g} signals/s, {done['bytes'] / dt / 1e6:.4g} MB/s")
 
         try:
-            job.run(progress, client)
+            job.run(progress, client, todo)
         except KeyboardInterrupt:
             bar.stop()
             err.print(f"interrupted: the finished chunks are kept in {staging_dir(out)}; run the same command again "

@@ -355,6 +355,27 @@ def test_first_use_answers_at_once_while_the_model_is_measured_in_the_background
     assert calibrate.load("cpu") is not None  # and cached on disk
 
 
+@pytest.mark.parametrize("strategy", ["numpy", "fused-cpu"])
+def test_a_requested_execution_never_starts_the_measurement(strategy, monkeypatch):
+    """Only auto needs the machine's model to rank executions: a named one runs with the cached
+    model or the default, without compiling and timing kernels in the background (a CLI job
+    with --strategy numpy used to measure, and a killed or finished run cut that thread off)."""
+    from helpers import assert_matches_reference, reference_psd
+    from welchpeaks.plan.cost import set_cost_model
+
+    def no_measure(quick=False, progress=None):
+        raise AssertionError("a requested execution started the measurement")
+
+    monkeypatch.setattr(calibrate, "measure_cpu", no_measure)
+    monkeypatch.setattr(calibrate, "_BACKGROUND", {})
+    set_cost_model(None)
+    x = np.random.default_rng(8).standard_normal((4, 512))
+    got = welchpeaks.welch_peaks(x, n_fft=128, strategy=strategy)
+    assert got.strategy == strategy and not calibrate._BACKGROUND
+    p = make_params(n_fft=128)
+    assert_matches_reference(got, reference_psd(x, p, p.n_segments_for(512)), p, exact=strategy == "numpy")
+
+
 # ------------------------------------------------------------------------------ signal files
 
 

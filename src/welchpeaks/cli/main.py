@@ -94,7 +94,6 @@ def peaks(
         kw = dict(n_fft=n_fft, k=k, hop=hop, segments=_parse_segments(segments), mode=mode, min_distance=min_distance,
                   strategy=strategy, nan_policy=nan_policy, precision=precision)
         scale.run_job("peaks", [str(f) for f in files], kw, fs, out, memory, workers, scheduler, quiet)
-        finish_background_calibration()
         return
     check_output(json_path, "--json")
     check_output(csv_path, "--csv")

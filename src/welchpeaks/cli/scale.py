@@ -12,7 +12,7 @@ from typing import Any, Optional
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from welchpeaks.cli.common import check_output, console, err
+from welchpeaks.cli.common import check_output, console, err, finish_background_calibration
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.job import Job, JobError, Unit, bytes_of, staging_dir
 
@@ -124,6 +124,7 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
                     cluster.close()
     dt = time.perf_counter() - done["t0"]
     console.print(f"wrote {out} ({total_signals} signal(s), {dt:.2f} s)", markup=False, highlight=False)
+    finish_background_calibration()
 
 
 def track(

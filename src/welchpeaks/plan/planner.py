@@ -271,8 +271,10 @@ class Planner:
     def graph(self, ex: backends.Execution, n_seg: int, rows: int, length: int,
               compute: np.dtype) -> tuple[Graph, dict[str, Any]]:
         """The graph ``ex`` runs for this call and the fusion decision behind it (fused as the
-        model of the device it runs on says: the graph priced is the graph run)."""
-        model = cuda_model() if ex.device == "cuda" else cost_model_for("cpu", wait=False) or default_cpu_model()
+        model of the device it runs on says: the graph priced is the graph run). A requested
+        execution never starts the machine's measurement: it takes the cached model or the default."""
+        model = (cuda_model() if ex.device == "cuda"
+                 else cost_model_for("cpu", calibrate=self.forced is None, wait=False) or default_cpu_model())
         return execution_graph(ex, self.params, n_seg, rows, length, compute, model)
 
     def program(self, ex: backends.Execution, n_seg: int, rows: int, length: int,

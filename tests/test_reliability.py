@@ -299,6 +299,7 @@ def test_output_paths_are_checked(tmp_path):
 
 
 def test_working_memory_budget_blocks_rows_and_steers_auto():
+    from welchpeaks.ir import tracing
     from welchpeaks.plan.io import peak_working_bytes
 
     x = np.random.default_rng(6).standard_normal((40, 2048))
@@ -316,8 +317,23 @@ def test_working_memory_budget_blocks_rows_and_steers_auto():
     exp = auto.explain()
     assert exp["strategy"] == "fused-cpu" and exp["block_rows"] is None
     assert "over the budget" in exp["costs"]["numpy"]["why"]
-    with pytest.raises(ValueError, match="one signal needs .* max_memory="):
-        welchpeaks.welch_peaks(np.ones((2, 300_000)), strategy="numpy", max_memory=1 << 20)
+    # a row over the budget: its segments run in pieces through the same graph's kernels
+    long = np.random.default_rng(7).standard_normal((3, 300_000))
+    long[1] += 0.1 * np.sin(0.3 * np.arange(300_000))
+    oracle = welchpeaks.welch_peaks(long, strategy="numpy", segments=None, k=40)
+    for dtype, rtol in ((np.float64, 1e-12), (np.float32, 1e-6)):
+        wp = welchpeaks.WelchPeaks(segments=None, strategy="numpy", max_memory=1 << 20, k=40)
+        with tracing() as log:
+            got = wp(long.astype(dtype))
+        call = wp._last_call
+        assert call.segment_piece is not None and call.segment_piece < call.n_seg
+        assert "in pieces of" in wp.explain()["why"]
+        pieces = -(-call.n_seg // call.segment_piece)
+        ops = [op for _, op, _ in log]
+        assert ops.count("rfft") == ops.count("segment_mean") == pieces and ops.count("topk") == 1
+        assert peak_working_bytes(call.graph) * call.segment_piece / call.n_seg <= 1 << 20
+        np.testing.assert_array_equal(got.bins, oracle.bins)
+        np.testing.assert_allclose(got.power, oracle.power, rtol=rtol)
     with pytest.raises(ValueError, match="below 1 MiB"):
         welchpeaks.WelchPeaks(max_memory=10)
 

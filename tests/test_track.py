@@ -35,11 +35,55 @@ def test_each_frame_is_welch_peaks_of_that_frame(strategy, dtype, frame_hop):
     bins, power, freqs = _frames_oracle(x, tr, **kw)
     assert r.shape == bins.shape == (2, 3, tr.n_frames(5000), 5)
     np.testing.assert_array_equal(r.bins, bins)
-    np.testing.assert_array_equal(r.power, power)
-    np.testing.assert_array_equal(r.freqs, freqs)
+    if strategy == "fused-cpu" and frame_hop is not None:  # overlapping: segments shared (see below)
+        np.testing.assert_allclose(r.power, power, rtol=2e-6)
+        np.testing.assert_allclose(r.freqs, freqs, rtol=1e-6)
+    else:
+        np.testing.assert_array_equal(r.power, power)
+        np.testing.assert_array_equal(r.freqs, freqs)
     assert r.power.dtype == dtype
     # frame centres in seconds
     np.testing.assert_allclose(r.times, (np.arange(len(r)) * tr.step + tr.frame / 2) / 1000.0)
+
+
+@pytest.mark.parametrize("detrend", ["constant", "linear", False])
+def test_overlapping_frames_compute_each_segment_once(monkeypatch, detrend):
+    """frame_hop < frame_segments under fused-cpu: every segment goes through the fused pass
+    once, and each frame still equals welch_peaks on it alone (float64: to 1e-12; the shift on
+    loading is the segment's first sample, not the frame's, so the last bits may differ)."""
+    fused = importlib.import_module("welchpeaks.backends.fused_cpu")
+    computed = []
+    call = fused.FusedCpuPlan._call
+    monkeypatch.setattr(fused.FusedCpuPlan, "_call",
+                        lambda self, x2d, n_seg, *a: computed.append(x2d.shape[0] * n_seg) or call(self, x2d, n_seg, *a))
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 4000)) + 50.0
+    x[1] += np.sin(2 * np.pi * 0.23 * np.arange(4000))
+    kw = dict(n_fft=64, k=6, detrend=detrend, strategy="fused-cpu", dtype="float64")
+    tr = welchpeaks.Tracker(frame_segments=6, frame_hop=2, **kw)
+    r = tr(x)
+    n_segments = (x.shape[-1] - 64) // 32 + 1
+    assert sum(computed) == 3 * n_segments  # one block: each segment of each row once
+    bins, power, freqs = _frames_oracle(x, tr, **kw)
+    np.testing.assert_array_equal(r.bins, bins)
+    np.testing.assert_allclose(r.power, power, rtol=1e-12)
+    np.testing.assert_allclose(r.freqs, freqs, rtol=1e-12)
+
+
+def test_overlapping_frames_nan_and_overflow():
+    x = np.random.default_rng(8).standard_normal((2, 3000))
+    x[1, 1000] = np.inf
+    tr = welchpeaks.Tracker(n_fft=64, frame_segments=4, frame_hop=1, k=3, strategy="fused-cpu")
+    with pytest.raises(ValueError, match=r"signal \(1,\) \(row 1\), frame 27 \(samples 864 to 1023\)"):
+        tr(x)  # the first frame holding sample 1000
+    r = welchpeaks.track(x, n_fft=64, frame_segments=4, frame_hop=1, k=3, strategy="fused-cpu",
+                         nan_policy="propagate")
+    empty = np.all(r.bins == -1, axis=-1)
+    hit = [t for t in range(len(r)) if t * tr.step <= 1000 < t * tr.step + tr.frame]
+    assert np.array_equal(np.flatnonzero(empty[1]), hit) and not empty[0].any()
+    with pytest.raises(ValueError, match="overflows the compute precision"):
+        welchpeaks.track(np.full((1, 3000), 1e30) * np.cos(np.arange(3000)), n_fft=64, frame_segments=4, frame_hop=1,
+                         strategy="fused-cpu")
 
 
 def test_blocks_of_frames_give_the_same_result(monkeypatch):

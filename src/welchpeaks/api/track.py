@@ -6,13 +6,19 @@ samples in. Each frame's peaks are, by construction, what :class:`WelchPeaks` re
 frame alone: the frames of a block of signals are laid side by side as rows (a strided view,
 copied one bounded block at a time) and the same planned executor computes them. Memory is
 bounded by the block, never by the length of the recording.
+
+Frames that overlap (``frame_hop < frame_segments``) under ``fused-cpu`` share their segments:
+each segment's power is computed once and summed into every frame holding it
+(:class:`welchpeaks.backends.fused_cpu.SharedFrames`); a frame's power then equals
+``welch_peaks`` on it to roundoff instead of to the bit (the shift applied on loading is the
+segment's first sample, not the frame's). Other executions compute each frame whole.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -20,8 +26,11 @@ from numpy.lib.stride_tricks import as_strided
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, tensor_input
 from welchpeaks.api.peaks import SOURCE_BLOCK_BYTES, WelchPeaks
-from welchpeaks.result import TrackResult
+from welchpeaks.result import PeakResult, TrackResult
 from welchpeaks.sources import SignalSource
+
+if TYPE_CHECKING:
+    from welchpeaks.backends.fused_cpu import SharedFrames
 
 #: Bytes of frames copied side by side per executor call (the working set of a block).
 BLOCK_BYTES = 32 << 20
@@ -56,6 +65,7 @@ class Tracker:
                                 strategy=strategy, window=window, detrend=detrend, scaling=scaling,
                                 min_distance=min_distance, nan_policy="propagate", dtype=dtype, max_memory=max_memory)
         self._last: WelchPeaks | None = None
+        self._shared_plans: dict[str, SharedFrames] = {}
         if nan_policy not in ("raise", "propagate"):
             raise ValueError(f"nan_policy={nan_policy!r} is unknown; use 'raise' or 'propagate'")
         self.nan_policy = nan_policy
@@ -179,15 +189,18 @@ class Tracker:
         rows_per_block = max(1, min(n_rows, BLOCK_BYTES // (per_frame * frames_per_block)))
         row_stride, item = rows.strides
         peaks = self.executor(arr.dtype)
+        shared = self._shared(peaks, arr.dtype)
         for r0 in range(0, n_rows, rows_per_block):
             r1 = min(n_rows, r0 + rows_per_block)
             for t0 in range(0, n_frames, frames_per_block):
                 t1 = min(n_frames, t0 + frames_per_block)
                 view = as_strided(rows[r0:, t0 * self.step:], shape=(r1 - r0, t1 - t0, self.frame),
                                   strides=(row_stride, self.step * item, item), writeable=False)
-                block = np.ascontiguousarray(view).reshape(-1, self.frame)
                 try:
-                    res = peaks(block)
+                    if shared is not None:
+                        res = self._run_shared(shared, rows[r0:r1], t0, t1, arr.dtype)
+                    else:
+                        res = peaks(np.ascontiguousarray(view).reshape(-1, self.frame))
                 except ValueError as exc:
                     raise ValueError(f"{exc} [track: frames {t0}..{t1 - 1} of rows {r0}..{r1 - 1}]") from None
                 shape = (r1 - r0, t1 - t0, k)
@@ -196,7 +209,7 @@ class Tracker:
                 freqs[r0:r1, t0:t1] = res.freqs.reshape(shape)
                 empty = np.flatnonzero(res.bins[:, 0] < 0)
                 if empty.size:
-                    self._check_frames(block, empty, lead, r0, t0, t1 - t0, first_sample)
+                    self._check_frames(view, empty, lead, r0, t0, first_sample, overflow=shared is not None)
         return TrackResult(bins.reshape(lead + (n_frames, k)), power.reshape(lead + (n_frames, k)),
                            freqs.reshape(lead + (n_frames, k)), self.times(n_frames, first_sample), self.strategy,
                            self.info())
@@ -243,20 +256,51 @@ class Tracker:
         info = dict(self.info(), source=src.description)
         return TrackResult(bins, power, freqs, self.times(n_frames), self.strategy, info)
 
-    def _check_frames(self, block: np.ndarray, empty: np.ndarray, lead: tuple[int, ...], r0: int, t0: int,
-                      n_t: int, first_sample: int) -> None:
-        """Under ``nan_policy='raise'``, an error naming the first empty frame that holds NaN or
-        infinity (an empty frame without them simply has no peaks)."""
-        if self.nan_policy != "raise":
+    def _shared(self, peaks: WelchPeaks, dtype: np.dtype) -> SharedFrames | None:
+        """The fused pass computing each segment once (:class:`SharedFrames`) when frames overlap
+        and the executor is fused-cpu on a power-of-two n_fft; else None (frames run whole)."""
+        from welchpeaks.backends.fused_cpu import SharedFrames, is_pow2
+
+        forced = peaks.planner.forced
+        if self.frame_hop >= self.frame_segments or forced is None or forced.name != "fused-cpu" \
+                or not is_pow2(self.params.n_fft):
+            return None
+        compute = peaks.planner.compute_dtype(dtype)
+        if compute.name not in self._shared_plans:
+            self._shared_plans[compute.name] = SharedFrames(self.params, self.frame_segments, self.frame_hop, compute)
+        return self._shared_plans[compute.name]
+
+    def _run_shared(self, shared: SharedFrames, rows: np.ndarray, t0: int, t1: int, dtype: np.dtype) -> PeakResult:
+        out = shared.run(rows, t0 * self.step, t1 - t0)
+        power = out.power
+        if power.dtype != dtype:
+            with np.errstate(over="ignore"):
+                power = power.astype(dtype)
+            if np.isinf(power).any():
+                raise ValueError(f"a power is computed in {out.power.dtype} but does not fit {dtype.name}, the "
+                                 "precision of x (results come back in it); pass x as float64 or scale it down")
+        return PeakResult(out.bins, power, out.fbins * self.params.freq_scale(), "fused-cpu", {})
+
+    def _check_frames(self, frames: np.ndarray, empty: np.ndarray, lead: tuple[int, ...], r0: int, t0: int,
+                      first_sample: int, overflow: bool = False) -> None:
+        """Frames left empty (``empty``: indices into ``frames [rows, T, frame]``, row-major) hold
+        NaN or infinity (an error naming the first under ``nan_policy='raise'``), or, with
+        ``overflow``, may have a power that overflowed the compute precision (always an error)."""
+        n_t = frames.shape[1]
+        finite = np.array([np.isfinite(frames[i // n_t, i % n_t]).all() for i in empty])
+        where = lambda i: (r0 + int(i) // n_t, t0 + int(i) % n_t)  # noqa: E731
+        if overflow and finite.any():
+            row, frame = where(empty[np.argmax(finite)])
+            raise ValueError(f"the power spectrum of row {row}, frame {frame} overflows the compute precision; pass "
+                             "dtype='float64' or scale the data down")
+        if self.nan_policy != "raise" or finite.all():
             return
-        bad = empty[~np.isfinite(block[empty]).all(axis=1)]
-        if bad.size:
-            row, frame = r0 + int(bad[0]) // n_t, t0 + int(bad[0]) % n_t
-            signal = tuple(int(i) for i in np.unravel_index(row, lead)) if lead else ()
-            start = first_sample + frame * self.step
-            raise ValueError(f"x has NaN or infinity in signal {signal} (row {row}), frame {frame} (samples {start} to "
-                             f"{start + self.frame - 1}); clean the data or pass nan_policy='propagate' to get empty "
-                             "slots (-1/NaN) for those frames")
+        row, frame = where(empty[np.argmin(finite)])
+        signal = tuple(int(i) for i in np.unravel_index(row, lead)) if lead else ()
+        start = first_sample + frame * self.step
+        raise ValueError(f"x has NaN or infinity in signal {signal} (row {row}), frame {frame} (samples {start} to "
+                         f"{start + self.frame - 1}); clean the data or pass nan_policy='propagate' to get empty "
+                         "slots (-1/NaN) for those frames")
 
 
 def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None = None, frame_segments: int = 8,
@@ -269,7 +313,8 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
     A frame is ``frame_segments`` Welch segments of ``n_fft`` samples, ``hop`` apart; frames
     advance ``frame_hop`` segments (default ``frame_segments``: frames do not overlap). Every
     frame gets exactly the Welch PSD and peak selection that :func:`welch_peaks` gives on that
-    frame alone (with ``segments=frame_segments``). Samples past the last whole frame are not
+    frame alone (with ``segments=frame_segments``; to roundoff where overlapping frames share
+    their segments under fused-cpu). Samples past the last whole frame are not
     analysed.
 
     Parameters

@@ -724,3 +724,54 @@ def power_select_spectrum(
             if bad[r]:
                 continue
             select_into(prow, n_bins, k, mode, min_distance, tv, ti, tc, tt, out_bins, out_power, out_fbin, r)
+
+
+# ------------------------------------------------------------------------------ frames sharing segments
+
+
+@njit(parallel=True, **_OPTS)
+def frames_select(
+    seg_power, seg_bad, frame_segments, frame_hop, n_frames, scale, k, mode, min_distance,
+    psd, vals, idx, cand, top, bad, out_bins, out_power, out_fbin
+):
+    """Frames of overlapping segments: ``seg_power [rows, S, n_bins]`` holds each segment's
+    ``|2X|^2`` once (compute dtype); frame ``f`` of row ``r`` (output row ``r * n_frames + f``)
+    sums segments ``f * frame_hop ..`` in order, as the fused pass does, scales and selects.
+    A frame with a non-finite segment (``seg_bad``) or an overflowing power is flagged in ``bad``
+    and left empty."""
+    n_rows = seg_power.shape[0]
+    n_bins = seg_power.shape[2]
+    jobs = n_rows * n_frames
+    n_workers = psd.shape[0]
+    per = (jobs + n_workers - 1) // n_workers
+    for t in prange(n_workers):
+        prow = psd[t]
+        tv = vals[t]
+        ti = idx[t]
+        tc = cand[t]
+        tt = top[t]
+        for j in range(t * per, min(jobs, (t + 1) * per)):
+            r = j // n_frames
+            s0 = (j % n_frames) * frame_hop
+            _clear_row(out_bins, out_power, out_fbin, j)
+            bad[j] = False
+            for s in range(s0, s0 + frame_segments):
+                if seg_bad[r, s]:
+                    bad[j] = True
+            if bad[j]:
+                continue
+            for q in range(n_bins):
+                prow[q + 1] = 0.0
+            for s in range(s0, s0 + frame_segments):
+                for q in range(n_bins):
+                    prow[q + 1] += seg_power[r, s, q]
+            chk = 0.0
+            for q in range(n_bins):
+                prow[q + 1] *= scale[q]
+                chk += prow[q + 1] - prow[q + 1]  # NaN once a power overflowed
+            prow[0] = -np.inf
+            prow[n_bins + 1] = -np.inf
+            if chk != 0.0:
+                bad[j] = True
+                continue
+            select_into(prow, n_bins, k, mode, min_distance, tv, ti, tc, tt, out_bins, out_power, out_fbin, j)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from welchpeaks.backends import Execution, register
 from welchpeaks.backends.numpy_exec import BACKEND as NUMPY
@@ -41,6 +42,11 @@ def is_pow2(n: int) -> bool:
     return n >= 2 and n & (n - 1) == 0
 
 
+def sum_scale(params: PeakParams, n_seg: int, compute: np.dtype) -> np.ndarray:
+    """Per-bin factor from the kernel's sums of ``|2X|^2`` over ``n_seg`` segments to the PSD."""
+    return (params.psd_scale() / n_seg * 0.25).astype(compute)
+
+
 class FusedCpuPlan:
     """Constants and scratch of the fused pass for one (params, segments, compute dtype);
     ``n_fft`` a power of two."""
@@ -58,8 +64,7 @@ class FusedCpuPlan:
         ramp = np.arange(n) - (n - 1) / 2.0
         self.ramp = ramp.astype(self.compute)
         self.consts = np.array([1.0 / n, 1.0 / float(np.sum(ramp * ramp))], self.compute)
-        # the kernel accumulates |2X|^2 summed over the segments
-        self.scale = (params.psd_scale() / n_seg * 0.25).astype(self.compute)
+        self.scale = sum_scale(params, n_seg, self.compute)
         m = n // 2
         self.rev = bit_reverse(m)
         ang = -2.0 * math.pi * np.arange(max(m // 2, 1)) / m
@@ -148,6 +153,51 @@ class LongRows:
         bad = np.flatnonzero(self.bad)
         bins[bad], power[bad], fbin[bad] = -1, np.nan, np.nan
         return RowPeaks(bins, power, fbin, bad)
+
+
+class SharedFrames:
+    """Frames that overlap (``frame_hop < frame_segments``) with each segment computed once: the
+    fused pass gives every segment's power (a segment per row, no selection), then each frame
+    sums its segments in order, scales and selects (:func:`frames_select`), as the fused pass
+    over that frame alone does. The one difference is the shift on loading: a segment is shifted
+    by its own first sample, not its frame's, so with detrending a frame's power matches the
+    fused pass on it to roundoff (the same bits without detrending)."""
+
+    def __init__(self, params: PeakParams, frame_segments: int, frame_hop: int, compute: np.dtype):
+        self.params, self.frame_segments, self.frame_hop = params, frame_segments, frame_hop
+        self.segment = FusedCpuPlan(params, 1, compute)
+        self.compute = self.segment.compute
+        self.scale = sum_scale(params, frame_segments, self.compute)
+        self.select = _kernels().select_scratch(numba_threads(), params.k, params.n_bins, self.compute)
+        self._none = (np.empty((0, params.k), np.int32), np.empty((0, params.k), self.compute),
+                      np.empty((0, params.k), np.float64))
+        announce_compile(_kernels().frames_select, "the fused-cpu frames kernel", "a few seconds")
+
+    def run(self, rows: np.ndarray, start: int, n_frames: int) -> RowPeaks:
+        """Peaks of ``n_frames`` frames of each of ``rows [R, samples]``, the first starting at
+        sample ``start``: ``R * n_frames`` result rows (row-major), power in the compute dtype."""
+        p, fs, fh = self.params, self.frame_segments, self.frame_hop
+        n_rows, n_seg = rows.shape[0], (n_frames - 1) * fh + fs
+        if rows.shape[1] < start + p.frame_length(n_seg):
+            raise ValueError(f"rows of {rows.shape[1]} samples hold no {n_frames} frames from sample {start}")
+        row_stride, item = rows.strides
+        segs = np.ascontiguousarray(as_strided(rows[:, start:], shape=(n_rows, n_seg, p.n_fft),
+                                               strides=(row_stride, p.hop * item, item), writeable=False))
+        power = np.empty((n_rows * n_seg, p.n_bins), self.compute)
+        bad_segs = self.segment._call(segs.reshape(-1, p.n_fft), 1, self._none, power, False, False,
+                                      np.empty(0, rows.dtype))
+        seg_bad = np.zeros(n_rows * n_seg, np.bool_)
+        seg_bad[bad_segs] = True
+        jobs = n_rows * n_frames
+        bins = np.empty((jobs, p.k), np.int32)
+        out = np.empty((jobs, p.k), self.compute)
+        fbin = np.empty((jobs, p.k), np.float64)
+        bad = np.empty(jobs, np.bool_)
+        with KERNEL_LOCK:
+            _kernels().frames_select(power.reshape(n_rows, n_seg, p.n_bins), seg_bad.reshape(n_rows, n_seg), fs, fh,
+                                     n_frames, self.scale, p.k, p.mode_code, p.min_distance, *self.select, bad, bins,
+                                     out, fbin)
+        return RowPeaks(bins, out, fbin, np.flatnonzero(bad))
 
 
 class SpectrumSelect:

@@ -15,6 +15,7 @@ that what ran is exactly the graph that was planned.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from typing import Any, Callable, Iterator, Mapping
 
@@ -101,17 +102,88 @@ class Program:
         if args:
             named.update(zip(self._input_names, args))
         values: list[Any] = [None] * len(self.steps)
-        log = getattr(_TRACE, "log", None)
-        for node, fn, ins, free in self.steps:
-            if log is not None:
-                log.append((self.backend.name, node.op.value, node.id))
-            if node.op is Op.input:
-                values[node.id] = fn(named[node.attrs["name"]])
-            else:
-                values[node.id] = fn(*[values[i] for i in ins])
-            for i in free:
-                values[i] = None
+        for step in self.steps:
+            self._step(step, values, named)
         return tuple(values[o] for o in self._outputs)
+
+    def _step(self, step: tuple, values: list[Any], named: Mapping[str, Any], fn: Callable[..., Any] | None = None,
+              args: list[Any] | None = None) -> None:
+        node, bound, ins, free = step
+        log = getattr(_TRACE, "log", None)
+        if log is not None:
+            log.append((self.backend.name, node.op.value, node.id))
+        if node.op is Op.input:
+            values[node.id] = bound(named[node.attrs["name"]])
+        else:
+            values[node.id] = (fn or bound)(*(args if args is not None else [values[i] for i in ins]))
+        for i in free:
+            values[i] = None
+
+    def segment_span(self) -> tuple[int, int] | None:
+        """Step indices of the ``frames`` and ``segment_mean`` nodes when the steps between them
+        act on each segment alone (so the segments may run in pieces), else None."""
+        ops = [n.op for n, *_ in self.steps]
+        if ops.count(Op.frames) != 1 or ops.count(Op.segment_mean) != 1:
+            return None
+        f, m = ops.index(Op.frames), ops.index(Op.segment_mean)
+        chain = [n for n, *_ in self.steps[f + 1:m + 1]]
+        prev = self.steps[f][0].id
+        for n in chain:  # window, rfft, power...: each consumes the one before it only
+            if n.op not in _PER_SEGMENT or len(n.inputs) != 1 or n.inputs[0] != prev:
+                return None
+            prev = n.id
+        return (f, m) if f < m else None
+
+    def segments_in_pieces(self, x: Any, per_piece: int) -> tuple:
+        """The outputs for rows ``x`` with each row's segments taken ``per_piece`` at a time:
+        the steps from ``frames`` to ``segment_mean`` run on each piece (``frames`` bound for that
+        piece's count of segments), the pieces' means are combined weighted by their counts (in float64), and
+        the steps after run once. Working memory is one piece's; the values are the graph's, the
+        mean summed in another order (to roundoff). Needs :meth:`segment_span`."""
+        span = self.segment_span()
+        if span is None:
+            raise ValueError(f"graph {self.graph.name!r} has no per-segment chain from frames to segment_mean")
+        f, m = span
+        frames = self.steps[f][0]
+        n_seg, n_fft, hop = frames.attrs["n_segments"], frames.attrs["n_fft"], frames.attrs["hop"]
+        values: list[Any] = [None] * len(self.steps)
+        named = {self._input_names[0]: x}
+        for step in self.steps[:f]:
+            self._step(step, values, named)
+        source = values[frames.inputs[0]]
+        bound: dict[int, Callable[..., Any]] = {}
+        total = None
+        for s0 in range(0, n_seg, per_piece):
+            cnt = min(per_piece, n_seg - s0)
+            if cnt not in bound:  # the frames kernel of a piece of cnt segments
+                need = n_fft + (cnt - 1) * hop
+                node = dataclasses.replace(frames, shape=frames.shape[:-2] + (cnt, n_fft),
+                                           attrs=dict(frames.attrs, n_segments=cnt, frame=need))
+                bound[cnt] = self.backend.factory(Op.frames)(node, self.graph)
+            piece = source[:, s0 * hop: s0 * hop + n_fft + (cnt - 1) * hop]
+            self._step(self.steps[f], values, named, bound[cnt], [piece])
+            for step in self.steps[f + 1:m + 1]:
+                self._step(step, values, named)
+            mean = values[self.steps[m][0].id]
+            part = _float64(mean) * cnt  # the pieces' sums are added in float64
+            total = part if total is None else total + part
+        values[frames.inputs[0]] = None
+        values[self.steps[m][0].id] = _cast_like(total / n_seg, mean)
+        for step in self.steps[m + 1:]:
+            self._step(step, values, named)
+        return tuple(values[o] for o in self._outputs)
+
+
+def _float64(v: Any) -> Any:
+    return v.astype(np.float64) if isinstance(v, np.ndarray) else v.double()
+
+
+def _cast_like(v: Any, like: Any) -> Any:
+    return v.astype(like.dtype) if isinstance(like, np.ndarray) else v.to(like.dtype)
+
+
+#: ops that act on each segment alone (the chain between frames and segment_mean)
+_PER_SEGMENT = frozenset({Op.window, Op.rfft, Op.power, Op.segment_mean})
 
 
 def compile(graph: Graph, backend: Backend) -> Program:  # noqa: A001  (the IR's verb)

@@ -78,6 +78,7 @@ class CallPlan:
     upload: bool  # host rows go to the CUDA device first
     working_bytes: int  # intermediate memory of one run of the whole batch
     block_rows: int | None  # rows per run when the whole batch would exceed the memory budget
+    segment_piece: int | None = None  # segments per piece when one row would exceed it
 
     @property
     def graph(self) -> Graph:
@@ -104,6 +105,8 @@ class CallPlan:
             import torch
 
             rows = torch.from_numpy(rows).to("cuda")
+        if self.segment_piece is not None:
+            return self.program.segments_in_pieces(rows, self.segment_piece)[0]
         return self.program(x=rows)[0]
 
 
@@ -298,21 +301,37 @@ class Planner:
             upload = not tensor and ex.device == "cuda" and self.device == "cuda"
             program, fusion = self.program(ex, n_seg, rows, length, compute)
             working = peak_working_bytes(program.graph)
-            block = None
+            block, piece = None, None
             if working > budget:
                 per_row = -(-working // rows)
-                if per_row > budget:
-                    raise ValueError(
-                        f"one signal needs {size_text(per_row)} of working memory in {ex.name!r}, over the budget "
-                        f"of {size_text(budget)}; pass a larger max_memory= (bytes), fewer segments, or "
-                        "strategy='auto' (the fused executions need almost none)")
-                block = max(1, budget // per_row)
-                why += f"; in blocks of {block} rows to stay within {size_text(budget)} of working memory"
+                if per_row <= budget:
+                    block = max(1, budget // per_row)
+                    why += f"; in blocks of {block} rows to stay within {size_text(budget)} of working memory"
+                else:
+                    block, piece = self._pieces(ex, program, rows, n_seg, per_row, budget)
+                    why += (f"; in pieces of {piece} of the {n_seg} segments"
+                            f"{f' and blocks of {block} rows' if block else ''} to stay within {size_text(budget)} "
+                            "of working memory")
             call = CallPlan(ex.name, program, n_seg, self.params.frame_length(n_seg), compute, why, fusion, layout,
-                            upload, working, block)
+                            upload, working, block, piece)
             if not why.startswith(PROVISIONAL):  # planned again once the cost model is measured
                 self._calls.put(key, call)
         return call
+
+    def _pieces(self, ex: backends.Execution, program: Program, rows: int, n_seg: int, per_row: int,
+                budget: int) -> tuple[int | None, int]:
+        """(rows per block or None, segments per piece) for a graph whose one row needs more
+        than ``budget`` of working memory: its per-segment steps run on pieces of segments
+        (:meth:`Program.segments_in_pieces`), so the memory scales with the piece."""
+        if program.segment_span() is None:
+            raise ValueError(
+                f"one signal needs {size_text(per_row)} of working memory in {ex.name!r}, over the budget of "
+                f"{size_text(budget)}; pass a larger max_memory= (bytes), fewer segments, or strategy='auto' (the "
+                "fused executions need almost none)")
+        per_segment = -(-per_row // n_seg)  # bytes per segment of one row
+        block = min(rows, max(1, budget // per_segment))
+        piece = max(1, min(n_seg, budget // (per_segment * block)))
+        return (block if block < rows else None), piece
 
     # ------------------------------------------------------------------ explanation
     def explain(self, batch: int, length: int, input_dtype: np.dtype) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The command line, through typer's CliRunner, on real files written here."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -80,6 +81,10 @@ def test_demo_and_plot(tmp_path):
     assert res.exit_code == 0, res.output
     assert "recall 100.0%" in res.output
     assert (tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG"
+    # the error of each sub-bin estimator: log-parabola's bias floor shows against the Hann ratio
+    line = " ".join(res.output.split())
+    errs = dict(re.findall(r"(auto \(hann\)|log-parabola|none) ([0-9.]+)", line))
+    assert float(errs["auto (hann)"]) < float(errs["log-parabola"]) < float(errs["none"])
 
 
 def test_bench_json(tmp_path):

@@ -8,10 +8,12 @@
 """
 
 from welchpeaks._version import __version__
-from welchpeaks.api import Tracker, WelchPeakStream, WelchPeaks, available_strategies, track, welch, welch_peaks
+from welchpeaks.api import (Tracker, WelchPeakStream, WelchPeaks, available_strategies, find_peaks, track, welch,
+                            welch_peaks)
 from welchpeaks.params import PRESETS
-from welchpeaks.result import PeakResult, TrackResult
+from welchpeaks.result import FoundPeaks, PeakResult, TrackResult
 from welchpeaks.sources import SignalSource, open_signals
 
-__all__ = ["PRESETS", "PeakResult", "SignalSource", "TrackResult", "Tracker", "WelchPeakStream", "WelchPeaks",
-           "available_strategies", "open_signals", "track", "welch", "welch_peaks", "__version__"]
+__all__ = ["PRESETS", "FoundPeaks", "PeakResult", "SignalSource", "TrackResult", "Tracker", "WelchPeakStream",
+           "WelchPeaks", "available_strategies", "find_peaks", "open_signals", "track", "welch", "welch_peaks",
+           "__version__"]

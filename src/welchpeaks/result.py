@@ -237,3 +237,48 @@ def _nan_to_none(value: Any) -> Any:
     if isinstance(value, float) and math.isnan(value):
         return None
     return value
+
+
+@dataclass(frozen=True)
+class FoundPeaks:
+    """What :func:`welchpeaks.find_peaks` returns: up to ``k`` peaks per row, highest first.
+
+    Attributes
+    ----------
+    indices : int64 array ``[..., k]``
+        Sample index of each peak, -1 in empty slots.
+    heights : float64 array ``[..., k]``
+        The row's value there, NaN in empty slots.
+    counts : int64 array ``[...]``
+        Peaks per row (the filled slots come first).
+    properties : dict
+        Padded ``[..., k]`` arrays, as ``scipy.signal.find_peaks`` names them, present when
+        asked for (like scipy: ``prominence=`` or ``width=`` given, even as ``(None, None)``):
+        ``prominences``, ``left_bases``, ``right_bases``; ``widths``, ``width_heights``,
+        ``left_ips``, ``right_ips``.
+    """
+
+    indices: Any
+    heights: Any
+    counts: Any
+    properties: dict = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.indices.shape)
+
+    def to_list(self) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """scipy's ragged form: one ``(peaks, properties)`` per row (rows in C order, as
+        ``x.reshape(-1, n)``), peaks in ascending index order with ``peak_heights`` and the
+        other properties, exactly the layout ``scipy.signal.find_peaks`` returns."""
+        host = lambda a: a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)  # noqa: E731
+        counts = host(self.counts).reshape(-1)
+        shape = (counts.size, self.indices.shape[-1])
+        idx = host(self.indices).reshape(shape)
+        props = {"peak_heights": host(self.heights).reshape(shape)}
+        props.update({name: host(v).reshape(shape) for name, v in self.properties.items()})
+        out = []
+        for r in range(idx.shape[0]):
+            order = np.argsort(idx[r, :counts[r]], kind="stable")
+            out.append((idx[r, order], {name: v[r, order] for name, v in props.items()}))
+        return out

@@ -7,7 +7,7 @@ import io
 import json
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import typer
@@ -163,6 +163,32 @@ def peaks(
 app.command()(scale.track)
 
 
+def _estimator_errors(x: np.ndarray, res: Any, true: np.ndarray, fs: float, n_fft: int) -> None:
+    """The demo's frequency error per sub-bin estimator (docs/accuracy.md), on the peaks found
+    within a bin of a true tone, each refined from the same Welch PSD."""
+    import welchpeaks
+    from welchpeaks.spectral import interp_offset, resolve_interp
+
+    _, p = welchpeaks.welch(x.astype(np.float64), fs=fs, nperseg=n_fft)
+    j = res.bins.astype(np.int64)
+    inner = (j > 0) & (j < p.shape[1] - 1)
+    jj = np.clip(j, 1, p.shape[1] - 2)
+    a, b, c = (np.take_along_axis(p, jj + d, 1) for d in (-1, 0, 1))
+    bin_hz = fs / n_fft
+    dist = np.abs(j[:, :, None] - true[:, None, :] / bin_hz)  # [signal, peak, tone], bins
+    target = np.take_along_axis(true, dist.argmin(axis=2), 1) / bin_hz
+    use = inner & (dist.min(axis=2) < 1.0)
+    parts = []
+    window = welchpeaks.WelchPeaks(n_fft=n_fft).params.window_array
+    for name in ("auto", "power-parabola", "log-parabola", "none"):
+        method, alpha = resolve_interp(name, window)
+        err = np.abs(j + interp_offset(a, b, c, method, alpha) - target)[use]
+        label = f"{name} ({method})" if name == "auto" else name
+        parts.append(f"{label} {np.median(err):.4f}")
+    console.print("frequency error by sub-bin estimator, median over "
+                  f"{int(use.sum())} peaks (bins): " + ", ".join(parts) + "; see docs/accuracy.md")
+
+
 @app.command()
 def demo(
     batch: int = typer.Option(1024, "--batch", help="Signals to generate."),
@@ -206,6 +232,7 @@ def demo(
         f"recall {hit.mean():.1%} of {hit.size} tones; median error {np.median(err_bins):.3f} bin "
         f"({np.median(err_bins) * fs / n_fft:.2f} Hz); {ms:.2f} ms for the batch with strategy {res.strategy}"
     )
+    _estimator_errors(x, res, true, fs, n_fft)
     finish_background_calibration()
     if plot is not None:
         f, p = welchpeaks.welch(x[:4], fs=fs, nperseg=n_fft)
@@ -382,6 +409,76 @@ def bench_scale(
         _fail(str(exc))
     console.print_json(json.dumps(res, default=str))
     _write_json(json_path, {"machine": info, **res})
+
+
+@bench_app.command("accuracy")
+def bench_accuracy(
+    trials: int = typer.Option(1000, "--trials", help="Tones per cell (random frequency and phase)."),
+    n_fft: int = typer.Option(256, "--n-fft", help="Segment length."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the tones and the noise."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write every cell, the targets and machine info."),
+    md_path: Optional[Path] = typer.Option(None, "--md", help="Write the tables as Markdown."),
+) -> None:
+    """Bias and RMSE (bins) of each sub-bin estimator per window, segments (1, 2, 8) and SNR
+    (noiseless, 40, 20, 0 dB), against the Cramér-Rao bound, in one run; float64, and float32
+    noiseless."""
+    from welchpeaks.bench.accuracy import markdown, run, targets
+    from welchpeaks.machine import machine_info
+
+    if trials < 10 or n_fft < 64:
+        _fail("--trials must be >= 10 and --n-fft >= 64 (tones sit 10 bins from DC and Nyquist)")
+    check_output(json_path, "--json")
+    check_output(md_path, "--md")
+    res = run(n_fft=n_fft, trials=trials, seed=seed)
+    res32 = run(n_fft=n_fft, trials=trials, seed=seed, dtype="float32", snrs_db=(None,))
+    checks = targets(res, res32)
+    table = Table(title=f"sub-bin accuracy: n_fft {n_fft}, {trials} tones per cell, RMSE in bins (CRB)")
+    for col in ("window", "segments", "SNR", *[c for c in ("auto", "window", "power-parabola", "log-parabola")]):
+        table.add_column(col, justify="right")
+    for (w, seg, snr), row in _accuracy_rows(res).items():
+        table.add_row(w, str(seg), "inf" if snr is None else f"{snr:g} dB",
+                      *[f"{row[n]:.2e}" if n in row else "-" for n in ("auto", "window", "power-parabola", "log-parabola")])
+    console.print(table)
+    for c in checks:
+        console.print(f"{'met' if c['met'] else 'NOT met'}: {c['target']}: {c['measured']:.3g}")
+    _write_json(json_path, {"machine": machine_info(), "float64": res, "float32": res32, "targets": checks})
+    write_output(md_path, markdown(res, res32, checks), "--md")
+
+
+def _accuracy_rows(res: dict) -> dict:
+    rows: dict = {}
+    for c in res["cells"]:
+        rows.setdefault((c["window"], c["segments"], c["snr_db"]), {})[c["interp"]] = c["rmse_bins"]
+    return rows
+
+
+@bench_app.command("find-peaks")
+def bench_find_peaks(
+    rows: int = typer.Option(8192, "--rows", help="Rows per call."),
+    n: int = typer.Option(1025, "--n", help="Samples per row (1025: the bins of n_fft 2048)."),
+    k: int = typer.Option(16, "--k", help="Peaks kept per row."),
+    repeats: int = typer.Option(5, "--repeats", help="Timed runs of each (median and min-max)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the figures and machine info as JSON."),
+) -> None:
+    """welchpeaks.find_peaks on a batch against a Python loop of scipy.signal.find_peaks with the
+    same arguments, in one run; also checks that both find the same peaks."""
+    from welchpeaks.bench.find_peaks import run
+    from welchpeaks.machine import machine_info
+
+    if rows < 1 or n < 3 or k < 1 or repeats < 1:
+        _fail("--rows, --k and --repeats must be >= 1 and --n >= 3")
+    check_output(json_path, "--json")
+    res = run(rows, n, k, repeats, progress=lambda s: err.print(s, highlight=False))
+    table = Table(title=f"find_peaks: {rows} rows of {n}, k {k}, medians of {repeats} (min-max)")
+    for col in ("filters", "welchpeaks ms", "scipy loop ms", "speed-up", "same peaks"):
+        table.add_column(col, justify="right")
+    for r in res["results"]:
+        w, s_ = r["welchpeaks"], r["scipy_loop"]
+        table.add_row(r["config"], f"{w['median_s'] * 1e3:.1f} ({w['min_s'] * 1e3:.1f}-{w['max_s'] * 1e3:.1f})",
+                      f"{s_['median_s'] * 1e3:.0f} ({s_['min_s'] * 1e3:.0f}-{s_['max_s'] * 1e3:.0f})",
+                      f"{r['speedup']:.1f}x", "yes" if r["same_peaks"] else "NO")
+    console.print(table)
+    _write_json(json_path, {"machine": machine_info(), **res})
 
 
 @bench_app.command("picker")

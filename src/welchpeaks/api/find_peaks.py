@@ -1,0 +1,166 @@
+"""``welchpeaks.find_peaks``: scipy's ``find_peaks`` for a whole batch of rows in one call.
+
+scipy's ``find_peaks`` takes one 1-D row (scipy#15405 asks for more); this runs it on every row
+of an ``[..., n]`` array in parallel (a numba kernel, :mod:`welchpeaks.backends._numba_find_peaks`),
+with scipy's filters in scipy's order and scipy's definitions of prominence and width, and
+returns padded arrays with a count per row (:class:`welchpeaks.result.FoundPeaks`).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from welchpeaks.api.coerce import as_real_array, tensor_input
+from welchpeaks.result import FoundPeaks
+
+_NONE = float("nan")
+
+
+def _number(name: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isnan(float(v)):
+        raise TypeError(f"{name}={v!r} must be a number, None, or a (min, max) pair of numbers or None")
+    return float(v)
+
+
+def _interval(name: str, value: Any) -> tuple[np.ndarray, bool]:
+    """(``[min, max]`` with NaN where open, whether the property was asked for): scipy's forms,
+    a number (the minimum), a (min, max) pair with None for an open end, or None (not asked)."""
+    if value is None:
+        return np.array([_NONE, _NONE]), False
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(f"{name}={value!r}: pass a number (the minimum) or a (min, max) pair")
+        lo, hi = (_NONE if v is None else _number(name, v) for v in value)
+        return np.array([lo, hi]), True
+    if isinstance(value, np.ndarray) and value.ndim > 0:
+        raise ValueError(f"{name}: per-sample arrays are not supported; pass a number or a (min, max) pair")
+    return np.array([_number(name, value), _NONE]), True
+
+
+def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance: float | None = None,
+               prominence: Any = None, width: Any = None, wlen: float | None = None, rel_height: float = 0.5,
+               k: int | None = None, edges: bool = False) -> FoundPeaks:
+    """Peaks of every row of ``rows [..., n]``: ``scipy.signal.find_peaks`` batched.
+
+    Each row gets exactly what ``scipy.signal.find_peaks(row, height=..., threshold=...,
+    distance=..., prominence=..., width=..., wlen=..., rel_height=...)`` returns (the filters
+    in scipy's order: height, threshold, distance, prominence, width), then the ``k`` highest
+    of those peaks, ties to the lower index.
+
+    Parameters
+    ----------
+    rows : array_like ``[..., n]``
+        Real values (NumPy, lists, torch CPU/CUDA tensors, CuPy arrays), computed in float64 as
+        scipy does. NaN or infinity is an error naming the row.
+    height, threshold, prominence, width : number, (min, max) or None
+        As in scipy: a number is the minimum, either end of a pair may be None. ``prominence``
+        or ``width`` given (even ``(None, None)``) returns those properties.
+    distance : number >= 1, optional
+        Minimal distance between peaks in samples; the higher peak stays.
+    wlen : number > 1, optional
+        Window of the prominence computation, in samples.
+    rel_height : float
+        Where widths are measured, as a fraction of the prominence (default 0.5).
+    k : int, optional
+        Peaks kept per row (default: as many as the row with most has).
+    edges : bool
+        When True the first and last samples are peaks when they exceed their neighbour (scipy
+        never reports them).
+
+    Returns
+    -------
+    FoundPeaks
+        ``indices``, ``heights``, ``counts`` and ``properties``, padded to ``[..., k]``, highest
+        first; ``to_list()`` gives scipy's ``(peaks, properties)`` per row.
+
+    Examples
+    --------
+    >>> import numpy as np, welchpeaks
+    >>> x = np.array([[0, 2, 0, 3, 0, 1, 0.], [1, 0, 0, 5, 1, 4, 0]])
+    >>> r = welchpeaks.find_peaks(x, distance=2)
+    >>> r.indices.tolist(), r.counts.tolist()
+    [[3, 1, 5], [3, 5, -1]]
+    """
+    from welchpeaks.backends import _numba_find_peaks as kern
+    from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, numba_threads
+
+    t = tensor_input(rows, "rows")
+    arr = np.ascontiguousarray(t.detach().cpu().numpy() if t is not None else as_real_array(rows, "rows"),
+                               dtype=np.float64)
+    lead, n = arr.shape[:-1], arr.shape[-1]
+    x = arr.reshape(-1, n)
+    finite = np.isfinite(x).all(axis=1)
+    if not finite.all():
+        row = int(np.argmin(finite))
+        raise ValueError(f"rows has NaN or infinity in row {row} (of {x.shape[0]}); clean the data first (scipy's "
+                         "find_peaks gives no meaningful peaks there either)")
+    h_lim, _ = _interval("height", height)
+    t_lim, _ = _interval("threshold", threshold)
+    p_lim, need_prom = _interval("prominence", prominence)
+    w_lim, need_width = _interval("width", width)
+    need_prom = need_prom or need_width
+    dist = 0
+    if distance is not None:
+        d = _number("distance", distance)
+        if d < 1:
+            raise ValueError(f"distance={distance!r} must be >= 1 (samples)")
+        dist = math.ceil(d)
+    wl = -1
+    if wlen is not None:
+        w = _number("wlen", wlen)
+        if not w > 1:
+            raise ValueError(f"wlen={wlen!r} must be larger than 1 (samples)")
+        wl = math.ceil(w)
+    rh = _number("rel_height", rel_height)
+    if rh < 0:
+        raise ValueError(f"rel_height={rel_height!r} must be >= 0")
+    if not isinstance(edges, (bool, np.bool_)):
+        raise TypeError(f"edges={edges!r} must be True or False")
+    cap = n // 2 + 2  # most peaks a row can hold
+    if k is None:
+        slots = cap
+    elif isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise ValueError(f"k={k!r} must be a positive integer, or None for every peak")
+    else:
+        slots = min(int(k), cap)
+    rows_n = x.shape[0]
+    idx = np.empty((rows_n, slots), np.int64)
+    hts = np.empty((rows_n, slots), np.float64)
+    prom = np.empty((rows_n, slots) if need_prom else (0, 0), np.float64)
+    base = np.empty((rows_n, slots, 2) if need_prom else (0, 0, 2), np.int64)
+    wid = np.empty((rows_n, slots) if need_width else (0, 0), np.float64)
+    ips = np.empty((rows_n, slots, 3) if need_width else (0, 0, 3), np.float64)
+    counts = np.empty(rows_n, np.int64)
+    announce_compile(kern.find_peaks_rows, "the find_peaks kernel", "about 10 s")
+    with KERNEL_LOCK:
+        kern.find_peaks_rows(x, bool(edges), h_lim, t_lim, dist, p_lim, w_lim, wl, rh, need_prom, need_width, slots,
+                             idx, hts, prom, base, wid, ips, counts, max(1, min(rows_n, 4 * numba_threads())))
+    if k is None:  # as many slots as the fullest row needs
+        slots = int(counts.max(initial=0))
+    else:
+        slots = int(k)
+    props: dict[str, np.ndarray] = {}
+    if need_prom:
+        props.update(prominences=prom, left_bases=base[..., 0], right_bases=base[..., 1])
+    if need_width:
+        props.update(widths=wid, width_heights=ips[..., 0], left_ips=ips[..., 1], right_ips=ips[..., 2])
+    fields = {"indices": idx, "heights": hts, **props}
+    for name, v in fields.items():  # to k slots (k may exceed what a row can hold)
+        fill = -1 if v.dtype.kind == "i" else np.nan
+        out = np.full((rows_n, slots), fill, v.dtype)
+        m = min(slots, v.shape[1])
+        out[:, :m] = v[:, :m]
+        fields[name] = out.reshape(lead + (slots,))
+    counts = counts.reshape(lead)
+    if t is not None:  # tensors come back as tensors on their device
+        import torch
+
+        conv = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(t.device)  # noqa: E731
+        fields = {name: conv(v) for name, v in fields.items()}
+        counts = conv(counts)
+    indices, heights = fields.pop("indices"), fields.pop("heights")
+    return FoundPeaks(indices, heights, counts, fields)

@@ -1,0 +1,299 @@
+"""Numba kernel of :func:`welchpeaks.find_peaks`: scipy's ``find_peaks`` on every row at once.
+
+Each row goes through the steps of ``scipy.signal.find_peaks`` in its order (local maxima with
+plateaus at their middle, height, threshold, distance, prominence, width), computing
+prominences and widths as ``peak_prominences`` and ``peak_widths`` define them, then keeps the
+``k`` highest survivors (ties to the lower index). Rows run in parallel; no fast-math, so every
+comparison and every interpolation is the IEEE operation scipy performs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+_OPTS = dict(cache=True, nogil=True, boundscheck=False)
+
+
+@njit(**_OPTS)
+def _local_maxima(row, edges, cand):
+    """Indices of local maxima of ``row`` into ``cand`` (ascending); a plateau counts once, at its
+    middle (the lower of two), and only when both its ends drop. With ``edges`` the first and last
+    samples count when they exceed their one neighbour. Returns the count."""
+    n = row.shape[0]
+    m = 0
+    if edges and n >= 2 and row[0] > row[1]:
+        cand[m] = 0
+        m += 1
+    i = 1
+    i_max = n - 1
+    while i < i_max:
+        if row[i - 1] < row[i]:
+            ahead = i + 1
+            while ahead < i_max and row[ahead] == row[i]:
+                ahead += 1
+            if row[ahead] < row[i]:
+                cand[m] = (i + ahead - 1) // 2
+                m += 1
+                i = ahead
+        i += 1
+    if edges and n >= 2 and row[n - 1] > row[n - 2]:
+        cand[m] = n - 1
+        m += 1
+    return m
+
+
+@njit(**_OPTS)
+def _prominence(row, p, wlen):
+    """(prominence, left base, right base) of the peak at ``p`` (``wlen`` < 2: no window), as
+    ``scipy.signal.peak_prominences``; a peak at an edge is measured on its one side."""
+    n = row.shape[0]
+    lo, hi = 0, n - 1
+    if wlen >= 2:
+        lo = max(p - wlen // 2, lo)
+        hi = min(p + wlen // 2, hi)
+    top = row[p]
+    i = p
+    left = p
+    left_min = top
+    while lo <= i and row[i] <= top:
+        if row[i] < left_min:
+            left_min = row[i]
+            left = i
+        i -= 1
+    i = p
+    right = p
+    right_min = top
+    while i <= hi and row[i] <= top:
+        if row[i] < right_min:
+            right_min = row[i]
+            right = i
+        i += 1
+    if p == 0:  # an edge (edges=True) has one side: its drop on that side
+        return top - right_min, left, right
+    if p == n - 1:
+        return top - left_min, left, right
+    return top - max(left_min, right_min), left, right
+
+
+@njit(**_OPTS)
+def _width(row, p, prominence, left_base, right_base, rel_height):
+    """(width, height of the line, left and right interpolated positions) at ``rel_height``."""
+    height = row[p] - prominence * rel_height
+    i = p
+    while left_base < i and height < row[i]:
+        i -= 1
+    left = float(i)
+    if row[i] < height:
+        left += (height - row[i]) / (row[i + 1] - row[i])
+    i = p
+    while i < right_base and height < row[i]:
+        i += 1
+    right = float(i)
+    if row[i] < height:
+        right -= (height - row[i]) / (row[i - 1] - row[i])
+    return right - left, height, left, right
+
+
+@njit(parallel=True, **_OPTS)
+def find_peaks_rows(x, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, need_prom, need_width, k,
+                    out_idx, out_h, out_prom, out_base, out_width, out_ips, counts, n_workers):
+    """Peaks of every row of ``x [rows, n]`` (finite, float64).
+
+    ``*_lim``: ``[min, max]`` of height, threshold, prominence and width, NaN where not asked.
+    ``distance``: the minimal distance (rounded up; <= 1: none). Outputs ``[rows, k]`` ranked by
+    height, -1 / NaN where empty: ``out_idx``, ``out_h``, with ``need_prom`` ``out_prom`` and
+    ``out_base [rows, k, 2]``, with ``need_width`` ``out_width`` and ``out_ips [rows, k, 3]``
+    (width height, left and right positions). ``counts``: peaks kept per row. Rows go to
+    ``n_workers`` tasks in contiguous runs, each with its own scratch."""
+    n_rows, n = x.shape
+    per = (n_rows + n_workers - 1) // n_workers
+    for t in prange(n_workers):
+        cap = n // 2 + 2
+        cand = np.empty(cap, np.int64)
+        hts = np.empty(cap, np.float64)
+        keep = np.empty(cap, np.bool_)
+        prom = np.empty(cap, np.float64)
+        base = np.empty((cap, 2), np.int64)
+        wid = np.empty((cap, 4), np.float64)
+        order = np.empty(2 * cap, np.int64)
+        for r in range(t * per, min(n_rows, (t + 1) * per)):
+            _row(x[r], r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, need_prom, need_width, k,
+                 out_idx, out_h, out_prom, out_base, out_width, out_ips, counts, cand, hts, keep, prom, base, wid,
+                 order)
+
+
+@njit(**_OPTS)
+def _row(row, r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, need_prom, need_width, k,
+         out_idx, out_h, out_prom, out_base, out_width, out_ips, counts, cand, hts, keep, prom, base, wid, order):
+    """One row of :func:`find_peaks_rows` (scratch arrays of ``n // 2 + 2``)."""
+    n = row.shape[0]
+    m = _local_maxima(row, edges, cand)
+    for j in range(m):
+        hts[j] = row[cand[j]]
+        keep[j] = True
+    # height
+    if h_lim[0] == h_lim[0] or h_lim[1] == h_lim[1]:
+        for j in range(m):
+            if (h_lim[0] == h_lim[0] and not h_lim[0] <= hts[j]) or (h_lim[1] == h_lim[1] and not hts[j] <= h_lim[1]):
+                keep[j] = False
+        m = _compact(m, keep, cand, hts, prom, base, wid)
+    # threshold: the vertical distance to each neighbour (an edge has one)
+    if t_lim[0] == t_lim[0] or t_lim[1] == t_lim[1]:
+        for j in range(m):
+            p = cand[j]
+            dl = row[p] - row[p - 1] if p > 0 else row[p] - row[p + 1]
+            dr = row[p] - row[p + 1] if p < n - 1 else dl
+            if (t_lim[0] == t_lim[0] and not t_lim[0] <= min(dl, dr)) or \
+                    (t_lim[1] == t_lim[1] and not max(dl, dr) <= t_lim[1]):
+                keep[j] = False
+        m = _compact(m, keep, cand, hts, prom, base, wid)
+    # distance: higher peaks first remove their close neighbours
+    if distance > 1 and m > 1:
+        _by_distance(cand, hts, m, distance, keep, order)
+        m = _compact(m, keep, cand, hts, prom, base, wid)
+    if need_prom:
+        for j in range(m):
+            prom[j], base[j, 0], base[j, 1] = _prominence(row, cand[j], wlen)
+        if p_lim[0] == p_lim[0] or p_lim[1] == p_lim[1]:
+            for j in range(m):
+                if (p_lim[0] == p_lim[0] and not p_lim[0] <= prom[j]) or \
+                        (p_lim[1] == p_lim[1] and not prom[j] <= p_lim[1]):
+                    keep[j] = False
+            m = _compact(m, keep, cand, hts, prom, base, wid)
+    if need_width:
+        for j in range(m):
+            wid[j, 0], wid[j, 1], wid[j, 2], wid[j, 3] = _width(row, cand[j], prom[j], base[j, 0], base[j, 1],
+                                                                rel_height)
+        if w_lim[0] == w_lim[0] or w_lim[1] == w_lim[1]:
+            for j in range(m):
+                if (w_lim[0] == w_lim[0] and not w_lim[0] <= wid[j, 0]) or \
+                        (w_lim[1] == w_lim[1] and not wid[j, 0] <= w_lim[1]):
+                    keep[j] = False
+            m = _compact(m, keep, cand, hts, prom, base, wid)
+    # the k highest, ties to the lower index
+    kept = min(k, m)
+    counts[r] = kept
+    _top(hts, m, kept, order)
+    for s in range(k):
+        if s < kept:
+            j = order[s]
+            out_idx[r, s] = cand[j]
+            out_h[r, s] = hts[j]
+            if need_prom:
+                out_prom[r, s] = prom[j]
+                out_base[r, s, 0] = base[j, 0]
+                out_base[r, s, 1] = base[j, 1]
+            if need_width:
+                out_width[r, s] = wid[j, 0]
+                for c in range(3):
+                    out_ips[r, s, c] = wid[j, c + 1]
+        else:
+            out_idx[r, s] = -1
+            out_h[r, s] = np.nan
+            if need_prom:
+                out_prom[r, s] = np.nan
+                out_base[r, s, 0] = -1
+                out_base[r, s, 1] = -1
+            if need_width:
+                out_width[r, s] = np.nan
+                for c in range(3):
+                    out_ips[r, s, c] = np.nan
+
+
+@njit(**_OPTS)
+def _above(hts, i, j):
+    """Whether candidate ``i`` goes before ``j`` in scipy's order (higher; on equal heights the
+    later one, as a stable ascending sort walked from its end gives)."""
+    return hts[i] > hts[j] or (hts[i] == hts[j] and i > j)
+
+
+@njit(**_OPTS)
+def _by_distance(cand, hts, m, distance, keep, stack):
+    """scipy's distance rule: in order from the highest, each peak still kept removes the peaks
+    closer than ``distance``. Equivalently a peak stays exactly when no peak that stays goes
+    before it within ``distance``; that is resolved here depth first through the (few) peaks
+    nearby that go before it, with no sort of the whole row: ``keep[:m]`` (0 unknown, then
+    1 kept, 2 removed, held in ``stack``'s scratch)."""
+    state = stack[m:2 * m]  # scratch after the stack: both need m slots (cap >= 2m)
+    for j in range(m):
+        state[j] = 0
+    for j0 in range(m):
+        if state[j0] != 0:
+            continue
+        top = 0
+        stack[0] = j0
+        while top >= 0:
+            j = stack[top]
+            pending = -1
+            removed = False
+            q = j - 1
+            while q >= 0 and cand[j] - cand[q] < distance:
+                if _above(hts, q, j):
+                    if state[q] == 0:
+                        pending = q
+                        break
+                    if state[q] == 1:
+                        removed = True
+                q -= 1
+            if pending < 0:
+                q = j + 1
+                while q < m and cand[q] - cand[j] < distance:
+                    if _above(hts, q, j):
+                        if state[q] == 0:
+                            pending = q
+                            break
+                        if state[q] == 1:
+                            removed = True
+                    q += 1
+            if pending >= 0:  # a peak before it is not resolved yet: resolve that one first
+                top += 1
+                stack[top] = pending
+                continue
+            state[j] = 2 if removed else 1
+            top -= 1
+    for j in range(m):
+        keep[j] = state[j] == 1
+
+
+@njit(**_OPTS)
+def _top(hts, m, kept, order):
+    """``order[:kept]``: positions of the ``kept`` highest of ``hts[:m]``, highest first, ties to
+    the lower position (an insertion into a sorted prefix: about ``m`` comparisons when ``kept``
+    is small; a stable sort when it is not)."""
+    if kept * 8 >= m:
+        srt = np.argsort(-hts[:m], kind="mergesort")
+        for s in range(kept):
+            order[s] = srt[s]
+        return
+    filled = 0
+    for j in range(m):
+        v = hts[j]
+        if filled == kept and not v > hts[order[kept - 1]]:
+            continue  # not above the lowest kept (a tie stays with the lower position)
+        s = filled if filled < kept else kept - 1
+        while s > 0 and v > hts[order[s - 1]]:
+            order[s] = order[s - 1]
+            s -= 1
+        order[s] = j
+        if filled < kept:
+            filled += 1
+
+
+@njit(**_OPTS)
+def _compact(m, keep, cand, hts, prom, base, wid):
+    """Drop the candidates not kept (in order); all kept again. Returns the new count."""
+    w = 0
+    for j in range(m):
+        if keep[j]:
+            cand[w] = cand[j]
+            hts[w] = hts[j]
+            prom[w] = prom[j]
+            base[w, 0] = base[j, 0]
+            base[w, 1] = base[j, 1]
+            for c in range(4):
+                wid[w, c] = wid[j, c]
+            w += 1
+    for j in range(w):
+        keep[j] = True
+    return w

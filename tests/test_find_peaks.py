@@ -1,0 +1,153 @@
+"""welchpeaks.find_peaks against scipy.signal.find_peaks, row by row (the oracle)."""
+
+import numpy as np
+import pytest
+import scipy.signal as ss
+
+import welchpeaks
+
+
+def _rows(rng, n_rows, n, quantized=False):
+    """Noise plus a few tones; ``quantized`` rounds to few levels (plateaus, equal heights)."""
+    t = np.arange(n)
+    x = rng.standard_normal((n_rows, n)) * rng.uniform(0.1, 2.0, (n_rows, 1))
+    for _ in range(3):
+        x += rng.uniform(0, 3, (n_rows, 1)) * np.sin(2 * np.pi * rng.uniform(0, 0.5, (n_rows, 1)) * t)
+    return np.round(x * 2) / 2 if quantized else x
+
+
+def _pick(rng, options):
+    return options[int(rng.integers(len(options)))]
+
+
+def _random_filters(rng, quantized):
+    kw = {}
+    if rng.random() < 0.5:
+        kw["height"] = _pick(rng, [rng.uniform(-1, 1), (rng.uniform(-1, 0), None), (None, rng.uniform(1, 4)),
+                                   (rng.uniform(-1, 0.5), rng.uniform(1, 4))])
+    if rng.random() < 0.4:
+        kw["threshold"] = _pick(rng, [rng.uniform(0, 0.5), (None, rng.uniform(0.5, 3)), (0.1, 2.0)])
+    if rng.random() < 0.5 and not quantized:  # equal heights: scipy's distance order is its sort's
+        kw["distance"] = _pick(rng, [1, 2, rng.uniform(1, 20)])
+    if rng.random() < 0.6:
+        kw["prominence"] = _pick(rng, [None, rng.uniform(0, 2), (None, None), (rng.uniform(0, 1), rng.uniform(2, 5))])
+        if kw["prominence"] is None:
+            del kw["prominence"]
+    if rng.random() < 0.4:
+        kw["width"] = _pick(rng, [(None, None), rng.uniform(0.5, 3), (1.0, rng.uniform(2, 10))])
+        kw["rel_height"] = _pick(rng, [0.5, rng.uniform(0, 1.5)])
+    if rng.random() < 0.3 and ("prominence" in kw or "width" in kw):
+        kw["wlen"] = _pick(rng, [rng.integers(2, 50), rng.uniform(1.5, 80)])
+    return kw
+
+
+def _check_rows(x, got, kw, k):
+    """Every row equals scipy's peaks, then the top k by height (ties to the lower index)."""
+    props_kw = {f: kw[f] for f in ("height", "threshold", "distance", "prominence", "width", "wlen", "rel_height")
+                if f in kw}
+    rows = got.to_list()
+    for r in range(x.shape[0]):
+        peaks, props = ss.find_peaks(x[r], **props_kw)
+        order = np.lexsort((peaks, -x[r][peaks]))[:k]  # highest first, ties to the lower index
+        assert got.counts[r] == len(order)
+        np.testing.assert_array_equal(got.indices[r, :len(order)], peaks[order])
+        assert np.all(got.indices[r, len(order):] == -1)
+        mine_peaks, mine = rows[r]
+        np.testing.assert_array_equal(mine_peaks, np.sort(peaks[order]))
+        keep = np.sort(order)
+        for name, v in props.items():
+            if name in ("plateau_sizes", "left_thresholds", "right_thresholds"):
+                continue
+            want = v[keep]
+            if name in ("left_bases", "right_bases"):
+                np.testing.assert_array_equal(mine[name], want)
+            else:
+                np.testing.assert_allclose(mine[name], want, rtol=1e-9, atol=0)
+        np.testing.assert_array_equal(mine["peak_heights"], x[r][np.sort(peaks[order])])
+        assert set(mine) - {"peak_heights"} == set(props) - {"peak_heights", "plateau_sizes", "left_thresholds",
+                                                              "right_thresholds"}
+
+
+@pytest.mark.filterwarnings("ignore:some peaks have")
+def test_oracle_10000_random_rows():
+    """10,000 rows of random lengths and filters (plateaus included): scipy's indices exactly,
+    prominences and widths to 1e-9 relative."""
+    rng = np.random.default_rng(2026)
+    done = 0
+    while done < 10_000:
+        n = int(rng.integers(3, 1500))
+        n_rows = int(rng.integers(1, 200))
+        quantized = rng.random() < 0.25
+        x = _rows(rng, n_rows, n, quantized)
+        kw = _random_filters(rng, quantized)
+        k = None if rng.random() < 0.5 else int(rng.integers(1, 20))
+        got = welchpeaks.find_peaks(x, k=k, **kw)
+        _check_rows(x, got, kw, k if k is not None else n)
+        done += n_rows
+
+
+def test_padded_shapes_tensors_and_edges():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 400))
+    r = welchpeaks.find_peaks(x, k=5, prominence=0.5)
+    assert r.shape == (2, 3, 5) and r.counts.shape == (2, 3) and r.properties["prominences"].shape == (2, 3, 5)
+    flat = welchpeaks.find_peaks(x.reshape(6, 400), k=5, prominence=0.5)
+    np.testing.assert_array_equal(flat.indices, r.indices.reshape(6, 5))
+    t = welchpeaks.find_peaks(torch.from_numpy(x.astype(np.float32)), k=5, prominence=0.5)
+    assert torch.is_tensor(t.indices) and torch.is_tensor(t.properties["prominences"])
+    ref = welchpeaks.find_peaks(x.astype(np.float32), k=5, prominence=0.5)  # float32 rows, as float64
+    np.testing.assert_array_equal(t.indices.numpy(), ref.indices)
+    # k=None pads to the fullest row; k larger than any row pads with -1/NaN
+    full = welchpeaks.find_peaks(x, k=None)
+    assert full.shape[-1] == full.counts.max()
+    big = welchpeaks.find_peaks(x[0, 0, :10], k=50)
+    assert big.shape == (50,) and np.all(big.indices[big.counts:] == -1) and np.isnan(big.heights[big.counts:]).all()
+    # edges: the first and last samples are peaks only with edges=True
+    e = np.array([5.0, 1.0, 3.0, 1.0, 4.0])
+    assert welchpeaks.find_peaks(e).indices.tolist() == [2]
+    assert welchpeaks.find_peaks(e, edges=True).indices.tolist() == [0, 4, 2]
+    with_prom = welchpeaks.find_peaks(e, edges=True, prominence=(None, None))
+    assert with_prom.properties["prominences"].tolist() == [4.0, 3.0, 2.0]
+
+
+def test_errors():
+    x = np.random.default_rng(2).standard_normal((3, 50))
+    bad = x.copy()
+    bad[2, 7] = np.nan
+    with pytest.raises(ValueError, match="row 2"):
+        welchpeaks.find_peaks(bad)
+    with pytest.raises(ValueError, match="distance=0.5 must be >= 1"):
+        welchpeaks.find_peaks(x, distance=0.5)
+    with pytest.raises(ValueError, match="wlen=1 must be larger than 1"):
+        welchpeaks.find_peaks(x, prominence=1, wlen=1)
+    with pytest.raises(ValueError, match="rel_height=-1 must be >= 0"):
+        welchpeaks.find_peaks(x, width=1, rel_height=-1)
+    with pytest.raises(ValueError, match="height=.*pair"):
+        welchpeaks.find_peaks(x, height=(1, 2, 3))
+    with pytest.raises(TypeError, match="height='a' must be a number"):
+        welchpeaks.find_peaks(x, height="a")
+    with pytest.raises(ValueError, match="per-sample arrays"):
+        welchpeaks.find_peaks(x, height=np.zeros(50))
+    with pytest.raises(ValueError, match="k=0 must be a positive integer"):
+        welchpeaks.find_peaks(x, k=0)
+    with pytest.raises(TypeError, match="complex"):
+        welchpeaks.find_peaks(x + 1j)
+
+
+def test_bench_find_peaks_cli(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from welchpeaks.cli.main import app
+
+    out = tmp_path / "fp.json"
+    res = CliRunner().invoke(app, ["bench", "find-peaks", "--rows", "40", "--n", "129", "--repeats", "1",
+                                   "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert [r["config"] for r in data["results"]][:2] == ["local maxima", "distance"]
+    assert all(r["same_peaks"] and r["speedup"] > 0 for r in data["results"])
+    bad = CliRunner().invoke(app, ["bench", "find-peaks", "--n", "2"])
+    assert bad.exit_code != 0 and "--n >= 3" in bad.output

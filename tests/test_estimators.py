@@ -1,4 +1,4 @@
-"""The sub-bin estimators (welchpeaks.spectral.interp_offset) against the window's own response
+"""The sub-bin estimators (welchpeaks.estimators.interp_offset) against the window's own response
 to one tone (the oracle: the DTFT of the window at fractional bins), and bench accuracy."""
 
 import json
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.signal as ss
 
-from welchpeaks.spectral import exact_estimator, interp_offset, power_exponent, resolve_interp, window_response
+from welchpeaks.estimators import exact_estimator, interp_offset, power_exponent, resolve_interp, window_response
 
 DELTA = np.linspace(-0.5, 0.5, 41)
 

@@ -35,20 +35,21 @@ def test_both_cpu_executions_are_available():
     scaling=st.sampled_from(["density", "spectrum"]),
     window=st.sampled_from(["hann", "hamming", ("kaiser", 5.0)]),
     fs=st.sampled_from([None, 1000.0]),
+    interp=st.sampled_from(["auto", "power-parabola", "log-parabola", "none"]),
     seed=st.integers(0, 2**31),
 )
 def test_float64_matches_reference(strategy, batch, n_fft, hop_frac, segments, extra, k, mode, min_distance,
-                                   detrend, scaling, window, fs, seed):
+                                   detrend, scaling, window, fs, interp, seed):
     rng = np.random.default_rng(seed)
     hop = max(1, int(hop_frac * n_fft))
     p = make_params(k=k, n_fft=n_fft, hop=hop, segments=segments, fs=fs, window=window, detrend=detrend,
-                    scaling=scaling, mode=mode, min_distance=min_distance)
+                    scaling=scaling, mode=mode, min_distance=min_distance, interp=interp)
     nseg = segments or 1 + rng.integers(0, 4)
     length = n_fft + (nseg - 1) * hop + extra
     x = rng.standard_normal(batch + [length]) * rng.uniform(0.1, 10)
     res = welchpeaks.welch_peaks(x, k=k, n_fft=n_fft, hop=hop, segments=segments, fs=fs, window=window,
                                  detrend=detrend, scaling=scaling, mode=mode, min_distance=min_distance,
-                                 strategy=strategy, dtype="float64")
+                                 strategy=strategy, dtype="float64", interp=interp)
     assert res.bins.shape == tuple(batch) + (k,) and res.bins.dtype == np.int32
     assert res.power.dtype == np.float64 and res.freqs.dtype == np.float64
     assert res.strategy == strategy
@@ -146,6 +147,8 @@ def test_reference_peaks_agree_with_scipy_find_peaks(rng):
         # find_peaks never reports the edges; -inf padding makes our edge rule its interior rule
         sp, _ = scipy.signal.find_peaks(np.concatenate([[-np.inf], p, [-np.inf]]), distance=d)
         assert ours == sorted(int(j) - 1 for j in sp)
+        # edges=False (welch_peaks' default) is find_peaks itself
+        assert sorted(thin(p, local_maxima(p, edges=False), d)) == sorted(scipy.signal.find_peaks(p, distance=d)[0])
 
 
 def test_known_tones_are_found_within_a_tenth_of_a_bin(rng):

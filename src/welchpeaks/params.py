@@ -30,6 +30,8 @@ SCALE_RANGE = (1e-30, 1e30)
 #: How every kernel (numba, Triton) spells ``detrend`` and ``mode``.
 DETREND_CODES: dict[Any, int] = {False: 0, "constant": 1, "linear": 2}
 MODE_CODES: dict[str, int] = {"bins": 0, "peaks": 1}
+#: How every kernel spells the resolved sub-bin estimator (:func:`welchpeaks.estimators.interp_offset`).
+INTERP_CODES: dict[str, int] = {"none": 0, "log-parabola": 1, "power-parabola": 2, "hann": 3, "boxcar": 4}
 
 def one_sided_scale(window: np.ndarray, nfft: int, fs: float, scaling: str) -> np.ndarray:
     """Per-bin factor turning ``|rfft|**2`` of a windowed segment into a one-sided PSD bin.
@@ -144,6 +146,11 @@ class PeakParams:
     nan_policy: str
     dtype: str | None  # compute precision, None: decided by the execution
     precision: str = "fp32"  # tensor-core product precision of the GPU kernels (PRECISIONS)
+    interp: str = "auto"  # the sub-bin estimator asked for (estimators.INTERP_METHODS)
+    edges: bool = False  # DC and Nyquist may be peaks (mode 'peaks')
+    # what ``interp`` resolves to for this window (estimators.resolve_interp): derived, so not compared
+    interp_method: str = field(default="log-parabola", compare=False)
+    interp_alpha: float = field(default=0.5, compare=False)
 
     @property
     def n_bins(self) -> int:
@@ -156,6 +163,17 @@ class PeakParams:
     @property
     def mode_code(self) -> int:
         return MODE_CODES[self.mode]
+
+    @property
+    def edge_sentinel(self) -> float:
+        """What the kernels put beside the first and last bins for the local-maximum test: -inf
+        lets DC and Nyquist be peaks (``edges=True``), +inf never."""
+        return float("-inf") if self.edges else float("inf")
+
+    @property
+    def interp_code(self) -> int:
+        """The resolved estimator as the kernels spell it (:data:`INTERP_CODES`)."""
+        return INTERP_CODES[self.interp_method]
 
     def frame_length(self, n_segments: int) -> int:
         """Samples that ``n_segments`` segments span: ``n_fft + (n_segments - 1) * hop``."""
@@ -210,6 +228,10 @@ class PeakParams:
             "nan_policy": self.nan_policy,
             "dtype": self.dtype,
             "precision": self.precision,
+            "interp": self.interp,
+            "edges": self.edges,
+            "interp_method": self.interp_method,
+            "interp_alpha": self.interp_alpha,
         }
 
 def make_params(
@@ -227,6 +249,8 @@ def make_params(
     nan_policy: str = "raise",
     dtype: str | None = None,
     precision: str = "fp32",
+    interp: str = "auto",
+    edges: bool = False,
 ) -> PeakParams:
     """Validate user parameters and return a :class:`PeakParams`."""
     n_fft = _require_int("n_fft", n_fft, 4, "pass n_fft=4 or larger (256 is the usual choice)")
@@ -278,6 +302,11 @@ def make_params(
                          "docs/performance.md)")
     window_array = resolve_window(window, n_fft)
     _check_scale(window_array, n_fft, fs, scaling)
+    from welchpeaks.estimators import resolve_interp
+
+    interp_method, interp_alpha = resolve_interp(interp, window_array)
+    if not isinstance(edges, (bool, np.bool_)):
+        raise TypeError(f"edges={edges!r} must be True (DC and Nyquist may be peaks) or False (default: never)")
     return PeakParams(
         n_fft=n_fft,
         hop=hop,
@@ -295,5 +324,9 @@ def make_params(
         nan_policy=nan_policy,
         dtype=dtype,
         precision=precision,
+        interp=interp,
+        edges=bool(edges),
+        interp_method=interp_method,
+        interp_alpha=interp_alpha,
     )
 

@@ -118,7 +118,8 @@ def _select_task(psd: np.ndarray, kw: dict[str, Any]) -> np.ndarray:
     out[:] = np.nan
     out[..., 0] = -1
     if good.any():
-        bins, power, fbins = select(psd[good], p.k, p.mode, p.min_distance)
+        bins, power, fbins = select(psd[good], p.k, p.mode, p.min_distance, (p.interp_method, p.interp_alpha),
+                                     p.edges)
         out[good] = _pack(bins, power, fbins * p.freq_scale())
     return out
 

@@ -154,18 +154,20 @@ class WelchPeaks:
         model: Any = None,
         min_recall: float = 0.99,
         max_memory: int | None = None,
+        interp: str = "auto",
+        edges: bool = False,
     ):
         self._init = dict(n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, device=device, window=window,
                           detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy=nan_policy,
                           dtype=dtype, precision=precision, layout=layout, model=model, min_recall=min_recall,
-                          max_memory=max_memory)
+                          max_memory=max_memory, interp=interp, edges=edges)
         self._pinned: dict[tuple[str, str], WelchPeaks] = {}
         self._piece_plans: dict[tuple[int, str], Any] = {}
         self.layout = _check_layout(layout, segments)
         self.params = make_params(
             k=k, n_fft=n_fft, hop=hop, segments=1 if self.layout else segments, fs=fs, window=window,
             detrend=detrend, scaling=scaling, mode=mode, min_distance=min_distance, nan_policy=nan_policy,
-            dtype=dtype, precision=precision,
+            dtype=dtype, precision=precision, interp=interp, edges=edges,
         )
         _check_device(device)
         self.device = device
@@ -422,6 +424,8 @@ def welch_peaks(
     model: Any = None,
     min_recall: float = 0.99,
     max_memory: int | None = None,
+    interp: str = "auto",
+    edges: bool = False,
 ) -> PeakResult:
     """The ``k`` strongest spectral peaks of every signal in a batch.
 
@@ -449,8 +453,8 @@ def welch_peaks(
     window, detrend, scaling
         As in ``scipy.signal.welch`` (detrend: ``'constant'``, ``'linear'`` or ``False``).
     mode : {'peaks', 'bins'}
-        ``'peaks'``: the strongest local maxima, frequency refined by log-parabolic
-        interpolation; ``'bins'``: the strongest bins (the original system's semantics).
+        ``'peaks'``: the strongest local maxima, their frequencies refined within a bin
+        (``interp``); ``'bins'``: the strongest bins (the original system's semantics).
     min_distance : int
         In ``'peaks'`` mode, drop peaks closer than this many bins to a stronger kept one.
     strategy : str
@@ -483,6 +487,20 @@ def welch_peaks(
         Bytes of working memory (intermediate arrays, beyond the input and the results) a call
         may use; default half the memory available. ``'auto'`` does not pick an execution that
         needs more; a requested one, or the best one when none fits, runs in blocks of rows.
+    interp : {'auto', 'window', 'power-parabola', 'log-parabola', 'none'}
+        How a peak's frequency is refined from the PSD at its bin and its two neighbours.
+        ``'window'``: the window's exact estimator (the periodic Hann window's 3-point
+        magnitude ratio, exact for one tone; the boxcar's); ``'power-parabola'``: a parabola
+        through ``psd ** alpha``, ``alpha`` fitted to the window; ``'log-parabola'``: through
+        the log-power (earlier versions; biased by up to 1.6e-2 bins with Hann); ``'none'``:
+        the bin. ``'auto'`` (default): the window's estimator where it has one, else the power
+        parabola. Every execution refines alike; peaks at DC or Nyquist are not refined, and a
+        neighbour more than 120 dB under the peak counts as zero (rounding, such as the DC bin
+        after detrending). Accuracy per window: docs/accuracy.md.
+    edges : bool
+        In ``'peaks'`` mode, whether DC and Nyquist may be peaks (their missing neighbour counts
+        as -inf). Default False, as ``scipy.signal.find_peaks``: a spectrum's edges are not
+        peaks (earlier versions reported them, and DC often ranked among the strongest).
 
     Returns
     -------
@@ -504,7 +522,7 @@ def welch_peaks(
     kw = dict(n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device,
               window=window, detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy=nan_policy,
               dtype=dtype, precision=precision, layout=layout, model=model, min_recall=min_recall,
-              max_memory=max_memory)
+              max_memory=max_memory, interp=interp, edges=edges)
     if lazy.is_dask(x):
         if model is not None or device != "cpu":
             raise ValueError("dask arrays run on the CPU executions in this version; drop model= and device=")

@@ -55,7 +55,8 @@ class Tracker:
                  frame_hop: int | None = None, fs: float | None = None, mode: str = "peaks",
                  strategy: str = "auto", window: Any = "hann", detrend: str | bool = "constant",
                  scaling: str = "density", min_distance: int = 1, nan_policy: str = "raise",
-                 dtype: str | None = None, max_memory: int | None = None):
+                 dtype: str | None = None, max_memory: int | None = None, interp: str = "auto",
+                 edges: bool = False):
         self.frame_segments = _check_count("frame_segments", frame_segments,
                                            "pass the number of Welch segments per frame (8 by default)")
         self.frame_hop = self.frame_segments if frame_hop is None else _check_count(
@@ -63,7 +64,8 @@ class Tracker:
         # the executor always leaves non-finite frames empty; the policy is applied here, per frame
         self.peaks = WelchPeaks(n_fft=n_fft, k=k, segments=self.frame_segments, hop=hop, fs=fs, mode=mode,
                                 strategy=strategy, window=window, detrend=detrend, scaling=scaling,
-                                min_distance=min_distance, nan_policy="propagate", dtype=dtype, max_memory=max_memory)
+                                min_distance=min_distance, nan_policy="propagate", dtype=dtype, max_memory=max_memory,
+                                interp=interp, edges=edges)
         self._last: WelchPeaks | None = None
         self._shared_plans: dict[str, SharedFrames] = {}
         if nan_policy not in ("raise", "propagate"):
@@ -307,7 +309,7 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
           frame_hop: int | None = None, k: int = 16, mode: str = "peaks", window: Any = "hann",
           detrend: str | bool = "constant", scaling: str = "density", min_distance: int = 1,
           strategy: str = "auto", nan_policy: str = "raise", dtype: str | None = None,
-          max_memory: int | None = None) -> TrackResult:
+          max_memory: int | None = None, interp: str = "auto", edges: bool = False) -> TrackResult:
     """Peaks over time: the ``k`` strongest peaks of every frame of every signal.
 
     A frame is ``frame_segments`` Welch segments of ``n_fft`` samples, ``hop`` apart; frames
@@ -323,7 +325,7 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
         Real signals; every leading dimension is batch. A source from
         :func:`welchpeaks.open_signals` is read block by block (``max_memory`` bytes, default
         64 MiB); its sample rate is used when ``fs`` is None.
-    fs, n_fft, hop, k, mode, window, detrend, scaling, min_distance, strategy, dtype, max_memory
+    fs, n_fft, hop, k, mode, window, detrend, scaling, min_distance, strategy, dtype, max_memory, interp, edges
         As in :func:`welch_peaks`.
     frame_segments : int
         Welch segments averaged per frame.
@@ -352,7 +354,7 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
         fs = x.fs
     kw = dict(n_fft=n_fft, k=k, hop=hop, frame_segments=frame_segments, frame_hop=frame_hop, fs=fs, mode=mode,
               strategy=strategy, window=window, detrend=detrend, scaling=scaling, min_distance=min_distance,
-              nan_policy=nan_policy, dtype=dtype, max_memory=max_memory)
+              nan_policy=nan_policy, dtype=dtype, max_memory=max_memory, interp=interp, edges=edges)
     if lazy.is_dask(x):
         return lazy.track(x, kw)
     return Tracker(**kw)(x)

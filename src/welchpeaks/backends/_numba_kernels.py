@@ -26,10 +26,16 @@ from welchpeaks.numba_base import INLINE as _INL
 from welchpeaks.numba_base import LANES, butterfly_lanes, worker_rows
 from welchpeaks.numba_base import OPTS as _OPTS
 
-from welchpeaks.params import DETREND_CODES, MODE_CODES
+from welchpeaks.params import DETREND_CODES, INTERP_CODES, MODE_CODES
+from welchpeaks.estimators import ZERO_BELOW
 
 MODE_BINS = MODE_CODES["bins"]
 MODE_PEAKS = MODE_CODES["peaks"]
+INTERP_LOG = INTERP_CODES["log-parabola"]
+INTERP_POWER = INTERP_CODES["power-parabola"]
+INTERP_HANN = INTERP_CODES["hann"]
+INTERP_BOXCAR = INTERP_CODES["boxcar"]
+_F32_ZERO_BELOW = np.float32(ZERO_BELOW)
 DETREND_NONE = DETREND_CODES[False]
 DETREND_CONSTANT = DETREND_CODES["constant"]
 DETREND_LINEAR = DETREND_CODES["linear"]
@@ -105,13 +111,13 @@ def _log2_f32(v):
 
 @njit(**_INL)
 def _refine_f32(prow, idx, count, n_bins, out_fbin, r, abd):
-    """:func:`_refine` of the ``count`` float32 peaks at bins ``idx[:count]``, vectorised.
+    """The log-parabola (:func:`_offset`) of the ``count`` float32 peaks at bins
+    ``idx[:count]``, vectorised.
 
     The interpolation is a ratio of logarithms, so any base gives the same offset, and log2
-    of the power ratios needs no libm call. A ratio below the smallest normal float32 (a
-    neighbour more than 126 octaves, 380 dB, under the peak) is clamped to it. The three
-    powers around each peak are gathered into ``abd`` (``3 * count`` entries) first, so the
-    arithmetic runs as SIMD.
+    of the power ratios needs no libm call. A neighbour under ``ZERO_BELOW`` of the peak counts
+    as zero (no refinement), as in the reference. The three powers around each peak are
+    gathered into ``abd`` (``3 * count`` entries) first, so the arithmetic runs as SIMD.
     """
     for c in range(count):
         j = idx[c]
@@ -126,7 +132,8 @@ def _refine_f32(prow, idx, count, n_bins, out_fbin, r, abd):
         la = _log2_f32(max(a / b, _F32_TINY))
         lc = _log2_f32(max(d / b, _F32_TINY))
         den = la + lc
-        ok = (j > 0) & (j < n_bins - 1) & (a > 0.0) & (b > 0.0) & (d > 0.0) & (den < 0.0)
+        ok = ((j > 0) & (j < n_bins - 1) & (a > b * _F32_ZERO_BELOW) & (b > 0.0) & (d > b * _F32_ZERO_BELOW)
+              & (den < 0.0))
         out_fbin[r, c] = j + 0.5 * float((la - lc) / den) if ok else float(j)
 
 
@@ -153,18 +160,46 @@ def _insert_desc(vals, idx, count, cap, p, j):
 
 
 @njit(**_INL)
-def _refine(a, b, c, j, n_bins):
-    """Fractional bin of the peak at bin ``j`` of power ``b`` between ``a`` and ``c``."""
+def _offset(a, b, c, interp, alpha):
+    """:func:`welchpeaks.estimators.interp_offset` of one peak, in float64: the offset in bins
+    from the power ``a, b, c`` at bins j-1, j, j+1 by the estimator ``interp``
+    (:data:`~welchpeaks.params.INTERP_CODES`; ``alpha``: the power parabola's exponent)."""
+    a, b, c = float(a), float(b), float(c)
+    a = a if a > b * ZERO_BELOW else 0.0  # rounding, not power
+    c = c if c > b * ZERO_BELOW else 0.0
+    d = 0.0
+    if interp == INTERP_LOG:
+        if a > 0.0 and b > 0.0 and c > 0.0:
+            la, lb, lc = math.log(a), math.log(b), math.log(c)
+            den = la - 2.0 * lb + lc
+            if den < 0.0:
+                d = 0.5 * (la - lc) / den
+    elif interp == INTERP_POWER:
+        pa, pb, pc = a ** alpha, b ** alpha, c ** alpha
+        den = pa - 2.0 * pb + pc
+        if den < 0.0:
+            d = 0.5 * (pa - pc) / den
+    elif interp == INTERP_HANN:
+        sa, sb, sc = math.sqrt(a), math.sqrt(b), math.sqrt(c)
+        den = sa + 2.0 * sb + sc
+        if den > 0.0:
+            d = 2.0 * (sc - sa) / den
+    elif interp == INTERP_BOXCAR:
+        sa, sb, sc = math.sqrt(a), math.sqrt(b), math.sqrt(c)
+        if sc >= sa:
+            d = sc / (sb + sc) if sb + sc > 0.0 else 0.0
+        else:
+            d = -sa / (sb + sa) if sb + sa > 0.0 else 0.0
+    return min(0.5, max(-0.5, d))
+
+
+@njit(**_INL)
+def _refine(a, b, c, j, n_bins, interp, alpha):
+    """Fractional bin of the peak at bin ``j`` of power ``b`` between ``a`` and ``c``
+    (:func:`_offset`; unrefined at the edges)."""
     if j <= 0 or j >= n_bins - 1:
         return float(j)
-    if a <= 0.0 or b <= 0.0 or c <= 0.0:
-        return float(j)
-    la = float(math.log(a / b))  # in the compute dtype: logf for float32
-    lc = float(math.log(c / b))
-    den = la + lc
-    if den >= 0.0:
-        return float(j)
-    return j + 0.5 * (la - lc) / den
+    return j + _offset(a, b, c, interp, alpha)
 
 
 @njit(**_INL)
@@ -256,11 +291,12 @@ def _select_scalar(prow, n_bins, k, mode, min_distance, vals, idx, cand):
 
 
 @njit(**_INL)
-def select_into(prow, n_bins, k, mode, min_distance, vals, idx, cand, top, out_bins, out_power, out_fbin, r):
+def select_into(prow, n_bins, k, mode, min_distance, interp, alpha, vals, idx, cand, top, out_bins, out_power, out_fbin,
+                r):
     """Select from one PSD row into row ``r`` of the outputs (already filled with -1 / NaN).
 
-    ``prow`` has ``n_bins + 2`` entries: the PSD at ``1..n_bins`` between two -inf sentinels,
-    so the local-maximum test needs no edge branches. Scratch from :func:`select_scratch`.
+    ``prow`` has ``n_bins + 2`` entries: the PSD at ``1..n_bins`` between two sentinels (-inf:
+    DC and Nyquist may be peaks; +inf: never), so the local-maximum test needs no edge branches. Scratch from :func:`select_scratch`.
     """
     if _is_float32_array(prow) and (mode == MODE_BINS or min_distance <= 1):
         count = _select_keyed(prow, n_bins, k, mode, vals, idx, cand, top)
@@ -272,12 +308,12 @@ def select_into(prow, n_bins, k, mode, min_distance, vals, idx, cand, top, out_b
     if mode == MODE_BINS:
         for c in range(count):
             out_fbin[r, c] = float(idx[c])
-    elif _is_float32_array(prow):
+    elif _is_float32_array(prow) and interp == INTERP_LOG:
         _refine_f32(prow, idx, count, n_bins, out_fbin, r, vals)
     else:
         for c in range(count):
             j = idx[c]
-            out_fbin[r, c] = _refine(prow[j], prow[j + 1], prow[j + 2], j, n_bins)
+            out_fbin[r, c] = _refine(prow[j], prow[j + 1], prow[j + 2], j, n_bins, interp, alpha)
 
 
 @njit(**_INL)
@@ -477,6 +513,9 @@ def fused_pow2(
     k,
     mode,
     min_distance,
+    interp,
+    alpha,
+    edge,
     whole,
     tile,
     stats,
@@ -650,14 +689,15 @@ def fused_pow2(
                     for q in range(n_bins):
                         carry[r0 + lane, q] = ac[q + 1, lane]
                 continue
-            # the PSD tile, between -inf sentinel rows for the local-maximum test
+            # the PSD tile, between sentinel rows for the local-maximum test (``edge``: -inf lets DC
+            # and Nyquist be peaks, +inf never)
             for q in range(n_bins):
                 sq = scale[q]
                 for lane in range(nv):
                     ac[q + 1, lane] *= sq
             for lane in range(nv):
-                ac[0, lane] = -np.inf
-                ac[n_bins + 1, lane] = -np.inf
+                ac[0, lane] = edge
+                ac[n_bins + 1, lane] = edge
             for lane in range(nl):
                 r = r0 + lane
                 _clear_row(out_bins, out_power, out_fbin, r)
@@ -671,7 +711,8 @@ def fused_pow2(
                 if chk != 0.0:  # flagged like a non-finite row; the API tells the two apart
                     bad[r] = True
                     continue
-                select_into(prow, n_bins, k, mode, min_distance, tv, ti, tc, tt, out_bins, out_power, out_fbin, r)
+                select_into(prow, n_bins, k, mode, min_distance, interp, alpha, tv, ti, tc, tt, out_bins, out_power,
+                            out_fbin, r)
 
 
 # ------------------------------------------------------------------------------ any n_fft
@@ -693,7 +734,8 @@ def window_segments(segs_in, window, detrend, segs):
 
 @njit(parallel=True, **_OPTS)
 def power_select_spectrum(
-    spec, n_rows, scale, k, mode, min_distance, psd, vals, idx, cand, top, bad, out_bins, out_power, out_fbin
+    spec, n_rows, scale, k, mode, min_distance, interp, alpha, edge, psd, vals, idx, cand, top, bad, out_bins, out_power,
+    out_fbin
 ):
     """Average ``|spec|**2`` over segments, scale, and select, one row per iteration. A row whose
     PSD holds NaN or infinity is flagged in ``bad`` and left empty."""
@@ -709,8 +751,8 @@ def power_select_spectrum(
         tt = top[t]
         for r in range(t * per, min(n_rows, (t + 1) * per)):
             _clear_row(out_bins, out_power, out_fbin, r)
-            prow[0] = -np.inf
-            prow[n_bins + 1] = -np.inf
+            prow[0] = edge
+            prow[n_bins + 1] = edge
             check = 0.0
             for q in range(n_bins):
                 v = 0.0
@@ -723,7 +765,8 @@ def power_select_spectrum(
             bad[r] = check != 0.0
             if bad[r]:
                 continue
-            select_into(prow, n_bins, k, mode, min_distance, tv, ti, tc, tt, out_bins, out_power, out_fbin, r)
+            select_into(prow, n_bins, k, mode, min_distance, interp, alpha, tv, ti, tc, tt, out_bins, out_power,
+                        out_fbin, r)
 
 
 # ------------------------------------------------------------------------------ frames sharing segments
@@ -731,7 +774,7 @@ def power_select_spectrum(
 
 @njit(parallel=True, **_OPTS)
 def frames_select(
-    seg_power, seg_bad, frame_segments, frame_hop, n_frames, scale, k, mode, min_distance,
+    seg_power, seg_bad, frame_segments, frame_hop, n_frames, scale, k, mode, min_distance, interp, alpha, edge,
     psd, vals, idx, cand, top, bad, out_bins, out_power, out_fbin
 ):
     """Frames of overlapping segments: ``seg_power [rows, S, n_bins]`` holds each segment's
@@ -769,9 +812,10 @@ def frames_select(
             for q in range(n_bins):
                 prow[q + 1] *= scale[q]
                 chk += prow[q + 1] - prow[q + 1]  # NaN once a power overflowed
-            prow[0] = -np.inf
-            prow[n_bins + 1] = -np.inf
+            prow[0] = edge
+            prow[n_bins + 1] = edge
             if chk != 0.0:
                 bad[j] = True
                 continue
-            select_into(prow, n_bins, k, mode, min_distance, tv, ti, tc, tt, out_bins, out_power, out_fbin, j)
+            select_into(prow, n_bins, k, mode, min_distance, interp, alpha, tv, ti, tc, tt, out_bins, out_power,
+                        out_fbin, j)

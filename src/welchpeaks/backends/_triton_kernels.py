@@ -188,6 +188,49 @@ def _key(v, idx, delta, ok, IB: tl.constexpr):
 
 
 @triton.jit
+def _offset(a, b, c, INTERP: tl.constexpr, ALPHA: tl.constexpr):
+    """:func:`welchpeaks.estimators.interp_offset` in the kernel, elementwise: the offset in bins
+    of a peak of power ``b`` between ``a`` and ``c`` by the estimator ``INTERP``
+    (:data:`welchpeaks.params.INTERP_CODES`; ``ALPHA``: the power parabola's exponent). A
+    neighbour under ``1e-12`` of the peak (``ZERO_BELOW``) counts as zero, as everywhere."""
+    zero = tl.zeros_like(b)
+    # lanes that are no peak (padding at -inf, +inf beside the edges) give unused offsets: keep
+    # them finite (for a peak, a <= b and c <= b already)
+    b = tl.maximum(b, zero)
+    a = tl.where(a > b * 1e-12, tl.minimum(a, b), zero)
+    c = tl.where(c > b * 1e-12, tl.minimum(c, b), zero)
+    if INTERP == 1:  # log-parabola; the offset does not depend on the log's base
+        la = tl.log2(tl.where(a > 0, a, 1.0))
+        lb = tl.log2(tl.where(b > 0, b, 1.0))
+        lc = tl.log2(tl.where(c > 0, c, 1.0))
+        den = la - 2.0 * lb + lc
+        ok = (a > 0) & (b > 0) & (c > 0) & (den < 0)
+        d = tl.where(ok, 0.5 * (la - lc) / tl.where(ok, den, -1.0), zero)
+    elif INTERP == 2:  # power parabola: p ** ALPHA
+        pa = tl.where(a > 0, tl.exp2(ALPHA * tl.log2(tl.where(a > 0, a, 1.0))), zero)
+        pb = tl.where(b > 0, tl.exp2(ALPHA * tl.log2(tl.where(b > 0, b, 1.0))), zero)
+        pc = tl.where(c > 0, tl.exp2(ALPHA * tl.log2(tl.where(c > 0, c, 1.0))), zero)
+        den = pa - 2.0 * pb + pc
+        d = tl.where(den < 0, 0.5 * (pa - pc) / tl.where(den < 0, den, -1.0), zero)
+    elif INTERP == 3:  # periodic Hann: the 3-point magnitude ratio
+        sa = tl.sqrt(a)
+        sb = tl.sqrt(b)
+        sc = tl.sqrt(c)
+        den = sa + 2.0 * sb + sc
+        d = tl.where(den > 0, 2.0 * (sc - sa) / tl.where(den > 0, den, 1.0), zero)
+    elif INTERP == 4:  # boxcar: the larger neighbour's magnitude over its sum with the peak's
+        sa = tl.sqrt(a)
+        sb = tl.sqrt(b)
+        sc = tl.sqrt(c)
+        with_c = tl.where(sb + sc > 0, sc / tl.where(sb + sc > 0, sb + sc, 1.0), zero)
+        with_a = tl.where(sb + sa > 0, -sa / tl.where(sb + sa > 0, sb + sa, 1.0), zero)
+        d = tl.where(sc >= sa, with_c, with_a)
+    else:
+        d = zero
+    return tl.minimum(tl.maximum(d, -0.5), 0.5)
+
+
+@triton.jit
 def _halve(x, odd):
     """``x [BR, L]`` as ``[BR, L/2]``: of each pair of lanes (2j, 2j + 1), lane 2j + 1 where
     ``odd`` else lane 2j."""
@@ -197,18 +240,18 @@ def _halve(x, odd):
 
 @triton.jit
 def select_store(psd, last, rows, rmask, NB: tl.constexpr, L: tl.constexpr, HAS_LAST: tl.constexpr, K,
-                 KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr, bad, bins_ptr,
-                 pow_ptr, fb_ptr):
+                 KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr,
+                 INTERP: tl.constexpr, ALPHA: tl.constexpr, EDGES: tl.constexpr, bad, bins_ptr, pow_ptr, fb_ptr):
     """The reference's selection on a tile of ``L`` bins ``psd [BR, L]`` (lanes past ``NB``
     ignored) and, when ``HAS_LAST``, one more bin ``last [BR]`` (bin ``L = NB - 1``: the fused
     kernel keeps the Nyquist bin out of the lanes so that they are ``N/2``, not ``N``); then
     one store per output of ``[BR, K]``.
 
     Candidates are every bin (``'bins'``) or the local maxima with positive power
-    (``'peaks'``: above the left neighbour, at least the right one; neighbours come from
-    :func:`_shift`; the candidate of each pair of lanes is kept, :func:`_halve`). Each
-    candidate's log-parabolic offset is computed in its lane and packed
-    with its power and bin into one key (:func:`_key`). Without thinning (``MIN_DIST == 1``)
+    (``'peaks'``: above the left neighbour, at least the right one, DC and Nyquist only when
+    ``EDGES``; neighbours come from :func:`_shift`; the candidate of each pair of lanes is kept,
+    :func:`_halve`). Each candidate's offset (:func:`_offset`, the estimator ``INTERP``) is
+    computed in its lane and packed with its power and bin into one key (:func:`_key`). Without thinning (``MIN_DIST == 1``)
     the top ``KT`` keys come from ``tl.topk`` (a bitonic partial sort: about
     ``log2(KT)^2 / 2`` compare-and-swap passes over the lanes instead of ``K`` reductions);
     with thinning, ``K`` greedy rounds of one max reduction and a suppression of the picked
@@ -222,6 +265,10 @@ def select_store(psd, last, rows, rmask, NB: tl.constexpr, L: tl.constexpr, HAS_
     right = _shift(psd, ninf, True)
     if HAS_LAST:
         right = tl.where(f == L - 1, last[:, None], right)
+    if not EDGES:  # +inf beside DC and Nyquist: never a local maximum
+        left = tl.where(f == 0, float("inf"), left)
+        if not HAS_LAST:
+            right = tl.where(f == NB - 1, float("inf"), right)
     if PEAKS:
         ok = (psd > left) & (psd >= right) & (psd > 0)  # zero power: no peak
         if HAS_LAST:
@@ -234,15 +281,11 @@ def select_store(psd, last, rows, rmask, NB: tl.constexpr, L: tl.constexpr, HAS_
         left = _halve(left, odd)
         right = _halve(right, odd)
         f = _halve(f, odd)
-        la = tl.log2(tl.where(left > 0, left, 1.0))  # the offset does not depend on the log's base
-        lb = tl.log2(tl.where(psd > 0, psd, 1.0))
-        lc = tl.log2(tl.where(right > 0, right, 1.0))
-        den = la - 2.0 * lb + lc
-        inner = ok & (f > 0) & (f < NB - 1) & (left > 0) & (right > 0) & (den < 0)
-        key = _key(psd, f, tl.where(inner, 0.5 * (la - lc) / tl.where(inner, den, -1.0), 0.0), ok, IB)
+        inner = ok & (f > 0) & (f < NB - 1)  # unrefined at the edges
+        key = _key(psd, f, tl.where(inner, _offset(left, psd, right, INTERP, ALPHA), 0.0), ok, IB)
         if HAS_LAST:
             last_key = _key(last, tl.full(last.shape, L, tl.int32), tl.zeros_like(last),
-                            (last > before_last) & (last > 0), IB)
+                            (last > before_last) & (last > 0) & EDGES, IB)
     else:
         key = _key(psd, f, tl.zeros_like(psd), f < NB, IB)
         if HAS_LAST:
@@ -292,7 +335,8 @@ def _store_keys(top, mask, bad, out, IB: tl.constexpr, bins_ptr, pow_ptr, fb_ptr
 def fused(x_ptr, stride, B, S, hop, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw2_ptr, scale_ptr, bins_ptr, pow_ptr,
           fb_ptr, bad_ptr, K, N1: tl.constexpr, N2: tl.constexpr, N3: tl.constexpr, BR: tl.constexpr,
           HALF: tl.constexpr, DETREND: tl.constexpr, KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr,
-          IB: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+          IB: tl.constexpr, INTERP: tl.constexpr, ALPHA: tl.constexpr, EDGES: tl.constexpr,
+          PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
     """Raw rows in, peaks out: the ``S`` Welch segments of ``BR`` rows (``hop`` apart, ``N =
     N1 N2 N3`` samples each), the mean of their power spectra, the top ``K`` peaks per row.
 
@@ -350,12 +394,13 @@ def fused(x_ptr, stride, B, S, hop, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw
     bad = tl.sum(tl.sum(tl.sum(flags, 3), 2), 1)  # non-finite samples per row
     tl.store(bad_ptr + rows, bad, mask=rmask)
     select_store((lo + mirrored) * scale[None, :], last, rows, rmask, N // 2 + 1, N // 2, True, K, KT, PEAKS,
-                 MIN_DIST, IB, bad, bins_ptr, pow_ptr, fb_ptr)
+                 MIN_DIST, IB, INTERP, ALPHA, EDGES, bad, bins_ptr, pow_ptr, fb_ptr)
 
 
 @triton.jit
 def block(spec_ptr, B, scale_ptr, bins_ptr, pow_ptr, fb_ptr, bad_ptr, S, K, NB: tl.constexpr, NBP: tl.constexpr,
-          BR: tl.constexpr, KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr):
+          BR: tl.constexpr, KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr,
+          INTERP: tl.constexpr, ALPHA: tl.constexpr, EDGES: tl.constexpr):
     """Power, segment mean and selection of a spectrum ``[B, S, NB]`` (complex64 as float
     pairs): reads the spectrum once, writes ``K`` results per row."""
     rows = tl.program_id(0) * BR + tl.arange(0, BR)
@@ -372,4 +417,4 @@ def block(spec_ptr, B, scale_ptr, bins_ptr, pow_ptr, fb_ptr, bad_ptr, S, K, NB: 
     bad = tl.load(bad_ptr + rows, mask=rmask, other=0)
     # no separate last bin here (HAS_LAST is False): the ``last`` argument is a placeholder
     select_store(acc * scale[None, :], bad.to(tl.float32), rows, rmask, NB, NBP, False, K, KT, PEAKS, MIN_DIST, IB,
-                 bad, bins_ptr, pow_ptr, fb_ptr)
+                 INTERP, ALPHA, EDGES, bad, bins_ptr, pow_ptr, fb_ptr)

@@ -109,7 +109,8 @@ class FusedCpuPlan:
             _kernels().fused_pow2(
                 x2d, rows, p.n_fft, p.hop, n_seg, self.window, self.ramp, self.consts,
                 p.detrend_code, self.rev, self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend,
-                self.scale, p.k, p.mode_code, p.min_distance, self.whole, self.tile, self.stats, self.sums,
+                self.scale, p.k, p.mode_code, p.min_distance, p.interp_code, p.interp_alpha,
+                p.edge_sentinel, self.whole, self.tile, self.stats, self.sums,
                 self.buf_re, self.buf_im, self.acc, *self.select, bad, *outs, carry, use_carry, finish, pivot,
             )
             return np.flatnonzero(bad[:rows])
@@ -195,7 +196,8 @@ class SharedFrames:
         bad = np.empty(jobs, np.bool_)
         with KERNEL_LOCK:
             _kernels().frames_select(power.reshape(n_rows, n_seg, p.n_bins), seg_bad.reshape(n_rows, n_seg), fs, fh,
-                                     n_frames, self.scale, p.k, p.mode_code, p.min_distance, *self.select, bad, bins,
+                                     n_frames, self.scale, p.k, p.mode_code, p.min_distance, p.interp_code,
+                                     p.interp_alpha, p.edge_sentinel, *self.select, bad, bins,
                                      out, fbin)
         return RowPeaks(bins, out, fbin, np.flatnonzero(bad))
 
@@ -218,7 +220,9 @@ class SpectrumSelect:
         bad = np.empty(rows, np.bool_)
         with KERNEL_LOCK:
             _kernels().power_select_spectrum(spec, rows, self.scale[: spec.shape[2]], p.k, p.mode_code,
-                                             p.min_distance, *self.select, bad, bins, power, fbin)
+                                             p.min_distance, p.interp_code, p.interp_alpha, p.edge_sentinel,
+                                             *self.select, bad,
+                                             bins, power, fbin)
         return RowPeaks(bins, power, fbin, np.flatnonzero(bad))
 
 

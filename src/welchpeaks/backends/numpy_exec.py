@@ -16,6 +16,7 @@ from welchpeaks.backends import Execution, register
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.ir.run import constant_value, identity_input
 from welchpeaks.result import RowPeaks
+from welchpeaks.estimators import interp_offset
 from welchpeaks.spectral import detrend_segments, segment_view
 
 NAME = "numpy"
@@ -26,10 +27,10 @@ def _order(keys: np.ndarray) -> np.ndarray:
     return np.argsort(-keys, axis=-1, kind="stable")
 
 
-def _local_max_mask(p: np.ndarray) -> np.ndarray:
-    ninf = np.full((p.shape[0], 1), -np.inf, dtype=p.dtype)
-    left = np.concatenate([ninf, p[:, :-1]], axis=1)
-    right = np.concatenate([p[:, 1:], ninf], axis=1)
+def _local_max_mask(p: np.ndarray, edges: bool) -> np.ndarray:
+    edge = np.full((p.shape[0], 1), -np.inf if edges else np.inf, dtype=p.dtype)
+    left = np.concatenate([edge, p[:, :-1]], axis=1)
+    right = np.concatenate([p[:, 1:], edge], axis=1)
     return (p > left) & (p >= right) & (p > 0)  # a zero-power bin is never a peak
 
 
@@ -58,28 +59,24 @@ def _thin(p: np.ndarray, cand: np.ndarray, min_distance: int) -> np.ndarray:
     return kept
 
 
-def _refine(p: np.ndarray, bins: np.ndarray, valid: np.ndarray) -> np.ndarray:
+def _refine(p: np.ndarray, bins: np.ndarray, valid: np.ndarray, interp: tuple[str, float]) -> np.ndarray:
+    """Fractional bins of the peaks at ``bins``: the reference's estimator (in float64) from the
+    power around each, unrefined at the edges."""
     nb = p.shape[1]
     j = np.clip(bins, 1, nb - 2)
-    a = np.take_along_axis(p, j - 1, -1).astype(np.float64)
-    b = np.take_along_axis(p, j, -1).astype(np.float64)
-    c = np.take_along_axis(p, j + 1, -1).astype(np.float64)
-    ok = valid & (bins > 0) & (bins < nb - 1) & (a > 0) & (b > 0) & (c > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        la, lb, lc = np.log(a), np.log(b), np.log(c)
-        den = la - 2.0 * lb + lc
-        ok &= den < 0
-        delta = np.where(ok, 0.5 * (la - lc) / np.where(ok, den, -1.0), 0.0)
-    return bins + delta
+    a, b, c = (np.take_along_axis(p, j + d, -1) for d in (-1, 0, 1))
+    inner = valid & (bins > 0) & (bins < nb - 1)
+    return bins + np.where(inner, interp_offset(a, b, c, *interp), 0.0)
 
 
-def select(psd: np.ndarray, k: int, mode: str, min_distance: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def select(psd: np.ndarray, k: int, mode: str, min_distance: int, interp: tuple[str, float] = ("log-parabola", 0.5),
+           edges: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised selection over rows of finite ``psd``; same results as the per-row reference."""
     rows, nb = psd.shape
     if mode == "bins":
         cand = np.ones((rows, nb), bool)
     else:
-        cand = _local_max_mask(psd)
+        cand = _local_max_mask(psd, edges)
         if min_distance > 1:
             cand = _thin(psd, cand, min_distance)
     order = _order(np.where(cand, psd, -np.inf))[:, :k]
@@ -91,7 +88,7 @@ def select(psd: np.ndarray, k: int, mode: str, min_distance: int) -> tuple[np.nd
     bins = np.where(valid, order, -1).astype(np.int32)
     power = np.where(valid, np.take_along_axis(psd, order, -1), np.nan).astype(psd.dtype)
     if mode == "peaks":
-        fbins = np.where(valid, _refine(psd, order, valid), np.nan)
+        fbins = np.where(valid, _refine(psd, order, valid, interp), np.nan)
     else:
         fbins = np.where(valid, order.astype(np.float64), np.nan)
     return bins, power, fbins
@@ -151,13 +148,14 @@ def _segment_mean(node: Node, graph: Graph):
     return segment_mean
 
 
-def select_rows(psd: np.ndarray, k: int, mode: str, min_distance: int) -> RowPeaks:
+def select_rows(psd: np.ndarray, k: int, mode: str, min_distance: int,
+                interp: tuple[str, float] = ("log-parabola", 0.5), edges: bool = True) -> RowPeaks:
     """:func:`select` on PSD rows, rows holding NaN or infinity left empty and reported."""
     finite = np.isfinite(psd).all(axis=1)
     bad_rows = np.flatnonzero(~finite)
     if bad_rows.size:
         psd = np.where(finite[:, None], psd, 0)
-    bins, power, fbins = select(psd, k, mode, min_distance)
+    bins, power, fbins = select(psd, k, mode, min_distance, interp, edges)
     if bad_rows.size:
         bins[bad_rows] = -1
         power[bad_rows] = np.nan
@@ -166,8 +164,8 @@ def select_rows(psd: np.ndarray, k: int, mode: str, min_distance: int) -> RowPea
 
 
 def _topk(node: Node, graph: Graph):
-    k, mode, md = node.attrs["k"], node.attrs["mode"], node.attrs["min_distance"]
-    return lambda psd: select_rows(psd, k, mode, md)
+    k, mode, md, interp, edges = (node.attrs[a] for a in ("k", "mode", "min_distance", "interp", "edges"))
+    return lambda psd: select_rows(psd, k, mode, md, interp, edges)
 
 
 def _fft(node: Node, graph: Graph):

@@ -19,6 +19,7 @@ from welchpeaks.backends import Execution, register
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.ir.run import constant_value
 from welchpeaks.result import RowPeaks
+from welchpeaks.estimators import ZERO_BELOW
 
 NAME = "torch"
 GPU_EXTRA = "pip install 'welchpeaks[gpu]'"
@@ -45,27 +46,56 @@ def as_tensor(x: Any, dtype: Any):
     return t.to(torch_dtype(dtype))
 
 
-def refine_t(psd, bins, valid):
-    """Fractional bins: the vertex of the parabola through the log-power around each peak."""
+def offset_t(a, b, c, method: str, alpha: float):
+    """:func:`welchpeaks.estimators.interp_offset` on float64 tensors (the same formulas, the same
+    treatment of neighbours under :data:`~welchpeaks.estimators.ZERO_BELOW` and of zeros)."""
+    torch = import_torch()
+    zero = torch.zeros_like(b)
+    a, c = (torch.where(v > b * ZERO_BELOW, v, zero) for v in (a, c))
+    if method == "none":
+        return zero
+    if method == "log-parabola":
+        la, lb, lc = (v.clamp_min(1e-300).log() for v in (a, b, c))
+        den = la - 2.0 * lb + lc
+        ok = (a > 0) & (b > 0) & (c > 0) & (den < 0)
+        d = torch.where(ok, 0.5 * (la - lc) / torch.where(ok, den, -torch.ones_like(den)), zero)
+    elif method == "power-parabola":
+        pa, pb, pc = (v ** alpha for v in (a, b, c))
+        den = pa - 2.0 * pb + pc
+        ok = den < 0
+        d = torch.where(ok, 0.5 * (pa - pc) / torch.where(ok, den, -torch.ones_like(den)), zero)
+    else:
+        sa, sb, sc = a.sqrt(), b.sqrt(), c.sqrt()
+        one = torch.ones_like(b)
+        if method == "hann":
+            den = sa + 2.0 * sb + sc
+            d = torch.where(den > 0, 2.0 * (sc - sa) / torch.where(den > 0, den, one), zero)
+        else:  # boxcar
+            with_c = torch.where(sb + sc > 0, sc / torch.where(sb + sc > 0, sb + sc, one), zero)
+            with_a = torch.where(sb + sa > 0, -sa / torch.where(sb + sa > 0, sb + sa, one), zero)
+            d = torch.where(sc >= sa, with_c, with_a)
+    return d.clamp(-0.5, 0.5)
+
+
+def refine_t(psd, bins, valid, interp: tuple[str, float]):
+    """Fractional bins of the peaks at ``bins`` by the resolved estimator ``interp``, unrefined
+    at the edges."""
     torch = import_torch()
     nb = psd.shape[1]
     j = bins.clamp(1, nb - 2)
     a, b, c = (torch.gather(psd, 1, j + d).double() for d in (-1, 0, 1))
-    ok = valid & (bins > 0) & (bins < nb - 1) & (a > 0) & (b > 0) & (c > 0)
-    la, lb, lc = (v.clamp_min(1e-300).log() for v in (a, b, c))
-    den = la - 2.0 * lb + lc
-    ok &= den < 0
-    delta = torch.where(ok, 0.5 * (la - lc) / torch.where(ok, den, -torch.ones_like(den)), torch.zeros_like(den))
-    return bins.double() + delta
+    inner = valid & (bins > 0) & (bins < nb - 1)
+    return bins.double() + torch.where(inner, offset_t(a, b, c, *interp), torch.zeros_like(b))
 
 
-def select_t(psd, k: int, mode: str, min_distance: int):
+def select_t(psd, k: int, mode: str, min_distance: int, interp: tuple[str, float] = ("log-parabola", 0.5),
+             edges: bool = True):
     """bins (int32, -1 empty), power (NaN empty) and fractional bins of ``psd`` ``[rows, n_bins]``."""
     torch = import_torch()
     rows, nb = psd.shape
     ninf = torch.tensor(float("-inf"), dtype=psd.dtype, device=psd.device)
     if mode == "peaks":
-        pad = torch.full((rows, 1), float("-inf"), dtype=psd.dtype, device=psd.device)
+        pad = torch.full((rows, 1), float("-inf") if edges else float("inf"), dtype=psd.dtype, device=psd.device)
         left = torch.cat([pad, psd[:, :-1]], 1)
         right = torch.cat([psd[:, 1:], pad], 1)
         cand = torch.where((psd > left) & (psd >= right) & (psd > 0), psd, ninf)  # zero power: no peak
@@ -93,7 +123,7 @@ def select_t(psd, k: int, mode: str, min_distance: int):
     power = torch.where(valid, torch.gather(psd, 1, order), torch.full_like(psd[:, :1], float("nan")))
     bins = torch.where(valid, order, torch.full_like(order, -1)).to(torch.int32)
     if mode == "peaks":
-        fb = refine_t(psd, order, valid)
+        fb = refine_t(psd, order, valid, interp)
     else:
         fb = order.double()
     return bins, power, torch.where(valid, fb, torch.full_like(fb, float("nan")))
@@ -152,12 +182,13 @@ def _mul(node: Node, graph: Graph):
     return lambda a, b: a * scale(a.device)
 
 
-def select_rows_t(psd, k: int, mode: str, min_distance: int):
+def select_rows_t(psd, k: int, mode: str, min_distance: int, interp: tuple[str, float] = ("log-parabola", 0.5),
+                  edges: bool = True):
     """:func:`select_t` on PSD rows, rows holding NaN or infinity left empty and reported."""
     torch = import_torch()
     bad = ~torch.isfinite(psd).all(1)
     psd = torch.where(bad[:, None], torch.zeros_like(psd), psd)
-    bins, power, fb = select_t(psd, k, mode, min_distance)
+    bins, power, fb = select_t(psd, k, mode, min_distance, interp, edges)
     empty = bad[:, None]
     bins = torch.where(empty, torch.full_like(bins, -1), bins)
     power = torch.where(empty, torch.full_like(power, float("nan")), power)
@@ -166,8 +197,8 @@ def select_rows_t(psd, k: int, mode: str, min_distance: int):
 
 
 def _topk(node: Node, graph: Graph):
-    k, mode, md = node.attrs["k"], node.attrs["mode"], node.attrs["min_distance"]
-    return lambda psd: select_rows_t(psd, k, mode, md)
+    k, mode, md, interp, edges = (node.attrs[a] for a in ("k", "mode", "min_distance", "interp", "edges"))
+    return lambda psd: select_rows_t(psd, k, mode, md, interp, edges)
 
 
 def _rfft(node: Node, graph: Graph):

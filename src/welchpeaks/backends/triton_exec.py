@@ -54,12 +54,14 @@ def block_tile(nbp: int) -> tuple[int, int]:
     return max(1, 16 * 32 * warps // nbp), warps
 
 
-def select_constants(k: int, lanes: int, n_bins: int, mode: str, least: int = 2) -> dict:
+def select_constants(p: PeakParams, lanes: int, least: int = 2) -> dict:
     """The selection's constexprs: ``KT`` slots computed (a power of two, at least ``least``, at
-    most the lanes it ranks: half of them in peaks mode, one candidate per pair) and ``IB`` bits
-    for a bin index in a sort key."""
-    ranked = lanes // 2 if mode == "peaks" else lanes
-    return {"KT": min(_next_pow2(k, least), ranked), "IB": max(1, (n_bins - 1).bit_length())}
+    most the lanes it ranks: half of them in peaks mode, one candidate per pair), ``IB`` bits
+    for a bin index in a sort key, the sub-bin estimator (``INTERP``, ``ALPHA``) and whether DC
+    and Nyquist may be peaks (``EDGES``)."""
+    ranked = lanes // 2 if p.mode == "peaks" else lanes
+    return {"KT": min(_next_pow2(p.k, least), ranked), "IB": max(1, (p.n_bins - 1).bit_length()),
+            "INTERP": p.interp_code, "ALPHA": float(p.interp_alpha), "EDGES": p.edges}
 
 
 def interpreting() -> bool:
@@ -188,7 +190,7 @@ def fused_runner(p: PeakParams, n_seg: int):
             x, x.stride(0), rows, n_seg, p.hop, c["window"], c["f1"], c["f2"], c["f3"], c["tw1"], c["tw2"],
             c["scale"], bins, power, fb, bad, p.k, N1=const.radices[0], N2=const.radices[1], N3=const.radices[2],
             BR=br, HALF=2 * p.hop == p.n_fft, DETREND=p.detrend_code, PEAKS=p.mode == "peaks",
-            MIN_DIST=p.min_distance, **select_constants(p.k, p.n_fft // 2, p.n_bins, p.mode, least),
+            MIN_DIST=p.min_distance, **select_constants(p, p.n_fft // 2, least),
             PRECISION=PRECISION_CODES[p.precision], INTERPRET=interpreting(), num_warps=warps,
         )
         return RowPeaks(bins, power, fb, bad_rows_of(bad))
@@ -216,7 +218,7 @@ def block_runner(p: PeakParams, n_seg: int):
         kernels().block[(math.ceil(rows / br),)](
             spec, rows, const.on(spec.device)["scale"], bins, power, fb, bad, n_seg, p.k, NB=p.n_bins,
             NBP=const.nbp, BR=br, PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance,
-            **select_constants(p.k, const.nbp, p.n_bins, p.mode), num_warps=warps,
+            **select_constants(p, const.nbp), num_warps=warps,
         )
         return RowPeaks(bins, power, fb, bad_rows_of(bad))
 

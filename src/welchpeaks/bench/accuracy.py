@@ -5,7 +5,7 @@ phase, frequencies uniform between 10 bins from DC and 10 from Nyquist) in white
 noise go through ``scipy.signal.welch`` (the oracle PSD; n_fft 256, 50% overlap, constant
 detrend); the peak is the strongest bin within one bin of the tone (so a 0 dB row that loses
 the tone to noise is not counted as an estimator error), and each estimator of
-:func:`welchpeaks.spectral.interp_offset` refines it. Reported per cell, in bins: the mean
+:func:`welchpeaks.estimators.interp_offset` refines it. Reported per cell, in bins: the mean
 error (bias), the worst error, the RMSE, and the Cramér–Rao bound on the standard deviation for
 the record's samples (``N = n_fft + (segments - 1) * hop``; SNR = A^2 / (2 sigma^2)).
 """
@@ -34,7 +34,7 @@ def crb_bins(n_fft: int, samples: int, snr_db: float | None) -> float:
 
 def estimators_for(window: np.ndarray) -> dict[str, tuple[str, float]]:
     """Each ``interp`` choice and what it resolves to for this window."""
-    from welchpeaks.spectral import exact_estimator, resolve_interp
+    from welchpeaks.estimators import exact_estimator, resolve_interp
 
     names = ["auto", "power-parabola", "log-parabola", "none"]
     if exact_estimator(window) is not None:
@@ -47,7 +47,7 @@ def run(n_fft: int = 256, trials: int = 1000, dtype: str = "float64", seed: int 
         snrs_db: tuple[float | None, ...] = SNRS_DB) -> dict[str, Any]:
     import scipy.signal as ss
 
-    from welchpeaks.spectral import interp_offset
+    from welchpeaks.estimators import interp_offset
 
     rng = np.random.default_rng(seed)
     hop = n_fft // 2

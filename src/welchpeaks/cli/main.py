@@ -59,6 +59,9 @@ def peaks(
                            "different --fs for it is an error [default: from .wav, else none]."),
     mode: str = typer.Option("peaks", "--mode", help="peaks (local maxima) or bins (top bins)."),
     min_distance: int = typer.Option(1, "--min-distance", help="Minimum bins between peaks."),
+    interp: str = typer.Option("auto", "--interp", help="Sub-bin frequency estimator: auto, window, power-parabola, "
+                                                        "log-parabola or none (docs/accuracy.md)."),
+    edges: bool = typer.Option(False, "--edges", help="Let DC and Nyquist be peaks (they never are by default)."),
     strategy: str = typer.Option("auto", "--strategy", help="auto or an execution (welchpeaks strategies)."),
     device: str = typer.Option("cpu", "--device", help="cpu, or cuda: the GPU executions may run (data is uploaded)."),
     precision: str = typer.Option(
@@ -92,7 +95,7 @@ def peaks(
         if json_path is not None or csv_path is not None or model is not None or device != "cpu" or layout is not None:
             _fail("--out writes the results itself; drop --json/--csv/--model/--device/--layout")
         kw = dict(n_fft=n_fft, k=k, hop=hop, segments=_parse_segments(segments), mode=mode, min_distance=min_distance,
-                  strategy=strategy, nan_policy=nan_policy, precision=precision)
+                  strategy=strategy, nan_policy=nan_policy, precision=precision, interp=interp, edges=edges)
         scale.run_job("peaks", [str(f) for f in files], kw, fs, out, memory, workers, scheduler, quiet)
         return
     check_output(json_path, "--json")
@@ -119,8 +122,8 @@ def peaks(
             res = welch_peaks(
                 data, k=k, n_fft=n_fft, hop=hop, segments=_parse_segments(segments), fs=rate,
                 mode=mode, min_distance=min_distance, strategy=strategy, device=device, precision=precision,
-                layout=layout, model=net,
-                min_recall=min_recall, nan_policy=nan_policy,
+                layout=layout, model=net, min_recall=min_recall, nan_policy=nan_policy, interp=interp,
+                edges=edges,
             )
         except (ValueError, TypeError) as exc:
             _fail(f"{path}: {exc}")
@@ -167,7 +170,7 @@ def _estimator_errors(x: np.ndarray, res: Any, true: np.ndarray, fs: float, n_ff
     """The demo's frequency error per sub-bin estimator (docs/accuracy.md), on the peaks found
     within a bin of a true tone, each refined from the same Welch PSD."""
     import welchpeaks
-    from welchpeaks.spectral import interp_offset, resolve_interp
+    from welchpeaks.estimators import interp_offset, resolve_interp
 
     _, p = welchpeaks.welch(x.astype(np.float64), fs=fs, nperseg=n_fft)
     j = res.bins.astype(np.int64)

@@ -141,6 +141,9 @@ def track(
     fs: Optional[float] = typer.Option(None, "--fs", help="Sample rate of sources without one [default: the file's]."),
     mode: str = typer.Option("peaks", "--mode", help="peaks (local maxima) or bins (top bins)."),
     min_distance: int = typer.Option(1, "--min-distance", help="Minimum bins between peaks."),
+    interp: str = typer.Option("auto", "--interp", help="Sub-bin frequency estimator: auto, window, power-parabola, "
+                                                        "log-parabola or none (docs/accuracy.md)."),
+    edges: bool = typer.Option(False, "--edges", help="Let DC and Nyquist be peaks (they never are by default)."),
     strategy: str = typer.Option("auto", "--strategy", help="auto or an execution (welchpeaks strategies)."),
     nan_policy: str = typer.Option("raise", "--nan-policy", help="raise, or propagate (empty frames)."),
     memory: str = typer.Option("1GB", "--memory", help="Memory bound of the run (samples in flight)."),
@@ -151,5 +154,5 @@ def track(
     """Peaks over time of every signal in FILES, in bounded memory, resumable: run the same
     command again after an interruption and it continues where it stopped."""
     kw = dict(n_fft=n_fft, k=k, hop=hop, frame_segments=frame_segments, frame_hop=frame_hop, mode=mode,
-              min_distance=min_distance, strategy=strategy, nan_policy=nan_policy)
+              min_distance=min_distance, strategy=strategy, nan_policy=nan_policy, interp=interp, edges=edges)
     run_job("track", files, kw, fs, out, memory, workers, scheduler, quiet)

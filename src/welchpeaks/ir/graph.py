@@ -252,14 +252,17 @@ class Graph:
         n = self._rank(x, (2, 3, 4), "segment_mean")
         return self._add(Op.segment_mean, (x,), n.shape[:-2] + n.shape[-1:], n.dtype)
 
-    def topk(self, x: int, k: int, mode: str = "peaks", min_distance: int = 1, *, params: Any = None) -> int:
-        """The k strongest bins (``'bins'``) or local maxima (``'peaks'``) of PSD rows ``[R, bins]``."""
+    def topk(self, x: int, k: int, mode: str = "peaks", min_distance: int = 1, *,
+             interp: tuple[str, float] = ("log-parabola", 0.5), edges: bool = True, params: Any = None) -> int:
+        """The k strongest bins (``'bins'``) or local maxima (``'peaks'``) of PSD rows ``[R, bins]``,
+        peaks refined by the resolved estimator ``interp`` (``(method, alpha)``); DC and Nyquist
+        may be peaks with ``edges``."""
         n = self._rank(x, (2,), "topk")
         if k < 1 or mode not in ("peaks", "bins") or min_distance < 1:
             raise ValueError(f"topk: k={k}, mode={mode!r}, min_distance={min_distance}; need k >= 1, "
                              "mode 'peaks' or 'bins', min_distance >= 1")
         return self._add(Op.topk, (x,), (n.shape[0], k, 3), DType.f64, k=k, mode=mode, min_distance=min_distance,
-                         params=params)
+                         interp=tuple(interp), edges=bool(edges), params=params)
 
     def welch_peaks(self, x: int, n_segments: int, params: Any) -> int:
         """The whole chain fused on raw rows ``[B, L]`` (segment, detrend, window, transform,
@@ -326,4 +329,6 @@ def welch_chain_graph(params: Any, rows: int, length: int, n_segments: int, dtyp
     spec = g.rfft(g.window(seg, params.window_array.astype(dt), params.detrend))
     psd = g.segment_mean(g.power(spec))
     psd = g.mul(psd, g.constant(params.psd_scale().astype(dt)))
-    return g.set_outputs([g.topk(psd, params.k, params.mode, params.min_distance, params=params)])
+    return g.set_outputs([g.topk(psd, params.k, params.mode, params.min_distance,
+                                 interp=(params.interp_method, params.interp_alpha), edges=params.edges,
+                                 params=params)])

@@ -230,7 +230,7 @@ def _psd(model: ButterflyFFT | None, segs: torch.Tensor, bins: int) -> torch.Ten
 def _top_peaks(psd: np.ndarray, k: int) -> np.ndarray:
     from welchpeaks.spectral import reference_peaks
 
-    return reference_peaks(psd, k, "peaks", 1)[0]
+    return reference_peaks(psd, k, "peaks", 1, edges=False)[0]
 
 
 def _band_mask(ref_bins: np.ndarray, bins: int, half_width: int = 3) -> torch.Tensor:

@@ -72,11 +72,11 @@ def launch_constants(cfg: KernelConfig) -> dict[str, Any]:
     if cfg.kernel == "block":
         nbp = _next_pow2(p.n_bins)
         br, warps = block_tile(nbp)
-        return dict(common, **select_constants(p.k, nbp, p.n_bins, p.mode), NB=p.n_bins, NBP=nbp, BR=br,
+        return dict(common, **select_constants(p, nbp), NB=p.n_bins, NBP=nbp, BR=br,
                     num_warps=warps)
     n1, n2, n3 = dft_factors(p.n_fft, p.precision)
     br, warps, least = FUSED_TILES[p.n_fft]
-    return dict(common, **select_constants(p.k, p.n_fft // 2, p.n_bins, p.mode, least), N1=n1, N2=n2, N3=n3,
+    return dict(common, **select_constants(p, p.n_fft // 2, least), N1=n1, N2=n2, N3=n3,
                 BR=br, HALF=2 * p.hop == p.n_fft, DETREND=p.detrend_code, PRECISION=PRECISION_CODES[p.precision],
                 INTERPRET=False, num_warps=warps)
 

@@ -33,12 +33,14 @@ class PeakResult:
         PSD value at the bin (float32 for float32 input, else float64); NaN where empty.
     freqs : float64 array ``[..., k]``
         Frequency of each peak in Hz when ``fs`` was given, else in cycles per sample. In
-        ``mode='peaks'`` it is refined by a parabola through the log-power of the three bins
-        around the peak; NaN where empty.
+        ``mode='peaks'`` it is refined within its bin (``interp=``); NaN where empty.
     strategy : str
         The execution that computed it (``'numpy'``, ``'fused-cpu'``, ...).
     params : dict
         The parameters used, including the number of segments.
+    measures : dict
+        The per-peak measures asked for (``measures=``), float64 ``[..., k]``, NaN where empty:
+        ``snr_db``, ``prominence`` (PSD units), ``width`` (bins) and ``width_hz`` (with ``fs``).
     """
 
     bins: np.ndarray
@@ -46,6 +48,7 @@ class PeakResult:
     freqs: np.ndarray
     strategy: str
     params: dict[str, Any] = field(default_factory=dict)
+    measures: dict[str, Any] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -72,7 +75,7 @@ class PeakResult:
         import dask
 
         bins, power, freqs = dask.compute(self.bins, self.power, self.freqs)
-        return PeakResult(bins, power, freqs, self.strategy, dict(self.params))
+        return PeakResult(bins, power, freqs, self.strategy, dict(self.params), dict(self.measures))
 
     def numpy(self) -> PeakResult:
         """This result with host (NumPy) arrays (tensors on a GPU are copied back, dask arrays
@@ -85,7 +88,8 @@ class PeakResult:
         def host(a: Any) -> np.ndarray:
             return a.detach().cpu().numpy()
 
-        return PeakResult(host(self.bins), host(self.power), host(self.freqs), self.strategy, dict(self.params))
+        return PeakResult(host(self.bins), host(self.power), host(self.freqs), self.strategy, dict(self.params),
+                          {n: host(v) for n, v in self.measures.items()})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; NaN becomes None."""
@@ -104,6 +108,7 @@ class PeakResult:
             "bins": clean(self.bins),
             "power": clean(self.power),
             "freqs": clean(self.freqs),
+            **({"measures": {n: clean(np.asarray(v)) for n, v in self.measures.items()}} if self.measures else {}),
         }
 
     def to_json(self, path: str | Path | None = None, indent: int | None = None) -> str:

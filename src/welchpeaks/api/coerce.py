@@ -64,6 +64,11 @@ def as_real_array(x: Any, name: str = "x") -> np.ndarray:
     return arr.astype(np.float64)
 
 
+def signal_index(row: int, lead: tuple[int, ...]) -> tuple[int, ...]:
+    """Row number -> the signal's index in x's leading (batch) shape, for messages."""
+    return tuple(int(i) for i in np.unravel_index(row, lead)) if lead else ()
+
+
 def as_tensors(result: Any) -> dict[str, Any]:
     """A host result's ``bins``, ``power`` and ``freqs`` as CPU torch tensors (no copy where
     they are contiguous): what a CPU-tensor caller gets back."""

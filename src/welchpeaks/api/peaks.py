@@ -9,6 +9,7 @@ turns its rows into a :class:`PeakResult`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from typing import Any
 
@@ -16,7 +17,8 @@ import numpy as np
 
 from welchpeaks import backends
 from welchpeaks.api import lazy
-from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, tensor_input
+from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
+from welchpeaks.api.detailed import check_measures, check_noise_bins, detailed_peaks
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.calibrate import median_ns
@@ -324,17 +326,16 @@ class WelchPeaks:
         candidates = np.union1d(bad_rows, inf_rows)
         finite = np.isfinite(frame[candidates]).all(axis=1)
 
-        signal = _signal_of(lead)
         if finite.any():
             row = int(candidates[np.argmax(finite)])
             peak = float(np.max(np.abs(frame[row])))
             fix = "pass dtype='float64' or scale the data down" if call.compute == np.float32 else "scale the data down"
-            raise ValueError(f"the power spectrum of signal {signal(row)} (row {row}) overflows {call.compute.name} "
+            raise ValueError(f"the power spectrum of signal {signal_index(row, lead)} (row {row}) overflows {call.compute.name} "
                              f"(|x| up to {peak:.3g}); {fix}")
         if bad_rows.size and self.params.nan_policy == "raise":
             first = int(bad_rows[0])
             raise ValueError(
-                f"x has NaN or infinity in signal {signal(first)} (row {first} of {rows.shape[0]}; "
+                f"x has NaN or infinity in signal {signal_index(first, lead)} (row {first} of {rows.shape[0]}; "
                 f"{bad_rows.size} signal(s) in all) within the analysed frame (first {call.frame} samples); "
                 "clean the data or pass nan_policy='propagate' to get empty slots (-1/NaN) for those signals"
             )
@@ -373,7 +374,7 @@ class WelchPeaks:
             # computed in a wider precision than x: a power may not fit x's (kernels write it there)
             if call.compute.itemsize > in_dtype.itemsize and np.isinf(power).any():
                 row = int(np.flatnonzero(np.isinf(power).any(axis=1))[0])
-                raise ValueError(f"the power of signal {_signal_of(lead)(row)} (row {row}) "
+                raise ValueError(f"the power of signal {signal_index(row, lead)} (row {row}) "
                                  f"is computed in {call.compute.name} but does not fit {in_dtype.name}, the precision "
                                  f"of x (results come back in it); pass x as float64 or scale it down")
         shape = lead + (p.k,)
@@ -388,11 +389,6 @@ class WelchPeaks:
             strategy=call.execution,
             params=info,
         )
-
-
-def _signal_of(lead: tuple[int, ...]):
-    """Row number -> the signal's index in x's leading (batch) shape, for messages."""
-    return lambda row: tuple(int(i) for i in np.unravel_index(row, lead)) if lead else ()
 
 
 def _tensor_has_inf(power: Any) -> bool:
@@ -426,6 +422,16 @@ def welch_peaks(
     max_memory: int | None = None,
     interp: str = "auto",
     edges: bool = False,
+    height: Any = None,
+    threshold: Any = None,
+    distance: float | None = None,
+    prominence: Any = None,
+    width: Any = None,
+    wlen: float | None = None,
+    rel_height: float = 0.5,
+    snr_db: float | None = None,
+    measures: Any = None,
+    noise_bins: int | None = None,
 ) -> PeakResult:
     """The ``k`` strongest spectral peaks of every signal in a batch.
 
@@ -501,6 +507,25 @@ def welch_peaks(
         In ``'peaks'`` mode, whether DC and Nyquist may be peaks (their missing neighbour counts
         as -inf). Default False, as ``scipy.signal.find_peaks``: a spectrum's edges are not
         peaks (earlier versions reported them, and DC often ranked among the strongest).
+    height, threshold, distance, prominence, width, wlen, rel_height
+        ``scipy.signal.find_peaks``' filters on the PSD, in scipy's order and with its
+        definitions (a number is the minimum, or a ``(min, max)`` pair with None for an open
+        end; in bins and PSD units); then the ``k`` strongest survivors. ``distance`` is
+        ``min_distance`` under scipy's name (give one of them).
+    snr_db : float, optional
+        Keep only peaks at least this many dB over their row's noise floor (after scipy's
+        filters, before the ``k`` strongest).
+    measures : sequence of {'snr', 'prominence', 'width'}, optional
+        Per-peak measures returned in ``result.measures``: ``snr_db`` (power over the noise
+        floor), ``prominence`` (scipy's, with ``wlen``), ``width`` in bins at ``rel_height``
+        (scipy's ``peak_widths``) and ``width_hz`` when ``fs`` is given.
+    noise_bins : int, optional
+        The noise floor of ``snr_db``: the median PSD over the bins within ``noise_bins`` of the
+        peak; default the median of the row's whole PSD.
+
+        With any filter or measure, the PSD of each row is computed (float64, in blocks of
+        rows) and :func:`welchpeaks.find_peaks` selects on it: ``result.strategy`` is
+        ``'psd+find_peaks'``, slower than the fused executions, which serve the other calls.
 
     Returns
     -------
@@ -519,6 +544,25 @@ def welch_peaks(
     """
     if fs is None and isinstance(x, SignalSource):
         fs = x.fs
+    if distance is not None:
+        if min_distance != 1:
+            raise ValueError(f"distance={distance!r} and min_distance={min_distance!r} are the same setting; "
+                             "give one of them")
+        if isinstance(distance, bool) or not isinstance(distance, numbers.Real) or not distance >= 1:
+            raise ValueError(f"distance={distance!r} must be a number >= 1 (bins), as in scipy.signal.find_peaks")
+        min_distance = math.ceil(distance)
+    filters = dict(height=height, threshold=threshold, prominence=prominence, width=width, wlen=wlen)
+    names = check_measures(measures)
+    noise = check_noise_bins(noise_bins)
+    if any(v is not None for v in filters.values()) or snr_db is not None or names:
+        if lazy.is_dask(x) or isinstance(x, SignalSource) or model is not None or device != "cpu":
+            raise ValueError("filters and measures run on arrays in memory on the CPU in this version; drop them "
+                             "for dask arrays, sources, model= and device=")
+        p = make_params(k=k, n_fft=n_fft, hop=hop, segments=segments, fs=fs, window=window, detrend=detrend,
+                        scaling=scaling, mode=mode, min_distance=min_distance, nan_policy=nan_policy, dtype=dtype,
+                        precision=precision, interp=interp, edges=edges)
+        return detailed_peaks(x, p, filters=dict(filters, rel_height=rel_height), snr_db=snr_db, measures=names,
+                              noise_bins=noise, max_memory=max_memory)
     kw = dict(n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device,
               window=window, detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy=nan_policy,
               dtype=dtype, precision=precision, layout=layout, model=model, min_recall=min_recall,

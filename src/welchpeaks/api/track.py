@@ -24,7 +24,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from welchpeaks.api import lazy
-from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, tensor_input
+from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
 from welchpeaks.api.peaks import SOURCE_BLOCK_BYTES, WelchPeaks
 from welchpeaks.result import PeakResult, TrackResult
 from welchpeaks.sources import SignalSource
@@ -298,7 +298,7 @@ class Tracker:
         if self.nan_policy != "raise" or finite.all():
             return
         row, frame = where(empty[np.argmin(finite)])
-        signal = tuple(int(i) for i in np.unravel_index(row, lead)) if lead else ()
+        signal = signal_index(row, lead)
         start = first_sample + frame * self.step
         raise ValueError(f"x has NaN or infinity in signal {signal} (row {row}), frame {frame} (samples {start} to "
                          f"{start + self.frame - 1}); clean the data or pass nan_policy='propagate' to get empty "

@@ -484,6 +484,34 @@ def bench_find_peaks(
     _write_json(json_path, {"machine": machine_info(), **res})
 
 
+@bench_app.command("measures")
+def bench_measures(
+    batch: int = typer.Option(8192, "--batch", help="Signals per call."),
+    n_fft: int = typer.Option(256, "--n-fft", help="Segment length."),
+    segments: int = typer.Option(2, "--segments", help="Welch segments per signal."),
+    k: int = typer.Option(16, "--k", help="Peaks per signal."),
+    repeats: int = typer.Option(7, "--repeats", help="Timed rounds (median and min-max)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the figures and machine info as JSON."),
+) -> None:
+    """What interp=, edges=, scipy's filters and the per-peak measures cost welch_peaks, against
+    the fused-cpu pass as it was before them, in one run, round robin."""
+    from welchpeaks.bench.measures import run
+    from welchpeaks.machine import machine_info
+
+    if min(batch, k, repeats, segments) < 1 or n_fft < 4:
+        _fail("--batch, --k, --segments and --repeats must be >= 1 and --n-fft >= 4")
+    check_output(json_path, "--json")
+    res = run(batch, n_fft, segments, k, repeats, progress=lambda s: err.print(s, highlight=False))
+    table = Table(title=f"welch_peaks: {batch} x {n_fft}, {segments} segments, k {k}, medians of {repeats} (min-max)")
+    for col in ("call", "ms", "ratio"):
+        table.add_column(col, justify="right")
+    for r in res["results"]:
+        table.add_row(r["call"], f"{r['median_ms']:.1f} ({r['min_ms']:.1f}-{r['max_ms']:.1f})",
+                      f"{r['ratio_to_before']:.2f}x")
+    console.print(table)
+    _write_json(json_path, {"machine": machine_info(), **res})
+
+
 @bench_app.command("picker")
 def bench_picker(
     batch: Optional[str] = typer.Option(None, "--batch", help="Batches [default: 1,32,256,1024,8192,32768]."),

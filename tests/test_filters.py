@@ -1,0 +1,132 @@
+"""welch_peaks with scipy's filters and per-peak measures, against scipy.signal.welch +
+find_peaks + peak_prominences/peak_widths on the same rows (the oracle), and the SNR against
+its definition."""
+
+import numpy as np
+import pytest
+import scipy.signal
+
+import welchpeaks
+
+
+def _rows(rng, n_rows, length):
+    t = np.arange(length)
+    x = rng.standard_normal((n_rows, length)) * rng.uniform(0.2, 3, (n_rows, 1))
+    for _ in range(3):
+        x += rng.uniform(0, 4, (n_rows, 1)) * np.sin(2 * np.pi * rng.uniform(0.01, 0.49, (n_rows, 1)) * t)
+    return x
+
+
+def _top(psd_row, idx, k):
+    return sorted(idx, key=lambda j: (-psd_row[j], j))[:k]
+
+
+@pytest.mark.parametrize("filters", [
+    dict(height=0.02, distance=3, prominence=0.01),
+    dict(threshold=(1e-4, None), width=(1.5, None), wlen=21),
+    dict(prominence=(0.005, 5.0), width=(None, 6), rel_height=0.75, distance=2.5),
+])
+def test_oracle_10000_random_rows(filters):
+    """10,000 rows of random lengths: the bins are scipy's find_peaks on scipy's Welch PSD,
+    then the k highest (ties to the lower bin); prominences and widths equal scipy's to 1e-9."""
+    rng = np.random.default_rng(17)
+    k, n_fft, checked = 6, 64, 0
+    for length in rng.integers(64, 400, 8):
+        x = _rows(rng, 1250, int(length))
+        got = welchpeaks.welch_peaks(x, n_fft=n_fft, k=k, measures=("prominence", "width"), **filters)
+        _, psd = scipy.signal.welch(x, nperseg=n_fft, axis=-1)
+        kw = {n: v for n, v in filters.items() if n != "rel_height"}
+        for r in range(x.shape[0]):
+            idx, _ = scipy.signal.find_peaks(psd[r], **kw, rel_height=filters.get("rel_height", 0.5))
+            top = _top(psd[r], idx, k)
+            n = len(top)
+            assert got.bins[r, :n].tolist() == top and np.all(got.bins[r, n:] == -1)
+            if n:
+                prom = scipy.signal.peak_prominences(psd[r], top, wlen=filters.get("wlen"))[0]
+                wid = scipy.signal.peak_widths(psd[r], top, rel_height=filters.get("rel_height", 0.5),
+                                               wlen=filters.get("wlen"))[0]
+                np.testing.assert_allclose(got.measures["prominence"][r, :n], prom, rtol=1e-9)
+                np.testing.assert_allclose(got.measures["width"][r, :n], wid, rtol=1e-9)
+                np.testing.assert_allclose(got.power[r, :n], psd[r, top], rtol=1e-9)
+            checked += n
+    assert checked > 10_000  # the filters leave plenty of peaks to compare
+
+
+@pytest.mark.parametrize("noise_bins", [None, 4])
+def test_snr_is_power_over_the_noise_floor(noise_bins):
+    rng = np.random.default_rng(3)
+    x = _rows(rng, 50, 2048)
+    got = welchpeaks.welch_peaks(x, n_fft=128, k=5, measures="snr", noise_bins=noise_bins)
+    _, psd = scipy.signal.welch(x, nperseg=128, axis=-1)
+    for r in range(x.shape[0]):
+        for j, s in zip(got.bins[r], got.measures["snr_db"][r]):
+            if noise_bins is None:
+                floor = np.median(psd[r])
+            else:
+                floor = np.median(psd[r, np.clip(np.arange(j - noise_bins, j + noise_bins + 1), 0, psd.shape[1] - 1)])
+            assert s == pytest.approx(10 * np.log10(psd[r, j] / floor), rel=1e-12)
+    assert got.params["noise_floor"].startswith("median")
+
+
+def test_snr_db_keeps_the_strong_peaks_then_the_k_strongest():
+    rng = np.random.default_rng(9)
+    x = _rows(rng, 40, 4096)
+    every = welchpeaks.welch_peaks(x, n_fft=256, k=129, measures="snr")
+    kept = welchpeaks.welch_peaks(x, n_fft=256, k=3, snr_db=12.0, measures="snr")
+    for r in range(x.shape[0]):
+        strong = [j for j, s in zip(every.bins[r], every.measures["snr_db"][r]) if j >= 0 and s >= 12.0][:3]
+        assert kept.bins[r][kept.bins[r] >= 0].tolist() == strong
+    assert np.nanmin(kept.measures["snr_db"]) >= 12.0
+
+
+def test_the_fast_path_is_unchanged_without_filters_and_results_carry_the_measures():
+    rng = np.random.default_rng(1)
+    x = _rows(rng, 8, 1024)
+    fast = welchpeaks.welch_peaks(x, k=4, strategy="numpy")
+    detailed = welchpeaks.welch_peaks(x, k=4, measures=("snr",))
+    np.testing.assert_array_equal(fast.bins, detailed.bins)
+    np.testing.assert_allclose(fast.freqs, detailed.freqs, rtol=0, atol=1e-9)
+    assert detailed.strategy == "psd+find_peaks" and fast.measures == {}
+    assert len(detailed.to_dict()["measures"]["snr_db"]) == 8
+    f32 = welchpeaks.welch_peaks(x.astype(np.float32), k=4, prominence=0.0)
+    assert f32.power.dtype == np.float32
+
+
+def test_filter_errors_name_the_parameter():
+    x = np.zeros((2, 1024))
+    with pytest.raises(ValueError, match=r"measures=.*'snrr' is unknown"):
+        welchpeaks.welch_peaks(x, measures=("snrr",))
+    with pytest.raises(ValueError, match=r"noise_bins=0 must be a positive integer"):
+        welchpeaks.welch_peaks(x, measures="snr", noise_bins=0)
+    with pytest.raises(ValueError, match=r"same setting; give one of them"):
+        welchpeaks.welch_peaks(x, distance=3, min_distance=2)
+    with pytest.raises(ValueError, match=r"use mode='peaks'"):
+        welchpeaks.welch_peaks(x, mode="bins", height=1.0)
+    with pytest.raises(ValueError, match=r"snr_db=nan must be a finite number"):
+        welchpeaks.welch_peaks(x, snr_db=float("nan"))
+    with pytest.raises(TypeError, match=r"height='high' must be a number"):
+        welchpeaks.welch_peaks(x, height="high")
+    bad = np.ones((2, 1024))
+    bad[1, 5] = np.nan
+    with pytest.raises(ValueError, match=r"NaN or infinity in signal \(1,\)"):
+        welchpeaks.welch_peaks(bad, measures="snr")
+    got = welchpeaks.welch_peaks(bad, measures="snr", nan_policy="propagate")
+    assert np.all(got.bins[1] == -1) and np.all(np.isnan(got.measures["snr_db"][1]))
+
+
+def test_bench_measures_cli(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from welchpeaks.cli.main import app
+
+    out = tmp_path / "m.json"
+    res = CliRunner().invoke(app, ["bench", "measures", "--batch", "16", "--n-fft", "64", "--repeats", "1",
+                                   "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["results"][0]["ratio_to_before"] == 1.0 and len(data["results"]) == 5
+    assert all(r["median_ms"] > 0 and r["repeats"] == 1 for r in data["results"])
+    bad = CliRunner().invoke(app, ["bench", "measures", "--n-fft", "2"])
+    assert bad.exit_code != 0 and "--n-fft >= 4" in bad.output

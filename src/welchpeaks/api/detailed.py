@@ -2,10 +2,11 @@
 
 When a call asks for a filter (``height``, ``threshold``, ``prominence``, ``width``,
 ``snr_db``) or a measure (``measures=("snr", "prominence", "width")``), each row's Welch PSD is
-computed (float64, the reference's vectorised NumPy, in blocks of rows within the memory
-budget) and :func:`welchpeaks.find_peaks` (numba) applies scipy's filters in scipy's order; then
-the SNR minimum, then the ``k`` strongest survivors, refined by ``interp`` as every execution
-refines. Without filters or measures ``welch_peaks`` keeps its executions' fast paths.
+computed in blocks of rows within the memory budget (by the fused CPU pass for power-of-two
+``n_fft``, in ``dtype``, by default the input's precision; else the reference's NumPy in
+float64) and :func:`welchpeaks.find_peaks` (numba) applies scipy's filters in scipy's order;
+then the SNR minimum, then the ``k`` strongest survivors, refined by ``interp`` as every
+execution refines. Without filters or measures ``welch_peaks`` keeps its executions' fast paths.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from welchpeaks.api.coerce import as_real_array, signal_index, tensor_input
+from welchpeaks.backends.fused_cpu import is_pow2, psd_rows
 from welchpeaks.estimators import interp_offset
 from welchpeaks.params import PeakParams, is_int
 from welchpeaks.result import PeakResult
@@ -78,12 +80,18 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
     if width is None and want["width"]:
         width = (None, None)
     need_all = snr_db is not None  # the SNR filter comes after scipy's, before the k strongest
-    per_row = n_seg * p.n_fft * 8 * 4 + p.n_bins * 8 * 8  # segments, their spectra, the PSD and peak arrays
+    compute = np.dtype(p.dtype or out_dtype)
+    fused = is_pow2(p.n_fft)
+    per_row = (frame * 8 if fused else n_seg * p.n_fft * 8 * 4) + p.n_bins * 8 * 8  # input copy or segments, PSD
     block = max(1, (max_memory or _BLOCK_BYTES) // per_row)
     fs = 1.0 if p.fs is None else p.fs
     for r0 in range(0, n_rows, block):
-        chunk = np.asarray(rows[r0:r0 + block, :frame], np.float64)
-        psd = welch_psd(chunk, p.window_array, p.hop, n_seg, detrend=p.detrend, scaling=p.scaling, fs=fs)
+        if fused:
+            chunk = np.ascontiguousarray(rows[r0:r0 + block, :frame], compute)
+            psd = psd_rows(p, chunk, n_seg, compute).power.astype(np.float64)
+        else:
+            chunk = np.asarray(rows[r0:r0 + block, :frame], np.float64)
+            psd = welch_psd(chunk, p.window_array, p.hop, n_seg, detrend=p.detrend, scaling=p.scaling, fs=fs)
         good = np.isfinite(psd).all(axis=1)
         if not good.all() and p.nan_policy == "raise":
             row = r0 + int(np.argmin(good))
@@ -114,11 +122,11 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
         m = min(k, at.shape[1])
         ok, at = ok[:, :m], at[:, :m]
         j = np.clip(at, 1, p.n_bins - 2)
-        a, b, c = (np.take_along_axis(psd, j + d, 1) for d in (-1, 0, 1))
+        a, b, c = (_gather(psd, j + d) for d in (-1, 0, 1))
         inner = ok & (at > 0) & (at < p.n_bins - 1)  # no refinement at DC or Nyquist
         frac = at + np.where(inner, interp_offset(a, b, c, p.interp_method, p.interp_alpha), 0.0)
         bins[where, :m] = np.where(ok, at, -1)
-        power[where, :m] = np.where(ok, np.take_along_axis(psd, at, 1), np.nan)
+        power[where, :m] = np.where(ok, _gather(psd, at), np.nan)
         fbins[where, :m] = np.where(ok, frac, np.nan)
         if "snr_db" in extra:
             extra["snr_db"][where, :m] = np.where(ok, snr[:, :m], np.nan)
@@ -131,7 +139,8 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
         if extra["width_hz"] is None:
             del extra["width_hz"]
     noise = "median of the row's PSD" if noise_bins is None else f"median of the PSD over +-{noise_bins} bins"
-    params = dict(p.to_dict(), segments=n_seg, frame=frame, compute_dtype="float64",
+    params = dict(p.to_dict(), segments=n_seg, frame=frame, compute_dtype=compute.name if fused else "float64",
+                  psd="fused-cpu" if fused else "numpy",
                   filters={n: v for n, v in filters.items() if v is not None}, snr_db=snr_db, measures=list(measures),
                   noise_floor=noise if (snr_db is not None or want["snr_db"]) else None)
     return PeakResult(bins.reshape(shape), power.astype(out_dtype).reshape(shape),
@@ -139,16 +148,28 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
                       {n: v.reshape(shape) for n, v in extra.items()})
 
 
+def _gather(a: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``a[r, at[r, j]]`` for every ``r, j`` (``take_along_axis`` on a flat view: faster for the
+    small index arrays of peaks)."""
+    return a.reshape(-1)[at + (np.arange(a.shape[0]) * a.shape[1])[:, None]]
+
+
 def _snr_db(psd: np.ndarray, at: np.ndarray, noise_bins: int | None) -> np.ndarray:
     """10 log10 of each peak's power over its row's noise floor: the median of the row's PSD,
     or with ``noise_bins`` the median over the bins within ``noise_bins`` of the peak."""
     if noise_bins is None:
-        floor = np.broadcast_to(np.median(psd, axis=1, keepdims=True), at.shape)
+        from welchpeaks.backends._numba_find_peaks import row_medians
+        from welchpeaks.numba_base import KERNEL_LOCK, numba_threads
+
+        med = np.empty(psd.shape[0])
+        with KERNEL_LOCK:
+            row_medians(psd, med, numba_threads())
+        floor = np.broadcast_to(med[:, None], at.shape)
     else:
         from scipy.ndimage import median_filter
 
         local = median_filter(psd, size=(1, 2 * noise_bins + 1), mode="nearest")
-        floor = np.take_along_axis(local, at, 1)
-    peak = np.take_along_axis(psd, at, 1)
+        floor = _gather(local, at)
+    peak = _gather(psd, at)
     with np.errstate(divide="ignore", invalid="ignore"):
         return 10.0 * np.log10(peak / floor)

@@ -152,6 +152,11 @@ def _row(row, r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, 
     if distance > 1 and m > 1:
         _by_distance(cand, hts, m, distance, keep, order)
         m = _compact(m, keep, cand, hts, prom, base, wid)
+    if need_prom and k < m:  # the k highest survivors: measure candidates from the highest until k pass
+        kept = _lazy_top(row, m, k, cand, hts, prom, base, wid, order, need_width, p_lim, w_lim, wlen, rel_height)
+        _write(r, k, kept, order, cand, hts, prom, base, wid, need_prom, need_width, out_idx, out_h, out_prom,
+               out_base, out_width, out_ips, counts)
+        return
     if need_prom:
         for j in range(m):
             prom[j], base[j, 0], base[j, 1] = _prominence(row, cand[j], wlen)
@@ -173,8 +178,58 @@ def _row(row, r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, 
             m = _compact(m, keep, cand, hts, prom, base, wid)
     # the k highest, ties to the lower index
     kept = min(k, m)
-    counts[r] = kept
     _top(hts, m, kept, order)
+    _write(r, k, kept, order, cand, hts, prom, base, wid, need_prom, need_width, out_idx, out_h, out_prom, out_base,
+           out_width, out_ips, counts)
+
+
+@njit(**_OPTS)
+def _passes(v, lim):
+    """Whether ``v`` is within ``[lim[0], lim[1]]`` (NaN: that end open)."""
+    return not ((lim[0] == lim[0] and not lim[0] <= v) or (lim[1] == lim[1] and not v <= lim[1]))
+
+
+@njit(**_OPTS)
+def _lazy_top(row, m, k, cand, hts, prom, base, wid, order, need_width, p_lim, w_lim, wlen, rel_height):
+    """The prominence (and width) filters and the ``k`` highest at once: candidates are visited
+    from the highest (ties to the lower index) and measured until ``k`` pass, the visiting order
+    computed for twice as many as still needed at a time. The result is what filtering all ``m``
+    and keeping the ``k`` highest gives, with the walks of the rest saved. ``order[:kept]``: the
+    survivors' positions, highest first; returns ``kept``."""
+    cap = order.shape[0] // 2  # survivors go to order[cap:], the visiting order is order[:want]
+    kept = 0
+    done = 0
+    want = min(m, 2 * k)
+    while True:
+        _top(hts, m, want, order)  # the order of the first ``done`` is unchanged: a strict ranking
+        for s in range(done, want):
+            j = order[s]
+            prom[j], base[j, 0], base[j, 1] = _prominence(row, cand[j], wlen)
+            if not _passes(prom[j], p_lim):
+                continue
+            if need_width:
+                wid[j, 0], wid[j, 1], wid[j, 2], wid[j, 3] = _width(row, cand[j], prom[j], base[j, 0], base[j, 1],
+                                                                    rel_height)
+                if not _passes(wid[j, 0], w_lim):
+                    continue
+            order[cap + kept] = j
+            kept += 1
+            if kept == k:
+                break
+        done = want
+        if kept == k or want == m:
+            break
+        want = min(m, 2 * want)
+    for s in range(kept):
+        order[s] = order[cap + s]
+    return kept
+
+
+@njit(**_OPTS)
+def _write(r, k, kept, order, cand, hts, prom, base, wid, need_prom, need_width, out_idx, out_h, out_prom, out_base,
+           out_width, out_ips, counts):
+    """Row ``r`` of the outputs from the ``kept`` candidates at ``order[:kept]``; the rest empty."""
+    counts[r] = kept
     for s in range(k):
         if s < kept:
             j = order[s]
@@ -297,3 +352,14 @@ def _compact(m, keep, cand, hts, prom, base, wid):
     for j in range(w):
         keep[j] = True
     return w
+
+
+@njit(parallel=True, **_OPTS)
+def row_medians(x, out, n_workers):
+    """``out[r]``: ``np.median`` of row ``r`` of ``x [rows, n]`` (a selection, not a sort), rows
+    in parallel."""
+    n_rows = x.shape[0]
+    per = (n_rows + n_workers - 1) // n_workers
+    for t in prange(n_workers):
+        for r in range(t * per, min(n_rows, (t + 1) * per)):
+            out[r] = np.median(x[r])

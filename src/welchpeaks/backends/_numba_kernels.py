@@ -31,6 +31,7 @@ from welchpeaks.estimators import ZERO_BELOW
 
 MODE_BINS = MODE_CODES["bins"]
 MODE_PEAKS = MODE_CODES["peaks"]
+MODE_PSD = MODE_CODES["psd"]
 INTERP_LOG = INTERP_CODES["log-parabola"]
 INTERP_POWER = INTERP_CODES["power-parabola"]
 INTERP_HANN = INTERP_CODES["hann"]
@@ -296,8 +297,14 @@ def select_into(prow, n_bins, k, mode, min_distance, interp, alpha, vals, idx, c
     """Select from one PSD row into row ``r`` of the outputs (already filled with -1 / NaN).
 
     ``prow`` has ``n_bins + 2`` entries: the PSD at ``1..n_bins`` between two sentinels (-inf:
-    DC and Nyquist may be peaks; +inf: never), so the local-maximum test needs no edge branches. Scratch from :func:`select_scratch`.
+    DC and Nyquist may be peaks; +inf: never), so the local-maximum test needs no edge branches.
+    Scratch from :func:`select_scratch`. ``MODE_PSD`` (internal, ``k == n_bins``) writes the PSD
+    row itself into ``out_power``.
     """
+    if mode == MODE_PSD:
+        for c in range(n_bins):
+            out_power[r, c] = prow[c + 1]
+        return
     if _is_float32_array(prow) and (mode == MODE_BINS or min_distance <= 1):
         count = _select_keyed(prow, n_bins, k, mode, vals, idx, cand, top)
     else:

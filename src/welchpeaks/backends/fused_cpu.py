@@ -13,6 +13,7 @@ bound once when the planner compiles the graph, so repeated calls allocate only 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -224,6 +225,14 @@ class SpectrumSelect:
                                              *self.select, bad,
                                              bins, power, fbin)
         return RowPeaks(bins, power, fbin, np.flatnonzero(bad))
+
+
+def psd_rows(params: PeakParams, x2d: np.ndarray, n_seg: int, compute: np.dtype) -> RowPeaks:
+    """The Welch PSD of rows ``x2d`` by the fused pass (``n_fft`` a power of two): ``power``
+    holds each row's ``n_bins`` PSD values (``x2d``'s precision, computed in ``compute``),
+    ``bad_rows`` the rows that were not finite (their PSD is NaN)."""
+    p = dataclasses.replace(params, mode="psd", k=params.n_bins)
+    return FusedCpuPlan(p, n_seg, compute).run(x2d)
 
 
 def _welch_peaks(node: Node, graph: Graph):

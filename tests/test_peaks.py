@@ -112,6 +112,19 @@ def test_float32_log2_of_the_refinement():
     assert err.max() < 4e-7, (v[np.argmax(err)], err.max())
 
 
+def test_float32_exp2_of_the_power_parabola():
+    from numba import njit
+
+    from welchpeaks.backends._numba_kernels import _exp2_f32
+
+    exp2 = njit(lambda v: np.array([_exp2_f32(e) for e in v], np.float32))
+    v = np.concatenate([np.linspace(-126, 0, 100_001), -np.random.default_rng(0).uniform(0, 126, 5000),
+                        np.arange(-126, 1)]).astype(np.float32)
+    ref = np.exp2(v.astype(np.float64))
+    err = np.abs(exp2(v) - ref) / ref
+    assert err.max() < 4e-7, (v[np.argmax(err)], err.max())
+
+
 @pytest.mark.parametrize("detrend", ["constant", "linear"])
 def test_long_frames_load_one_segment_at_a_time(detrend, rng):
     # 80 segments of 256: a frame too long to transpose whole into fused-cpu's tile

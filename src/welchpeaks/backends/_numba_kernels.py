@@ -110,6 +110,45 @@ def _log2_f32(v):
     return np.float32(e) + t * (c1 + t2 * (c3 + t2 * (c5 + t2 * (c7 + t2 * c9))))
 
 
+# 2**f = e**(f ln 2) on [-1/2, 1/2]: Taylor series to the 6th power, error below 2e-7 relative
+_EXP2_SERIES = tuple(np.float32(math.log(2.0) ** n / math.factorial(n)) for n in range(7))
+
+
+@njit(**_INL)
+def _exp2_f32(v):
+    """2**v of a float32 ``v`` in [-126, 0], vectorisable (no libm call): the nearest integer's
+    power of two from its bits times a series for the rest."""
+    n = np.floor(v + _F32_HALF)
+    f = v - n
+    c0, c1, c2, c3, c4, c5, c6 = _EXP2_SERIES
+    return (c0 + f * (c1 + f * (c2 + f * (c3 + f * (c4 + f * (c5 + f * c6)))))) * _bits_float32(
+        (np.int32(n) + np.int32(127)) << np.int32(23))
+
+
+@njit(**_INL)
+def _refine_power_f32(prow, idx, count, n_bins, out_fbin, r, abd, alpha):
+    """The power parabola (:func:`_offset`) of the ``count`` float32 peaks at bins
+    ``idx[:count]``, vectorised like :func:`_refine_f32`: on the neighbours' power ratios to the
+    peak, ``(a / b) ** alpha = 2 ** (alpha log2(a / b))`` (the offset is the same on ratios), so
+    no libm call; a neighbour under ``ZERO_BELOW`` of the peak is zero, as in the reference."""
+    al = np.float32(alpha)
+    for c in range(count):
+        j = idx[c]
+        abd[3 * c] = prow[j]
+        abd[3 * c + 1] = prow[j + 1]
+        abd[3 * c + 2] = prow[j + 2]
+    for c in range(count):
+        j = idx[c]
+        a = abd[3 * c]
+        b = abd[3 * c + 1]
+        d = abd[3 * c + 2]
+        ra = _exp2_f32(al * _log2_f32(max(a / b, _F32_TINY))) if a > b * _F32_ZERO_BELOW else np.float32(0.0)
+        rc = _exp2_f32(al * _log2_f32(max(d / b, _F32_TINY))) if d > b * _F32_ZERO_BELOW else np.float32(0.0)
+        den = ra + rc - np.float32(2.0)
+        ok = (j > 0) & (j < n_bins - 1) & (b > 0.0) & (den < 0.0)
+        out_fbin[r, c] = j + min(0.5, max(-0.5, 0.5 * float((ra - rc) / den))) if ok else float(j)
+
+
 @njit(**_INL)
 def _refine_f32(prow, idx, count, n_bins, out_fbin, r, abd):
     """The log-parabola (:func:`_offset`) of the ``count`` float32 peaks at bins
@@ -317,6 +356,8 @@ def select_into(prow, n_bins, k, mode, min_distance, interp, alpha, vals, idx, c
             out_fbin[r, c] = float(idx[c])
     elif _is_float32_array(prow) and interp == INTERP_LOG:
         _refine_f32(prow, idx, count, n_bins, out_fbin, r, vals)
+    elif _is_float32_array(prow) and interp == INTERP_POWER:
+        _refine_power_f32(prow, idx, count, n_bins, out_fbin, r, vals, alpha)
     else:
         for c in range(count):
             j = idx[c]

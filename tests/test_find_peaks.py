@@ -151,3 +151,22 @@ def test_bench_find_peaks_cli(tmp_path):
     assert all(r["same_peaks"] and r["speedup"] > 0 for r in data["results"])
     bad = CliRunner().invoke(app, ["bench", "find-peaks", "--n", "2"])
     assert bad.exit_code != 0 and "--n >= 3" in bad.output
+
+
+def test_k_highest_decided_lazily_equal_all_filtered_then_cut():
+    """With a small k the kernel decides distance, prominence and width from the highest peak
+    down and stops at k; that must be exactly filtering every peak and keeping the k highest
+    (k=None takes that path), ties in height included (quantized rows)."""
+    rng = np.random.default_rng(77)
+    for quantized in (False, True):
+        x = np.round(rng.standard_normal((300, 600)) * (3 if quantized else 1e3)) / 3
+        for kw in ({"distance": 4}, {"distance": 9, "prominence": 0.5}, {"prominence": (0.2, None), "width": 1.5},
+                   {"distance": 3, "width": (None, None), "wlen": 40}):
+            every = welchpeaks.find_peaks(x, k=None, **kw)
+            for k in (1, 5, 17):
+                few = welchpeaks.find_peaks(x, k=k, **kw)
+                m = min(k, every.indices.shape[1])
+                np.testing.assert_array_equal(few.indices[:, :m], every.indices[:, :m])
+                np.testing.assert_array_equal(few.counts, np.minimum(every.counts, k))
+                for name, v in few.properties.items():
+                    np.testing.assert_array_equal(v[:, :m], every.properties[name][:, :m])

@@ -93,11 +93,6 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
                                dtype=np.float64)
     lead, n = arr.shape[:-1], arr.shape[-1]
     x = arr.reshape(-1, n)
-    finite = np.isfinite(x).all(axis=1)
-    if not finite.all():
-        row = int(np.argmin(finite))
-        raise ValueError(f"rows has NaN or infinity in row {row} (of {x.shape[0]}); clean the data first (scipy's "
-                         "find_peaks gives no meaningful peaks there either)")
     h_lim, _ = _interval("height", height)
     t_lim, _ = _interval("threshold", threshold)
     p_lim, need_prom = _interval("prominence", prominence)
@@ -139,6 +134,10 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     with KERNEL_LOCK:
         kern.find_peaks_rows(x, bool(edges), h_lim, t_lim, dist, p_lim, w_lim, wl, rh, need_prom, need_width, slots,
                              idx, hts, prom, base, wid, ips, counts, max(1, min(rows_n, 4 * numba_threads())))
+    if rows_n and counts.min() < 0:  # the kernel checks finiteness as it reads each row
+        row = int(np.argmax(counts < 0))
+        raise ValueError(f"rows has NaN or infinity in row {row} (of {rows_n}); clean the data first (scipy's "
+                         "find_peaks gives no meaningful peaks there either)")
     if k is None:  # as many slots as the fullest row needs
         slots = int(counts.max(initial=0))
     else:

@@ -13,30 +13,40 @@ import numpy as np
 from numba import njit, prange
 
 _OPTS = dict(cache=True, nogil=True, boundscheck=False)
+_BIG = np.finfo(np.float64).max
 
 
 @njit(**_OPTS)
 def _local_maxima(row, edges, cand):
     """Indices of local maxima of ``row`` into ``cand`` (ascending); a plateau counts once, at its
     middle (the lower of two), and only when both its ends drop. With ``edges`` the first and last
-    samples count when they exceed their one neighbour. Returns the count."""
+    samples count when they exceed their one neighbour. Returns the count.
+
+    A first pass without branches keeps every sample above its left neighbour and not below its
+    right one (a write per sample, the count advanced by the test: nothing for random data to
+    mispredict); a second resolves the few kept samples that start a plateau."""
     n = row.shape[0]
     m = 0
     if edges and n >= 2 and row[0] > row[1]:
         cand[m] = 0
         m += 1
-    i = 1
-    i_max = n - 1
-    while i < i_max:
-        if row[i - 1] < row[i]:
+    first = m
+    for i in range(1, n - 1):
+        cand[m] = i
+        m += (row[i - 1] < row[i]) & (row[i] >= row[i + 1])
+    w = first
+    for c in range(first, m):
+        i = cand[c]
+        if row[i + 1] == row[i]:  # a plateau: a peak only where it ends with a drop, at its middle
             ahead = i + 1
-            while ahead < i_max and row[ahead] == row[i]:
+            while ahead < n - 1 and row[ahead] == row[i]:
                 ahead += 1
-            if row[ahead] < row[i]:
-                cand[m] = (i + ahead - 1) // 2
-                m += 1
-                i = ahead
-        i += 1
+            if not row[ahead] < row[i]:
+                continue
+            i = (i + ahead - 1) // 2
+        cand[w] = i
+        w += 1
+    m = w
     if edges and n >= 2 and row[n - 1] > row[n - 2]:
         cand[m] = n - 1
         m += 1
@@ -104,7 +114,8 @@ def find_peaks_rows(x, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_he
     ``distance``: the minimal distance (rounded up; <= 1: none). Outputs ``[rows, k]`` ranked by
     height, -1 / NaN where empty: ``out_idx``, ``out_h``, with ``need_prom`` ``out_prom`` and
     ``out_base [rows, k, 2]``, with ``need_width`` ``out_width`` and ``out_ips [rows, k, 3]``
-    (width height, left and right positions). ``counts``: peaks kept per row. Rows go to
+    (width height, left and right positions). ``counts``: peaks kept per row (-1: the row is not
+    finite). Rows go to
     ``n_workers`` tasks in contiguous runs, each with its own scratch."""
     n_rows, n = x.shape
     per = (n_rows + n_workers - 1) // n_workers
@@ -117,17 +128,28 @@ def find_peaks_rows(x, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_he
         base = np.empty((cap, 2), np.int64)
         wid = np.empty((cap, 4), np.float64)
         order = np.empty(2 * cap, np.int64)
+        mark = np.zeros(n, np.int64)
         for r in range(t * per, min(n_rows, (t + 1) * per)):
             _row(x[r], r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, need_prom, need_width, k,
                  out_idx, out_h, out_prom, out_base, out_width, out_ips, counts, cand, hts, keep, prom, base, wid,
-                 order)
+                 order, mark)
 
 
 @njit(**_OPTS)
 def _row(row, r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, need_prom, need_width, k,
-         out_idx, out_h, out_prom, out_base, out_width, out_ips, counts, cand, hts, keep, prom, base, wid, order):
-    """One row of :func:`find_peaks_rows` (scratch arrays of ``n // 2 + 2``)."""
+         out_idx, out_h, out_prom, out_base, out_width, out_ips, counts, cand, hts, keep, prom, base, wid, order,
+         mark):
+    """One row of :func:`find_peaks_rows` (scratch arrays of ``n // 2 + 2``); a row holding NaN or
+    infinity is left empty with ``counts[r] = -1``."""
     n = row.shape[0]
+    finite = True
+    for i in range(n):
+        finite &= abs(row[i]) <= _BIG  # False for NaN too; an and-reduction that vectorises
+    if not finite:
+        _write(r, k, 0, order, cand, hts, prom, base, wid, need_prom, need_width, out_idx, out_h, out_prom,
+               out_base, out_width, out_ips, counts)
+        counts[r] = -1
+        return
     m = _local_maxima(row, edges, cand)
     for j in range(m):
         hts[j] = row[cand[j]]
@@ -148,15 +170,16 @@ def _row(row, r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, 
                     (t_lim[1] == t_lim[1] and not max(dl, dr) <= t_lim[1]):
                 keep[j] = False
         m = _compact(m, keep, cand, hts, prom, base, wid)
+    if (need_prom or distance > 1) and k < m:  # the k highest survivors, deciding from the highest
+        kept = _lazy_top(row, r, m, k, cand, hts, prom, base, wid, order, mark, need_prom, need_width, distance,
+                         p_lim, w_lim, wlen, rel_height)
+        _write(r, k, kept, order, cand, hts, prom, base, wid, need_prom, need_width, out_idx, out_h, out_prom,
+               out_base, out_width, out_ips, counts)
+        return
     # distance: higher peaks first remove their close neighbours
     if distance > 1 and m > 1:
         _by_distance(cand, hts, m, distance, keep, order)
         m = _compact(m, keep, cand, hts, prom, base, wid)
-    if need_prom and k < m:  # the k highest survivors: measure candidates from the highest until k pass
-        kept = _lazy_top(row, m, k, cand, hts, prom, base, wid, order, need_width, p_lim, w_lim, wlen, rel_height)
-        _write(r, k, kept, order, cand, hts, prom, base, wid, need_prom, need_width, out_idx, out_h, out_prom,
-               out_base, out_width, out_ips, counts)
-        return
     if need_prom:
         for j in range(m):
             prom[j], base[j, 0], base[j, 1] = _prominence(row, cand[j], wlen)
@@ -190,23 +213,56 @@ def _passes(v, lim):
 
 
 @njit(**_OPTS)
-def _lazy_top(row, m, k, cand, hts, prom, base, wid, order, need_width, p_lim, w_lim, wlen, rel_height):
-    """The prominence (and width) filters and the ``k`` highest at once: candidates are visited
-    from the highest (ties to the lower index) and measured until ``k`` pass, the visiting order
-    computed for twice as many as still needed at a time. The result is what filtering all ``m``
-    and keeping the ``k`` highest gives, with the walks of the rest saved. ``order[:kept]``: the
-    survivors' positions, highest first; returns ``kept``."""
+def _lazy_top(row, r, m, k, cand, hts, prom, base, wid, order, mark, need_prom, need_width, distance, p_lim, w_lim,
+              wlen, rel_height):
+    """The distance rule, the prominence and width filters and the ``k`` highest at once, for the
+    ``m`` candidates (after height and threshold): candidates are visited from the highest and
+    decided until ``k`` pass, the visiting order computed for twice as many as still needed at a
+    time. Exactly what applying every filter to all ``m`` and keeping the ``k`` highest gives:
+
+    * distance: scipy's rule keeps a peak unless a kept peak of higher priority lies closer than
+      ``distance``; priority is height, and on equal heights the later index. Every peak of
+      higher priority is visited before, so one visit decides; equal heights are visited as a
+      group, decided from the highest index, and kept in index order (the output's order).
+      Kept peaks mark the samples they block in ``mark`` (stamped ``r + 1``: no clearing).
+    * prominence and width only for the peaks the distance rule keeps.
+
+    ``order[:kept]``: the survivors' positions, highest first; returns ``kept``."""
     cap = order.shape[0] // 2  # survivors go to order[cap:], the visiting order is order[:want]
+    stamp = r + 1
+    n = row.shape[0]
     kept = 0
-    done = 0
+    s = 0
     want = min(m, 2 * k)
-    while True:
-        _top(hts, m, want, order)  # the order of the first ``done`` is unchanged: a strict ranking
-        for s in range(done, want):
-            j = order[s]
-            prom[j], base[j, 0], base[j, 1] = _prominence(row, cand[j], wlen)
-            if not _passes(prom[j], p_lim):
+    _top(hts, m, want, order)
+    while s < m and kept < k:
+        e = s + 1  # the group of equal heights order[s:e]
+        while True:
+            while e < want and hts[order[e]] == hts[order[s]]:
+                e += 1
+            if e < want or want == m:
+                break
+            want = min(m, 2 * want)  # the group may go on past the visited prefix
+            _top(hts, m, want, order)  # a strict ranking: the first ``s`` stay where they are
+        for g in range(e - 1, s - 1, -1):  # the distance rule, from the later index
+            j = order[g]
+            p = cand[j]
+            ok = True
+            if distance > 1:
+                if mark[p] == stamp:
+                    ok = False
+                else:
+                    for q in range(max(0, p - distance + 1), min(n, p + distance)):
+                        mark[q] = stamp
+            prom[j] = 1.0 if ok else 0.0  # the distance verdict until the prominence is measured
+        for g in range(s, e):  # the filters, in index order
+            j = order[g]
+            if prom[j] == 0.0 or kept == k:
                 continue
+            if need_prom:
+                prom[j], base[j, 0], base[j, 1] = _prominence(row, cand[j], wlen)
+                if not _passes(prom[j], p_lim):
+                    continue
             if need_width:
                 wid[j, 0], wid[j, 1], wid[j, 2], wid[j, 3] = _width(row, cand[j], prom[j], base[j, 0], base[j, 1],
                                                                     rel_height)
@@ -214,14 +270,12 @@ def _lazy_top(row, m, k, cand, hts, prom, base, wid, order, need_width, p_lim, w
                     continue
             order[cap + kept] = j
             kept += 1
-            if kept == k:
-                break
-        done = want
-        if kept == k or want == m:
-            break
-        want = min(m, 2 * want)
-    for s in range(kept):
-        order[s] = order[cap + s]
+        s = e
+        if s == want and want < m and kept < k:
+            want = min(m, 2 * want)
+            _top(hts, m, want, order)
+    for g in range(kept):
+        order[g] = order[cap + g]
     return kept
 
 

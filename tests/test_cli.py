@@ -144,3 +144,26 @@ def test_bench_picker_json(tmp_path):
         best = min(m["median_ms"] for n, m in c["measured"].items() if n != "auto")
         assert c["regret"] == pytest.approx(c["measured"][c["picked"]]["median_ms"] / best)
     assert data["summary"]["regret_worst"] >= data["summary"]["regret_geomean"] >= 1.0
+
+
+def test_peaks_filters_and_measures(tmp_path):
+    import csv
+
+    t = np.arange(8000) / 8000.0
+    x = np.stack([np.sin(2 * np.pi * 1000 * t), 0.5 * np.sin(2 * np.pi * 2500 * t)])
+    x += 0.1 * np.random.default_rng(4).standard_normal(x.shape)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "p.csv"
+    res = CliRunner().invoke(app, ["peaks", str(tmp_path / "x.npy"), "--fs", "8000", "--k", "3", "--snr-db", "6",
+                                   "--measures", "snr,width", "--csv", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(out.open()))
+    want = welchpeaks.welch_peaks(x, fs=8000.0, k=3, snr_db=6, measures=("snr", "width"))
+    got = [(int(r["signal"]), int(r["bin"]), float(r["snr_db"]), float(r["width_hz"])) for r in rows]
+    ok = want.bins >= 0
+    assert got == [(s, int(want.bins[s, j]), float(want.measures["snr_db"][s, j]),
+                    float(want.measures["width_hz"][s, j])) for s in range(2) for j in range(3) if ok[s, j]]
+    assert all(float(r["snr_db"]) >= 6 for r in rows) and len(rows) >= 2
+    bad = CliRunner().invoke(app, ["peaks", str(tmp_path / "x.npy"), "--out", str(tmp_path / "o.csv"),
+                                   "--prominence", "1"])
+    assert bad.exit_code == 2 and "not available with --out" in bad.output

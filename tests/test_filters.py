@@ -90,6 +90,11 @@ def test_the_fast_path_is_unchanged_without_filters_and_results_carry_the_measur
     assert len(detailed.to_dict()["measures"]["snr_db"]) == 8
     f32 = welchpeaks.welch_peaks(x.astype(np.float32), k=4, prominence=0.0)
     assert f32.power.dtype == np.float32
+    torch = pytest.importorskip("torch")
+    t = welchpeaks.welch_peaks(torch.from_numpy(x[0].astype(np.float32)), k=4, measures="snr")
+    assert isinstance(t.bins, torch.Tensor) and t.bins.shape == (4,) and isinstance(t.measures["snr_db"], torch.Tensor)
+    np.testing.assert_array_equal(t.numpy().bins, welchpeaks.welch_peaks(x[0].astype(np.float32), k=4,
+                                                                          measures="snr").bins)
 
 
 def test_filter_errors_name_the_parameter():

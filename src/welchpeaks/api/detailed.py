@@ -143,9 +143,16 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
                   psd="fused-cpu" if fused else "numpy",
                   filters={n: v for n, v in filters.items() if v is not None}, snr_db=snr_db, measures=list(measures),
                   noise_floor=noise if (snr_db is not None or want["snr_db"]) else None)
-    return PeakResult(bins.reshape(shape), power.astype(out_dtype).reshape(shape),
-                      (fbins * p.freq_scale()).reshape(shape), "psd+find_peaks", params,
-                      {n: v.reshape(shape) for n, v in extra.items()})
+    res = PeakResult(bins.reshape(shape), power.astype(out_dtype).reshape(shape),
+                     (fbins * p.freq_scale()).reshape(shape), "psd+find_peaks", params,
+                     {n: v.reshape(shape) for n, v in extra.items()})
+    if t is None:
+        return res
+    import torch  # tensors in, tensors out (on their device), as from every execution
+
+    to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(t.device)  # noqa: E731
+    return PeakResult(to(res.bins), to(res.power), to(res.freqs), res.strategy, res.params,
+                      {n: to(v) for n, v in res.measures.items()})
 
 
 def _gather(a: np.ndarray, at: np.ndarray) -> np.ndarray:

@@ -62,6 +62,10 @@ def peaks(
     interp: str = typer.Option("auto", "--interp", help="Sub-bin frequency estimator: auto, window, power-parabola, "
                                                         "log-parabola or none (docs/accuracy.md)."),
     edges: bool = typer.Option(False, "--edges", help="Let DC and Nyquist be peaks (they never are by default)."),
+    height: Optional[float] = typer.Option(None, "--height", help="Least PSD value of a peak (scipy's height)."),
+    prominence: Optional[float] = typer.Option(None, "--prominence", help="Least prominence (scipy's, PSD units)."),
+    snr_db: Optional[float] = typer.Option(None, "--snr-db", help="Least SNR in dB over the row's median PSD."),
+    measures: Optional[str] = typer.Option(None, "--measures", help="Per-peak measures: some of snr,prominence,width."),
     strategy: str = typer.Option("auto", "--strategy", help="auto or an execution (welchpeaks strategies)."),
     device: str = typer.Option("cpu", "--device", help="cpu, or cuda: the GPU executions may run (data is uploaded)."),
     precision: str = typer.Option(
@@ -91,9 +95,14 @@ def peaks(
     from welchpeaks import welch_peaks
     from welchpeaks.loaders import SignalFileError, load_signals
 
+    names = [m.strip() for m in measures.split(",") if m.strip()] if measures else None
+    detail = dict(height=height, prominence=prominence, snr_db=snr_db, measures=names)
     if out is not None:
         if json_path is not None or csv_path is not None or model is not None or device != "cpu" or layout is not None:
             _fail("--out writes the results itself; drop --json/--csv/--model/--device/--layout")
+        if any(v is not None for v in detail.values()):
+            _fail("--height, --prominence, --snr-db and --measures are not available with --out in this version; "
+                  "drop them, or run without --out")
         kw = dict(n_fft=n_fft, k=k, hop=hop, segments=_parse_segments(segments), mode=mode, min_distance=min_distance,
                   strategy=strategy, nan_policy=nan_policy, precision=precision, interp=interp, edges=edges)
         scale.run_job("peaks", [str(f) for f in files], kw, fs, out, memory, workers, scheduler, quiet)
@@ -123,7 +132,7 @@ def peaks(
                 data, k=k, n_fft=n_fft, hop=hop, segments=_parse_segments(segments), fs=rate,
                 mode=mode, min_distance=min_distance, strategy=strategy, device=device, precision=precision,
                 layout=layout, model=net, min_recall=min_recall, nan_policy=nan_policy, interp=interp,
-                edges=edges,
+                edges=edges, **detail,
             )
         except (ValueError, TypeError) as exc:
             _fail(f"{path}: {exc}")
@@ -133,7 +142,8 @@ def peaks(
         bins = res.bins.reshape(-1, slots)
         unit = "Hz" if res.params["fs"] is not None else "cycles/sample"
         table = Table(title=f"{name}: {bins.shape[0]} signal(s), strategy {res.strategy}")
-        for col in ("signal", "rank", "bin", f"freq ({unit})", "power"):
+        extra = {n: v.reshape(-1, slots) for n, v in res.measures.items()}
+        for col in ("signal", "rank", "bin", f"freq ({unit})", "power", *extra):
             table.add_column(col, justify="right")
         freqs = res.freqs.reshape(-1, slots)
         power = res.power.reshape(-1, slots)
@@ -141,7 +151,8 @@ def peaks(
             for r in range(slots):
                 if bins[sig, r] < 0:
                     continue
-                table.add_row(str(sig), str(r + 1), str(bins[sig, r]), f"{freqs[sig, r]:.4f}", f"{power[sig, r]:.4g}")
+                table.add_row(str(sig), str(r + 1), str(bins[sig, r]), f"{freqs[sig, r]:.4f}", f"{power[sig, r]:.4g}",
+                              *(f"{v[sig, r]:.4g}" for v in extra.values()))
         console.print(table)
         if bins.shape[0] > show:
             console.print(f"({bins.shape[0] - show} more signal(s) not shown; use --json or --csv)")
@@ -149,16 +160,19 @@ def peaks(
     if csv_path is not None:
         out = io.StringIO()
         w = csv.writer(out)
-        w.writerow(["file", "signal", "rank", "bin", "freq", "freq_unit", "power"])
+        names = sorted({n for res in results.values() for n in res.measures})  # one header for every file
+        w.writerow(["file", "signal", "rank", "bin", "freq", "freq_unit", "power", *names])
         for name, res in results.items():
             slots = res.bins.shape[-1]
             bins, freqs, power = (a.reshape(-1, slots) for a in (res.bins, res.freqs, res.power))
+            extra = [res.measures[n].reshape(-1, slots) if n in res.measures else None for n in names]
             unit = "Hz" if res.params["fs"] is not None else "cycles/sample"
             for sig in range(bins.shape[0]):
                 for r in range(slots):
                     if bins[sig, r] >= 0:
                         w.writerow([name, sig, r + 1, int(bins[sig, r]), repr(float(freqs[sig, r])), unit,
-                                    repr(float(power[sig, r]))])
+                                    repr(float(power[sig, r])),
+                                    *("" if v is None else repr(float(v[sig, r])) for v in extra)])
         write_output(csv_path, out.getvalue(), "--csv")
     finish_background_calibration()
 

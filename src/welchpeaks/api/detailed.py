@@ -11,6 +11,7 @@ execution refines. Without filters or measures ``welch_peaks`` keeps its executi
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
@@ -57,7 +58,8 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
 
     if p.mode != "peaks":
         raise ValueError("filters and measures apply to local maxima: use mode='peaks' (mode='bins' ranks every bin)")
-    if snr_db is not None and (isinstance(snr_db, bool) or not np.isfinite(float(snr_db))):
+    if snr_db is not None and (isinstance(snr_db, bool) or not isinstance(snr_db, numbers.Real)
+                               or not np.isfinite(float(snr_db))):
         raise ValueError(f"snr_db={snr_db!r} must be a finite number of dB (the least SNR a peak may have)")
     t = tensor_input(x)
     arr = t.detach().cpu().numpy() if t is not None else as_real_array(x)
@@ -134,10 +136,8 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
             if name in extra:
                 extra[name][where, :m] = np.where(ok, props[name][:, :m], np.nan)
     shape = lead + (k,)
-    if "width" in extra:
-        extra["width_hz"] = extra["width"] * p.freq_scale() if p.fs is not None else None
-        if extra["width_hz"] is None:
-            del extra["width_hz"]
+    if "width" in extra and p.fs is not None:
+        extra["width_hz"] = extra["width"] * p.freq_scale()
     noise = "median of the row's PSD" if noise_bins is None else f"median of the PSD over +-{noise_bins} bins"
     params = dict(p.to_dict(), segments=n_seg, frame=frame, compute_dtype=compute.name if fused else "float64",
                   psd="fused-cpu" if fused else "numpy",

@@ -782,8 +782,8 @@ def window_segments(segs_in, window, detrend, segs):
 
 @njit(parallel=True, **_OPTS)
 def power_select_spectrum(
-    spec, n_rows, scale, k, mode, min_distance, interp, alpha, edge, psd, vals, idx, cand, top, bad, out_bins, out_power,
-    out_fbin
+    spec, n_rows, scale, k, mode, min_distance, interp, alpha, edge, psd, vals, idx, cand, top, bad, out_bins,
+    out_power, out_fbin
 ):
     """Average ``|spec|**2`` over segments, scale, and select, one row per iteration. A row whose
     PSD holds NaN or infinity is flagged in ``bad`` and left empty."""

@@ -251,9 +251,10 @@ def select_store(psd, last, rows, rmask, NB: tl.constexpr, L: tl.constexpr, HAS_
     (``'peaks'``: above the left neighbour, at least the right one, DC and Nyquist only when
     ``EDGES``; neighbours come from :func:`_shift`; the candidate of each pair of lanes is kept,
     :func:`_halve`). Each candidate's offset (:func:`_offset`, the estimator ``INTERP``) is
-    computed in its lane and packed with its power and bin into one key (:func:`_key`). Without thinning (``MIN_DIST == 1``)
-    the top ``KT`` keys come from ``tl.topk`` (a bitonic partial sort: about
-    ``log2(KT)^2 / 2`` compare-and-swap passes over the lanes instead of ``K`` reductions);
+    computed in its lane and packed with its power and bin into one key (:func:`_key`). Without
+    thinning (``MIN_DIST == 1``) the top ``KT`` keys come from ``tl.topk`` (a bitonic partial
+    sort: about ``log2(KT)^2 / 2`` compare-and-swap passes over the lanes instead of ``K``
+    reductions);
     with thinning, ``K`` greedy rounds of one max reduction and a suppression of the picked
     bin's neighbourhood. ``KT`` (a power of two, at most the lanes left) slots are computed;
     of the slots from ``KT`` to ``K``, the first may hold the last bin, the rest are empty.

@@ -136,7 +136,8 @@ def markdown(res64: dict[str, Any], res32: dict[str, Any] | None, checks: list[d
                              f"{first['crb_bins']:.1e} | " + " | ".join(vals) + " |")
         lines.append("")
     if res32 is not None:
-        lines += ["### float32, noiseless, worst error", "", "| window | segments | interp | worst |", "|---|---|---|---|"]
+        lines += ["### float32, noiseless, worst error", "", "| window | segments | interp | worst |",
+                  "|---|---|---|---|"]
         for c in res32["cells"]:
             if c["interp"] in ("auto", "window") and c["segments"] in (2, 8):
                 lines.append(f"| {c['window']} | {c['segments']} | {c['interp']} | {c['worst_bins']:.2e} |")

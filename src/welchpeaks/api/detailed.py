@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from welchpeaks.api.coerce import as_real_array, signal_index, tensor_input
-from welchpeaks.backends.fused_cpu import is_pow2, psd_rows
 from welchpeaks.estimators import interp_offset
 from welchpeaks.params import PeakParams, is_int
 from welchpeaks.result import PeakResult
@@ -55,6 +54,7 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
     prominence, width, wlen, rel_height; ``distance`` is ``p.min_distance``) and ``snr_db``,
     the ``k`` strongest first, with the ``measures`` asked for."""
     from welchpeaks.api.find_peaks import find_peaks
+    from welchpeaks.backends.fused_cpu import is_pow2, psd_rows  # numba: imported on first use
 
     if p.mode != "peaks":
         raise ValueError("filters and measures apply to local maxima: use mode='peaks' (mode='bins' ranks every bin)")

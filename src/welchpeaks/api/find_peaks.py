@@ -55,7 +55,9 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     ----------
     rows : array_like ``[..., n]``
         Real values (NumPy, lists, torch CPU/CUDA tensors, CuPy arrays), computed in float64 as
-        scipy does. NaN or infinity is an error naming the row.
+        scipy does. NaN or infinity is an error naming the row. Rows on a GPU are copied to the
+        host and computed by the numba kernel (there is no GPU kernel yet); the results go back
+        to their device.
     height, threshold, prominence, width : number, (min, max) or None
         As in scipy: a number is the minimum, either end of a pair may be None. ``prominence``
         or ``width`` given (even ``(None, None)``) returns those properties.

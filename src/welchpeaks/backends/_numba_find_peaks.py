@@ -54,6 +54,21 @@ def _local_maxima(row, edges, cand):
 
 
 @njit(**_OPTS)
+def _lowest_until_higher(row, p, stop, step):
+    """(value, index) of the lowest sample from ``p`` in direction ``step`` (-1 or 1) before a
+    sample higher than ``row[p]`` or past ``stop``; the first of equal lows."""
+    top = row[p]
+    i = p
+    low, at = top, p
+    while (i >= stop if step < 0 else i <= stop) and row[i] <= top:
+        if row[i] < low:
+            low = row[i]
+            at = i
+        i += step
+    return low, at
+
+
+@njit(**_OPTS)
 def _prominence(row, p, wlen):
     """(prominence, left base, right base) of the peak at ``p`` (``wlen`` < 2: no window), as
     ``scipy.signal.peak_prominences``; a peak at an edge is measured on its one side."""
@@ -63,22 +78,8 @@ def _prominence(row, p, wlen):
         lo = max(p - wlen // 2, lo)
         hi = min(p + wlen // 2, hi)
     top = row[p]
-    i = p
-    left = p
-    left_min = top
-    while lo <= i and row[i] <= top:
-        if row[i] < left_min:
-            left_min = row[i]
-            left = i
-        i -= 1
-    i = p
-    right = p
-    right_min = top
-    while i <= hi and row[i] <= top:
-        if row[i] < right_min:
-            right_min = row[i]
-            right = i
-        i += 1
+    left_min, left = _lowest_until_higher(row, p, lo, -1)
+    right_min, right = _lowest_until_higher(row, p, hi, 1)
     if p == 0:  # an edge (edges=True) has one side: its drop on that side
         return top - right_min, left, right
     if p == n - 1:

@@ -110,6 +110,17 @@ def _log2_f32(v):
     return np.float32(e) + t * (c1 + t2 * (c3 + t2 * (c5 + t2 * (c7 + t2 * c9))))
 
 
+@njit(**_INL)
+def _gather3(prow, idx, count, abd):
+    """The powers at bins j-1, j, j+1 of each of the ``count`` peaks (``prow`` holds bin ``q`` at
+    ``q + 1``) into ``abd`` side by side, so that the refinement after runs as SIMD."""
+    for c in range(count):
+        j = idx[c]
+        abd[3 * c] = prow[j]
+        abd[3 * c + 1] = prow[j + 1]
+        abd[3 * c + 2] = prow[j + 2]
+
+
 # 2**f = e**(f ln 2) on [-1/2, 1/2]: Taylor series to the 6th power, error below 2e-7 relative
 _EXP2_SERIES = tuple(np.float32(math.log(2.0) ** n / math.factorial(n)) for n in range(7))
 
@@ -132,11 +143,7 @@ def _refine_power_f32(prow, idx, count, n_bins, out_fbin, r, abd, alpha):
     peak, ``(a / b) ** alpha = 2 ** (alpha log2(a / b))`` (the offset is the same on ratios), so
     no libm call; a neighbour under ``ZERO_BELOW`` of the peak is zero, as in the reference."""
     al = np.float32(alpha)
-    for c in range(count):
-        j = idx[c]
-        abd[3 * c] = prow[j]
-        abd[3 * c + 1] = prow[j + 1]
-        abd[3 * c + 2] = prow[j + 2]
+    _gather3(prow, idx, count, abd)
     for c in range(count):
         j = idx[c]
         a = abd[3 * c]
@@ -157,13 +164,9 @@ def _refine_f32(prow, idx, count, n_bins, out_fbin, r, abd):
     The interpolation is a ratio of logarithms, so any base gives the same offset, and log2
     of the power ratios needs no libm call. A neighbour under ``ZERO_BELOW`` of the peak counts
     as zero (no refinement), as in the reference. The three powers around each peak are
-    gathered into ``abd`` (``3 * count`` entries) first, so the arithmetic runs as SIMD.
+    gathered first (:func:`_gather3`), so the arithmetic runs as SIMD.
     """
-    for c in range(count):
-        j = idx[c]
-        abd[3 * c] = prow[j]
-        abd[3 * c + 1] = prow[j + 1]
-        abd[3 * c + 2] = prow[j + 2]
+    _gather3(prow, idx, count, abd)
     for c in range(count):
         j = idx[c]
         a = abd[3 * c]

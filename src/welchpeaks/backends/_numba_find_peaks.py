@@ -53,23 +53,96 @@ def _local_maxima(row, edges, cand):
     return m
 
 
+#: samples per block of the prominence walks' block extrema
+_BLOCK = 16
+
+
+@njit(fastmath={"nnan", "ninf", "nsz"}, **_OPTS)
+def _block_extrema(row, bmin, bmax):
+    """``bmin[b]``, ``bmax[b]``: the least and greatest sample of block ``b`` (``_BLOCK`` samples;
+    the last may be shorter). The row is finite, so the min/max reductions may vectorise."""
+    n = row.shape[0]
+    for b in range((n + _BLOCK - 1) // _BLOCK):
+        lo = row[b * _BLOCK]
+        hi = lo
+        for i in range(b * _BLOCK + 1, min(n, (b + 1) * _BLOCK)):
+            lo = min(lo, row[i])
+            hi = max(hi, row[i])
+        bmin[b] = lo
+        bmax[b] = hi
+
+
 @njit(**_OPTS)
-def _lowest_until_higher(row, p, stop, step):
-    """(value, index) of the lowest sample from ``p`` in direction ``step`` (-1 or 1) before a
-    sample higher than ``row[p]`` or past ``stop``; the first of equal lows."""
+def _lowest_left(row, bmin, bmax, p, stop):
+    """(value, index) of the lowest sample left of ``p`` (from ``p`` down) before a sample
+    higher than ``row[p]`` or below ``stop``; of equal lows the first met (scipy's walk).
+
+    Sample by sample to the start of the peak's block, then whole blocks
+    (:func:`_block_extrema`) within ``stop`` that hold nothing higher than the peak in one step
+    each, then sample by sample through the block where the walk ends."""
     top = row[p]
-    i = p
     low, at = top, p
-    while (i >= stop if step < 0 else i <= stop) and row[i] <= top:
+    b = p // _BLOCK
+    i = p
+    end = max(b * _BLOCK, stop)
+    while i >= end and row[i] <= top:
         if row[i] < low:
-            low = row[i]
-            at = i
-        i += step
+            low, at = row[i], i
+        i -= 1
+    if i >= end or i < stop:
+        return low, at
+    b -= 1
+    lowest = -1  # the block holding the lowest sample, when a block lowered it
+    while b * _BLOCK >= stop and bmax[b] <= top:
+        if bmin[b] < low:
+            low, lowest = bmin[b], b
+        b -= 1
+    if lowest >= 0:  # the first sample of that block at its low, from its right
+        at = (lowest + 1) * _BLOCK - 1
+        while row[at] != low:
+            at -= 1
+    i = (b + 1) * _BLOCK - 1
+    while i >= stop and row[i] <= top:
+        if row[i] < low:
+            low, at = row[i], i
+        i -= 1
     return low, at
 
 
 @njit(**_OPTS)
-def _prominence(row, p, wlen):
+def _lowest_right(row, bmin, bmax, p, stop):
+    """:func:`_lowest_left` to the right of ``p``, up to ``stop``."""
+    top = row[p]
+    low, at = top, p
+    b = p // _BLOCK
+    i = p
+    end = min((b + 1) * _BLOCK - 1, stop)
+    while i <= end and row[i] <= top:
+        if row[i] < low:
+            low, at = row[i], i
+        i += 1
+    if i <= end or i > stop:
+        return low, at
+    b += 1
+    lowest = -1
+    while (b + 1) * _BLOCK - 1 <= stop and bmax[b] <= top:
+        if bmin[b] < low:
+            low, lowest = bmin[b], b
+        b += 1
+    if lowest >= 0:  # the first sample of that block at its low, from its left
+        at = lowest * _BLOCK
+        while row[at] != low:
+            at += 1
+    i = b * _BLOCK
+    while i <= stop and row[i] <= top:
+        if row[i] < low:
+            low, at = row[i], i
+        i += 1
+    return low, at
+
+
+@njit(**_OPTS)
+def _prominence(row, bmin, bmax, p, wlen):
     """(prominence, left base, right base) of the peak at ``p`` (``wlen`` < 2: no window), as
     ``scipy.signal.peak_prominences``; a peak at an edge is measured on its one side."""
     n = row.shape[0]
@@ -78,8 +151,8 @@ def _prominence(row, p, wlen):
         lo = max(p - wlen // 2, lo)
         hi = min(p + wlen // 2, hi)
     top = row[p]
-    left_min, left = _lowest_until_higher(row, p, lo, -1)
-    right_min, right = _lowest_until_higher(row, p, hi, 1)
+    left_min, left = _lowest_left(row, bmin, bmax, p, lo)
+    right_min, right = _lowest_right(row, bmin, bmax, p, hi)
     if p == 0:  # an edge (edges=True) has one side: its drop on that side
         return top - right_min, left, right
     if p == n - 1:
@@ -130,16 +203,18 @@ def find_peaks_rows(x, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_he
         wid = np.empty((cap, 4), np.float64)
         order = np.empty(2 * cap, np.int64)
         mark = np.zeros(n, np.int64)
+        bmin = np.empty((n + _BLOCK - 1) // _BLOCK, np.float64)
+        bmax = np.empty_like(bmin)
         for r in range(t * per, min(n_rows, (t + 1) * per)):
             _row(x[r], r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, need_prom, need_width, k,
                  out_idx, out_h, out_prom, out_base, out_width, out_ips, counts, cand, hts, keep, prom, base, wid,
-                 order, mark)
+                 order, mark, bmin, bmax)
 
 
 @njit(**_OPTS)
 def _row(row, r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, need_prom, need_width, k,
          out_idx, out_h, out_prom, out_base, out_width, out_ips, counts, cand, hts, keep, prom, base, wid, order,
-         mark):
+         mark, bmin, bmax):
     """One row of :func:`find_peaks_rows` (scratch arrays of ``n // 2 + 2``); a row holding NaN or
     infinity is left empty with ``counts[r] = -1``."""
     n = row.shape[0]
@@ -171,9 +246,11 @@ def _row(row, r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, 
                     (t_lim[1] == t_lim[1] and not max(dl, dr) <= t_lim[1]):
                 keep[j] = False
         m = _compact(m, keep, cand, hts, prom, base, wid)
+    if need_prom:
+        _block_extrema(row, bmin, bmax)
     if (need_prom or distance > 1) and k < m:  # the k highest survivors, deciding from the highest
-        kept = _lazy_top(row, r, m, k, cand, hts, prom, base, wid, order, mark, need_prom, need_width, distance,
-                         p_lim, w_lim, wlen, rel_height)
+        kept = _lazy_top(row, r, m, k, cand, hts, prom, base, wid, order, mark, bmin, bmax, need_prom,
+                         need_width, distance, p_lim, w_lim, wlen, rel_height)
         _write(r, k, kept, order, cand, hts, prom, base, wid, need_prom, need_width, out_idx, out_h, out_prom,
                out_base, out_width, out_ips, counts)
         return
@@ -183,7 +260,7 @@ def _row(row, r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, 
         m = _compact(m, keep, cand, hts, prom, base, wid)
     if need_prom:
         for j in range(m):
-            prom[j], base[j, 0], base[j, 1] = _prominence(row, cand[j], wlen)
+            prom[j], base[j, 0], base[j, 1] = _prominence(row, bmin, bmax, cand[j], wlen)
         if p_lim[0] == p_lim[0] or p_lim[1] == p_lim[1]:
             for j in range(m):
                 if (p_lim[0] == p_lim[0] and not p_lim[0] <= prom[j]) or \
@@ -214,8 +291,8 @@ def _passes(v, lim):
 
 
 @njit(**_OPTS)
-def _lazy_top(row, r, m, k, cand, hts, prom, base, wid, order, mark, need_prom, need_width, distance, p_lim, w_lim,
-              wlen, rel_height):
+def _lazy_top(row, r, m, k, cand, hts, prom, base, wid, order, mark, bmin, bmax, need_prom, need_width, distance,
+              p_lim, w_lim, wlen, rel_height):
     """The distance rule, the prominence and width filters and the ``k`` highest at once, for the
     ``m`` candidates (after height and threshold): candidates are visited from the highest and
     decided until ``k`` pass, the visiting order computed for twice as many as still needed at a
@@ -261,7 +338,7 @@ def _lazy_top(row, r, m, k, cand, hts, prom, base, wid, order, mark, need_prom, 
             if prom[j] == 0.0 or kept == k:
                 continue
             if need_prom:
-                prom[j], base[j, 0], base[j, 1] = _prominence(row, cand[j], wlen)
+                prom[j], base[j, 0], base[j, 1] = _prominence(row, bmin, bmax, cand[j], wlen)
                 if not _passes(prom[j], p_lim):
                     continue
             if need_width:

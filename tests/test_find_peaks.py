@@ -41,6 +41,21 @@ def _random_filters(rng, quantized):
     return kw
 
 
+def _random_cases(seed, total, max_n, max_rows, quantized_share, k_none_share, max_k):
+    """(rows, filters, k) of random lengths, row counts and filters, ``total`` rows in all."""
+    rng = np.random.default_rng(seed)
+    done = 0
+    while done < total:
+        n = int(rng.integers(3, max_n))
+        n_rows = int(rng.integers(1, max_rows))
+        quantized = rng.random() < quantized_share
+        x = _rows(rng, n_rows, n, quantized)
+        kw = _random_filters(rng, quantized)
+        k = None if rng.random() < k_none_share else int(rng.integers(1, max_k))
+        yield x, kw, k
+        done += n_rows
+
+
 def _check_rows(x, got, kw, k):
     """Every row equals scipy's peaks, then the top k by height (ties to the lower index)."""
     props_kw = {f: kw[f] for f in ("height", "threshold", "distance", "prominence", "width", "wlen", "rel_height")
@@ -72,18 +87,9 @@ def _check_rows(x, got, kw, k):
 def test_oracle_10000_random_rows():
     """10,000 rows of random lengths and filters (plateaus included): scipy's indices exactly,
     prominences and widths to 1e-9 relative."""
-    rng = np.random.default_rng(2026)
-    done = 0
-    while done < 10_000:
-        n = int(rng.integers(3, 1500))
-        n_rows = int(rng.integers(1, 200))
-        quantized = rng.random() < 0.25
-        x = _rows(rng, n_rows, n, quantized)
-        kw = _random_filters(rng, quantized)
-        k = None if rng.random() < 0.5 else int(rng.integers(1, 20))
+    for x, kw, k in _random_cases(2026, 10_000, 1500, 200, 0.25, 0.5, 20):
         got = welchpeaks.find_peaks(x, k=k, **kw)
-        _check_rows(x, got, kw, k if k is not None else n)
-        done += n_rows
+        _check_rows(x, got, kw, k if k is not None else x.shape[1])
 
 
 def test_padded_shapes_tensors_and_edges():
@@ -170,3 +176,32 @@ def test_k_highest_decided_lazily_equal_all_filtered_then_cut():
                 np.testing.assert_array_equal(few.counts, np.minimum(every.counts, k))
                 for name, v in few.properties.items():
                     np.testing.assert_array_equal(v[:, :m], every.properties[name][:, :m])
+
+
+@pytest.mark.filterwarnings("ignore:some peaks have")
+def test_triton_kernel_matches_scipy_and_the_numba_kernel():
+    """Rows as tensors go to the Triton kernel (compiled on a GPU; here Triton's interpreter on
+    CPU tensors): scipy's peaks on random rows of random lengths and filters, plateaus and equal
+    heights included; with edges=True and k=None it equals the numba kernel; NaN rows are
+    refused by number, as on the host."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from welchpeaks.backends.triton_exec import find_peaks_available
+
+    probe = torch.zeros(2, 8, device="cuda" if torch.cuda.is_available() else "cpu")
+    assert find_peaks_available(probe, 8)
+    for x, kw, k in _random_cases(17, 60, 160, 8, 0.3, 0.15, 8):
+        got = welchpeaks.find_peaks(torch.from_numpy(x).to(probe.device), k=k, **kw)
+        assert torch.is_tensor(got.indices) and got.indices.device == probe.device
+        host = type(got)(got.indices.cpu().numpy(), got.heights.cpu().numpy(), got.counts.cpu().numpy(),
+                         {name: v.cpu().numpy() for name, v in got.properties.items()})
+        _check_rows(x, host, kw, k if k is not None else x.shape[1])
+        edges = welchpeaks.find_peaks(torch.from_numpy(x).to(probe.device), k=6, edges=True, **kw)
+        ref = welchpeaks.find_peaks(x, k=6, edges=True, **kw)
+        np.testing.assert_array_equal(edges.indices.cpu().numpy(), ref.indices)
+        for name, v in ref.properties.items():
+            np.testing.assert_allclose(edges.properties[name].cpu().numpy(), v, rtol=1e-12, atol=0)
+    bad = torch.zeros(3, 20, dtype=torch.float64, device=probe.device)
+    bad[1, 4] = float("inf")
+    with pytest.raises(ValueError, match="row 1"):
+        welchpeaks.find_peaks(bad)

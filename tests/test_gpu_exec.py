@@ -221,6 +221,13 @@ def test_gpu_check_compiles_for_an_h100_without_one(tmp_path):
     rows = doc["configurations"]
     assert doc["summary"]["compiled"] == 2 and [r["stack"] for r in rows] == [0, 0]
     assert rows[1].get("shared_compile")  # segments are a runtime argument: one compile serves both
+    # welchpeaks.find_peaks' kernel: float64 rows up to 8192 samples in one program, no spills
+    res = CliRunner().invoke(app, ["gpu-check", "--kernel", "find_peaks", "--find-peaks-n", "1025,9000", "--arch",
+                                   "sm_90", "--json", str(out), "--strict"])
+    assert res.exit_code == 0, res.output
+    found = json.loads(out.read_text())["find_peaks"]
+    assert found[0]["status"] == "ok" and found[0]["stack"] == 0 and 0 < found[0]["reg"] <= 255, found[0]
+    assert found[1]["status"].startswith("unsupported: rows over 8192")
 
 
 def _cuda_model(fused_per_row: float, select_per_row: float, h2d_bw: float = 25.0):

@@ -1,9 +1,12 @@
 """``welchpeaks.find_peaks``: scipy's ``find_peaks`` for a whole batch of rows in one call.
 
 scipy's ``find_peaks`` takes one 1-D row (scipy#15405 asks for more); this runs it on every row
-of an ``[..., n]`` array in parallel (a numba kernel, :mod:`welchpeaks.backends._numba_find_peaks`),
-with scipy's filters in scipy's order and scipy's definitions of prominence and width, and
-returns padded arrays with a count per row (:class:`welchpeaks.result.FoundPeaks`).
+of an ``[..., n]`` array at once, with scipy's filters in scipy's order and scipy's definitions
+of prominence and width, and returns padded arrays with a count per row
+(:class:`welchpeaks.result.FoundPeaks`). Host rows go to a numba kernel, rows in parallel
+(:mod:`welchpeaks.backends._numba_find_peaks`); rows on a CUDA device (torch tensors, CuPy
+arrays) to a Triton kernel, one program per row, that writes only the peaks
+(:mod:`welchpeaks.backends._triton_find_peaks`).
 """
 
 from __future__ import annotations
@@ -55,9 +58,10 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     ----------
     rows : array_like ``[..., n]``
         Real values (NumPy, lists, torch CPU/CUDA tensors, CuPy arrays), computed in float64 as
-        scipy does. NaN or infinity is an error naming the row. Rows on a GPU are copied to the
-        host and computed by the numba kernel (there is no GPU kernel yet); the results go back
-        to their device.
+        scipy does. NaN or infinity is an error naming the row. Rows on a CUDA device stay there
+        (the Triton kernel; ``pip install 'welchpeaks[gpu]'``), up to 8192 samples per row;
+        longer rows, or a machine without triton, go through the host's numba kernel. Tensors
+        in, tensors out, on their device.
     height, threshold, prominence, width : number, (min, max) or None
         As in scipy: a number is the minimum, either end of a pair may be None. ``prominence``
         or ``width`` given (even ``(None, None)``) returns those properties.
@@ -91,10 +95,13 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, numba_threads
 
     t = tensor_input(rows, "rows")
-    arr = np.ascontiguousarray(t.detach().cpu().numpy() if t is not None else as_real_array(rows, "rows"),
-                               dtype=np.float64)
-    lead, n = arr.shape[:-1], arr.shape[-1]
-    x = arr.reshape(-1, n)
+    if t is None:
+        x = np.ascontiguousarray(as_real_array(rows, "rows"), dtype=np.float64)
+        lead, n = x.shape[:-1], x.shape[-1]
+        x = x.reshape(-1, n)
+    else:
+        lead, n = tuple(t.shape[:-1]), t.shape[-1]
+        x = t.reshape(-1, n)
     h_lim, _ = _interval("height", height)
     t_lim, _ = _interval("threshold", threshold)
     p_lim, need_prom = _interval("prominence", prominence)
@@ -125,42 +132,59 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     else:
         slots = min(int(k), cap)
     rows_n = x.shape[0]
-    idx = np.empty((rows_n, slots), np.int64)
-    hts = np.empty((rows_n, slots), np.float64)
-    prom = np.empty((rows_n, slots) if need_prom else (0, 0), np.float64)
-    base = np.empty((rows_n, slots, 2) if need_prom else (0, 0, 2), np.int64)
-    wid = np.empty((rows_n, slots) if need_width else (0, 0), np.float64)
-    ips = np.empty((rows_n, slots, 3) if need_width else (0, 0, 3), np.float64)
-    counts = np.empty(rows_n, np.int64)
+    if t is not None:
+        from welchpeaks.backends.triton_exec import find_peaks_available, find_peaks_rows
+
+        if find_peaks_available(t, n):  # rows on a GPU stay there: the Triton kernel
+            got = find_peaks_rows(x, np.concatenate([h_lim, t_lim, p_lim, w_lim, [rh]]), dist, wl, slots, need_prom,
+                                  need_width, bool(edges))
+            return _found(got, lead, k, need_prom, need_width, device=None)
+        x = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
+    got = {"indices": np.empty((rows_n, slots), np.int64), "heights": np.empty((rows_n, slots), np.float64),
+           "prom": np.empty((rows_n, slots) if need_prom else (0, 0), np.float64),
+           "base": np.empty((rows_n, slots, 2) if need_prom else (0, 0, 2), np.int64),
+           "wid": np.empty((rows_n, slots) if need_width else (0, 0), np.float64),
+           "ips": np.empty((rows_n, slots, 3) if need_width else (0, 0, 3), np.float64),
+           "counts": np.empty(rows_n, np.int64)}
     announce_compile(kern.find_peaks_rows, "the find_peaks kernel", "about 10 s")
     with KERNEL_LOCK:
         kern.find_peaks_rows(x, bool(edges), h_lim, t_lim, dist, p_lim, w_lim, wl, rh, need_prom, need_width, slots,
-                             idx, hts, prom, base, wid, ips, counts, max(1, min(rows_n, 4 * numba_threads())))
-    if rows_n and counts.min() < 0:  # the kernel checks finiteness as it reads each row
-        row = int(np.argmax(counts < 0))
+                             got["indices"], got["heights"], got["prom"], got["base"], got["wid"], got["ips"],
+                             got["counts"], max(1, min(rows_n, 4 * numba_threads())))
+    return _found(got, lead, k, need_prom, need_width, device=None if t is None else t.device)
+
+
+def _found(got: dict, lead: tuple, k: int | None, need_prom: bool, need_width: bool, device: Any) -> FoundPeaks:
+    """The kernels' outputs (NumPy arrays or tensors, ``[rows, slots]``) as a :class:`FoundPeaks`
+    of ``lead + (k,)`` (``k`` None: as many slots as the fullest row), on ``device`` when given
+    (host results of tensor rows go back to their device)."""
+    counts = got["counts"]
+    rows_n = counts.shape[0]
+    if rows_n and int(counts.min()) < 0:  # the kernels check finiteness as they read each row
+        row = int((counts < 0).nonzero()[0][0]) if isinstance(counts, np.ndarray) else \
+            int((counts < 0).nonzero()[0, 0])
         raise ValueError(f"rows has NaN or infinity in row {row} (of {rows_n}); clean the data first (scipy's "
                          "find_peaks gives no meaningful peaks there either)")
-    if k is None:  # as many slots as the fullest row needs
-        slots = int(counts.max(initial=0))
-    else:
-        slots = int(k)
-    props: dict[str, np.ndarray] = {}
+    slots = int(counts.max()) if k is None and rows_n else int(k or 0)
+    fields = {"indices": got["indices"], "heights": got["heights"]}
     if need_prom:
-        props.update(prominences=prom, left_bases=base[..., 0], right_bases=base[..., 1])
+        fields.update(prominences=got["prom"], left_bases=got["base"][..., 0], right_bases=got["base"][..., 1])
     if need_width:
-        props.update(widths=wid, width_heights=ips[..., 0], left_ips=ips[..., 1], right_ips=ips[..., 2])
-    fields = {"indices": idx, "heights": hts, **props}
+        ips = got["ips"]
+        fields.update(widths=got["wid"], width_heights=ips[..., 0], left_ips=ips[..., 1], right_ips=ips[..., 2])
     for name, v in fields.items():  # to k slots (k may exceed what a row can hold)
-        fill = -1 if v.dtype.kind == "i" else np.nan
-        out = np.full((rows_n, slots), fill, v.dtype)
         m = min(slots, v.shape[1])
+        if isinstance(v, np.ndarray):
+            out = np.full((rows_n, slots), -1 if v.dtype.kind == "i" else np.nan, v.dtype)
+        else:
+            out = v.new_full((rows_n, slots), -1 if not v.is_floating_point() else float("nan"))
         out[:, :m] = v[:, :m]
         fields[name] = out.reshape(lead + (slots,))
     counts = counts.reshape(lead)
-    if t is not None:  # tensors come back as tensors on their device
+    if device is not None:  # tensors come back as tensors on their device
         import torch
 
-        conv = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(t.device)  # noqa: E731
+        conv = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
         fields = {name: conv(v) for name, v in fields.items()}
         counts = conv(counts)
     indices, heights = fields.pop("indices"), fields.pop("heights")

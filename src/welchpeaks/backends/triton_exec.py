@@ -20,6 +20,7 @@ With ``TRITON_INTERPRET=1`` both run on CPU tensors (slowly): that is how CI tes
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 import os
 
@@ -223,6 +224,57 @@ def block_runner(p: PeakParams, n_seg: int):
         return RowPeaks(bins, power, fb, bad_rows_of(bad))
 
     return block
+
+
+#: the longest row :func:`find_peaks_rows` holds in one program (longer rows go to the host)
+MAX_FIND_PEAKS_N = 8192
+
+
+def find_peaks_available(t, n: int) -> bool:
+    """Whether :func:`find_peaks_rows` takes rows of ``n`` samples in tensor ``t``: on a CUDA
+    device (or any, in the interpreter), triton installed, ``n`` at most
+    :data:`MAX_FIND_PEAKS_N`."""
+    if n > MAX_FIND_PEAKS_N or not (t.is_cuda or interpreting()):
+        return False
+    return importlib.util.find_spec("triton") is not None
+
+
+def find_peaks_rows(x, lims: np.ndarray, distance: int, wlen: int, slots: int, need_prom: bool, need_width: bool,
+                    edges: bool) -> dict:
+    """``welchpeaks.find_peaks`` of the rows of ``x [rows, n]`` (a tensor) on its device by the
+    Triton kernel (``_triton_find_peaks``): the same arguments and outputs as the numba kernel
+    (``lims``: the nine float64 limits, NaN where open), as tensors, ``[rows, slots]``."""
+    torch = import_torch()
+    kern = importlib.import_module("welchpeaks.backends._triton_find_peaks")
+    x = x.to(torch.float64).contiguous()
+    rows, n = x.shape
+    dev = x.device
+    lim = np.array(lims, np.float64)
+    lim[0:8:2] = np.where(np.isnan(lim[0:8:2]), -np.inf, lim[0:8:2])  # open lower ends
+    lim[1:8:2] = np.where(np.isnan(lim[1:8:2]), np.inf, lim[1:8:2])  # open upper ends
+    full = lambda shape, v, dt: torch.full(shape, v, dtype=dt, device=dev)  # noqa: E731
+    out = {"indices": full((rows, slots), -1, torch.int64), "heights": full((rows, slots), float("nan"), torch.float64),
+           "prom": full((rows, slots) if need_prom else (1,), float("nan"), torch.float64),
+           "base": full((rows, slots, 2) if need_prom else (1,), -1, torch.int64),
+           "wid": full((rows, slots) if need_width else (1,), float("nan"), torch.float64),
+           "ips": full((rows, slots, 3) if need_width else (1,), float("nan"), torch.float64),
+           "counts": full((rows,), 0, torch.int64)}
+    if rows and n:
+        kern.find_peaks_rows[(rows,)](
+            x, x.stride(0), n, torch.from_numpy(lim).to(dev), distance, wlen, slots, out["indices"], out["heights"],
+            out["prom"], out["base"], out["wid"], out["ips"], out["counts"], EDGES=bool(edges),
+            NEED_PROM=bool(need_prom), NEED_WIDTH=bool(need_width), **find_peaks_launch(n),
+        )
+    return out
+
+
+def find_peaks_launch(n: int) -> dict:
+    """The launch constants of the find_peaks kernel for rows of ``n`` samples: the row in one
+    block of ``NP`` lanes (the next power of two), 4 to 16 warps (``gpu-check`` compiles them
+    for sm_90 without spills up to :data:`MAX_FIND_PEAKS_N`), no FMA contraction (scipy's
+    ``h - prominence * rel_height`` is two roundings)."""
+    np_ = _next_pow2(n, 16)
+    return {"NP": np_, "num_warps": min(16, max(4, np_ // 256)), "enable_fp_fusion": False}
 
 
 class _TritonExecution(Execution):

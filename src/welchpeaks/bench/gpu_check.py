@@ -45,23 +45,44 @@ def _cuobjdump() -> str:
 
 def _compile(cfg: Config) -> dict[str, Any]:
     """Compile one configuration here (run in a child process by :func:`check`)."""
+    from welchpeaks.backends.triton_exec import kernels
+
+    fn = getattr(kernels(), cfg.kernel)
+    consts = launch_constants(cfg)
+    warps = consts.pop("num_warps")
+    return _figures(fn, consts, _POINTERS, cfg.arch, {"num_warps": warps})
+
+
+def _compile_find_peaks(n: int, arch: str) -> dict[str, Any]:
+    """Compile the find_peaks kernel for rows of ``n`` samples as ``welchpeaks.find_peaks``
+    launches it, with every property asked for (its largest form)."""
+    import importlib
+
+    from welchpeaks.backends.triton_exec import find_peaks_launch
+
+    fn = importlib.import_module("welchpeaks.backends._triton_find_peaks").find_peaks_rows
+    launch = find_peaks_launch(n)
+    consts = {"NP": launch.pop("NP"), "EDGES": False, "NEED_PROM": True, "NEED_WIDTH": True}
+    pointers = {"x_ptr": "*fp64", "lims_ptr": "*fp64", "idx_ptr": "*i64", "h_ptr": "*fp64", "prom_ptr": "*fp64",
+                "base_ptr": "*i64", "wid_ptr": "*fp64", "ips_ptr": "*fp64", "cnt_ptr": "*i64"}
+    return {"n": n, "np": consts["NP"], **_figures(fn, consts, pointers, arch, launch)}
+
+
+def _figures(fn: Any, consts: dict[str, Any], pointers: dict[str, str], arch: str,
+             options: dict[str, Any]) -> dict[str, Any]:
+    """Compile ``fn`` with ``consts`` for ``arch``: resource usage of its cubin, size of its PTX."""
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="welchpeaks-gpu-check-")  # time a fresh compile
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from welchpeaks.backends.triton_exec import kernels
-
-    fn = getattr(kernels(), cfg.kernel)
     names = list(fn.arg_names)
-    consts = launch_constants(cfg)
-    warps = consts.pop("num_warps")
-    sig = {a: "constexpr" if a in consts else _POINTERS.get(a, "i32") for a in names}
+    sig = {a: "constexpr" if a in consts else pointers.get(a, "i32") for a in names}
     t0 = time.perf_counter()
     constexprs = {(names.index(a),): v for a, v in consts.items()}
     compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs),
-                              target=GPUTarget("cuda", int(cfg.arch[3:]), 32), options={"num_warps": warps})
+                              target=GPUTarget("cuda", int(arch[3:]), 32), options=options)
     seconds = time.perf_counter() - t0
     with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
         fh.write(compiled.asm["cubin"])
@@ -73,7 +94,7 @@ def _compile(cfg: Config) -> dict[str, Any]:
     ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
     figures["sass_instructions"] = sum(1 for op in ops if op != "NOP")
     ptx = compiled.asm["ptx"]
-    return {"status": "ok", "compile_s": seconds, "ptx_lines": ptx.count("\n"), "num_warps": warps,
+    return {"status": "ok", "compile_s": seconds, "ptx_lines": ptx.count("\n"), "num_warps": options["num_warps"],
             "shared_dynamic": int(getattr(compiled.metadata, "shared", 0)),
             "tensor_core_instructions": bool(re.search(r"\b(w?gmma|mma)\.", ptx)), "uses_dot": "tl.dot" in _source(fn),
             **figures}
@@ -111,11 +132,22 @@ def _with_issue(row: dict[str, Any], cfg: Config) -> dict[str, Any]:
     return row
 
 
-def _check_child(cfg: Config, timeout_s: float) -> dict[str, Any]:
+def check_find_peaks(n: int, arch: str, timeout_s: float = 120.0) -> dict[str, Any]:
+    """Figures of the find_peaks kernel for rows of ``n`` samples on ``arch`` (compiled in a
+    child process, as :func:`check`); rows longer than the kernel takes are reported so."""
+    from welchpeaks.backends.triton_exec import MAX_FIND_PEAKS_N
+
+    if n > MAX_FIND_PEAKS_N:
+        return {"n": n, "arch": arch, "status": f"unsupported: rows over {MAX_FIND_PEAKS_N} samples go to the host"}
+    return {"n": n, "arch": arch, **_check_child({"find_peaks": {"n": n, "arch": arch}}, timeout_s)}
+
+
+def _check_child(cfg: Config | dict, timeout_s: float) -> dict[str, Any]:
     t0 = time.perf_counter()
+    spec = asdict(cfg) if isinstance(cfg, Config) else cfg
     try:
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compile, never interpret
-        proc = subprocess.run([sys.executable, "-m", "welchpeaks.bench.gpu_check", json.dumps(asdict(cfg))],
+        proc = subprocess.run([sys.executable, "-m", "welchpeaks.bench.gpu_check", json.dumps(spec)],
                               capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
         return {"status": f"timeout: not compiled within {timeout_s:g} s", "compile_s": time.perf_counter() - t0}
@@ -165,4 +197,5 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":  # the child process of check(): one configuration, its figures as JSON
-    print(json.dumps(_compile(Config(**json.loads(sys.argv[1])))))
+    spec = json.loads(sys.argv[1])
+    print(json.dumps(_compile_find_peaks(**spec["find_peaks"]) if "find_peaks" in spec else _compile(Config(**spec))))

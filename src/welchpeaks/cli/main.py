@@ -705,7 +705,9 @@ def calibrate(
 @app.command("gpu-check")
 def gpu_check(
     arch: str = typer.Option("sm_90,sm_80", "--arch", help="Target architectures: sm_90 (H100/H200), sm_80 (A100)."),
-    kernel: str = typer.Option("block,fused", "--kernel", help="Triton kernels: block (triton-block), fused."),
+    kernel: str = typer.Option("block,fused,find_peaks", "--kernel",
+                               help="Triton kernels: block (triton-block), fused, find_peaks (welchpeaks.find_peaks)."),
+    find_peaks_n: str = typer.Option("1025,8192", "--find-peaks-n", help="Row lengths of the find_peaks kernel."),
     n_fft: str = typer.Option("64,128,256,512,1024,2048,4096", "--n-fft",
                               help="Segment lengths (comma-separated or a range)."),
     k: str = typer.Option("1,16,64", "--k", help="Peaks per signal."),
@@ -735,8 +737,10 @@ def gpu_check(
     kernels = [kn.strip() for kn in kernel.split(",") if kn.strip()]
     if bad or not archs:
         _fail(f"--arch {arch!r}: use some of {sorted(gc.PUBLISHED)}")
-    if not kernels or set(kernels) - set(gc.KERNELS):
-        _fail(f"--kernel {kernel!r}: use some of {list(gc.KERNELS)}")
+    if not kernels or set(kernels) - set(gc.KERNELS) - {"find_peaks"}:
+        _fail(f"--kernel {kernel!r}: use some of {list(gc.KERNELS) + ['find_peaks']}")
+    fp_rows = _int_list(find_peaks_n, "find-peaks-n") if "find_peaks" in kernels else []
+    kernels = [kn for kn in kernels if kn != "find_peaks"]
     if timeout <= 0:
         _fail("--timeout must be > 0 seconds")
     precisions = tuple(pr.strip() for pr in precision.split(",") if pr.strip())
@@ -767,14 +771,39 @@ def gpu_check(
                           ("yes" if row.get("tensor_core_instructions") else "no") if ok else "-",
                           f"{roof['ns_per_row']:.3f}", f"{roof['over_floor']:.1f}",
                           f"{roof.get('over_floor_compiled', float('nan')):.1f}")
-    console.print(table)
+    if configs:
+        console.print(table)
+    found = _gpu_check_find_peaks(gc, fp_rows, archs, timeout)
     summary = gc.summary(rows)
-    console.print(f"{summary['compiled']} of {summary['configurations']} compiled; {summary['spilling']} spill; "
-                  f"{summary['timeouts']} timed out; {summary['errors']} failed. Roofline from published figures: "
-                  + "; ".join(f"{a}: {gc.PUBLISHED[a]['name']}" for a in archs), highlight=False)
-    _write_json(json_path, {"machine": machine_info(), "summary": summary, "configurations": rows})
-    if strict and any(r["verdict"] for r in rows):
+    if configs:
+        console.print(f"{summary['compiled']} of {summary['configurations']} compiled; {summary['spilling']} spill; "
+                      f"{summary['timeouts']} timed out; {summary['errors']} failed. Roofline from published "
+                      "figures: " + "; ".join(f"{a}: {gc.PUBLISHED[a]['name']}" for a in archs), highlight=False)
+    _write_json(json_path, {"machine": machine_info(), "summary": summary, "configurations": rows,
+                            "find_peaks": found})
+    if strict and any(r["verdict"] for r in rows + found):
         raise typer.Exit(1)
+
+
+def _gpu_check_find_peaks(gc, lengths: list[int], archs: list[str], timeout: float) -> list[dict]:
+    """gpu-check's figures of the find_peaks kernel (rows of each length, every property)."""
+    found = []
+    if not lengths:
+        return found
+    table = Table(title="find_peaks kernel (float64 rows, prominence and width), compiled ahead of time")
+    for col in ("arch", "n", "lanes", "status", "warps", "REG", "STACK", "compile s", "PTX lines"):
+        table.add_column(col, justify="right")
+    with err.status("compiling find_peaks"):
+        for arch in archs:
+            for n in lengths:
+                row = gc.check_find_peaks(n, arch, timeout)
+                row["verdict"] = gc.verdict(row)
+                found.append(row)
+                table.add_row(arch, str(n), str(row.get("np", "-")), row["status"][:40],
+                              *(str(row.get(f, "-")) for f in ("num_warps", "reg", "stack")),
+                              f"{row.get('compile_s', float('nan')):.1f}", str(row.get("ptx_lines", "-")))
+    console.print(table)
+    return found
 
 
 @app.command()

@@ -52,7 +52,7 @@ def test_oracle_10000_random_rows(filters):
     assert checked > 10_000  # the filters leave plenty of peaks to compare
 
 
-@pytest.mark.parametrize("noise_bins", [None, 4])
+@pytest.mark.parametrize("noise_bins", [None, 4, 100])
 def test_snr_is_power_over_the_noise_floor(noise_bins):
     rng = np.random.default_rng(3)
     x = _rows(rng, 50, 2048)

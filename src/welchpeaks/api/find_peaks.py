@@ -44,6 +44,34 @@ def _interval(name: str, value: Any) -> tuple[np.ndarray, bool]:
     return np.array([_number(name, value), _NONE]), True
 
 
+def filter_config(*, height: Any = None, threshold: Any = None, distance: float | None = None, prominence: Any = None,
+                  width: Any = None, wlen: float | None = None, rel_height: float = 0.5) -> dict[str, Any]:
+    """scipy's filter arguments, checked, as the kernels take them: ``*_lim`` ``[min, max]``
+    (NaN where open), ``distance`` (rounded up; 0: none), ``wlen`` (rounded up; -1: none),
+    ``rel_height``, ``need_prom`` and ``need_width`` (a width needs the prominence)."""
+    h_lim, _ = _interval("height", height)
+    t_lim, _ = _interval("threshold", threshold)
+    p_lim, need_prom = _interval("prominence", prominence)
+    w_lim, need_width = _interval("width", width)
+    dist = 0
+    if distance is not None:
+        d = _number("distance", distance)
+        if d < 1:
+            raise ValueError(f"distance={distance!r} must be >= 1 (samples)")
+        dist = math.ceil(d)
+    wl = -1
+    if wlen is not None:
+        w = _number("wlen", wlen)
+        if not w > 1:
+            raise ValueError(f"wlen={wlen!r} must be larger than 1 (samples)")
+        wl = math.ceil(w)
+    rh = _number("rel_height", rel_height)
+    if rh < 0:
+        raise ValueError(f"rel_height={rel_height!r} must be >= 0")
+    return dict(h_lim=h_lim, t_lim=t_lim, distance=dist, p_lim=p_lim, w_lim=w_lim, wlen=wl, rel_height=rh,
+                need_prom=need_prom or need_width, need_width=need_width)
+
+
 def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance: float | None = None,
                prominence: Any = None, width: Any = None, wlen: float | None = None, rel_height: float = 0.5,
                k: int | None = None, edges: bool = False) -> FoundPeaks:
@@ -102,26 +130,9 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     else:
         lead, n = tuple(t.shape[:-1]), t.shape[-1]
         x = t.reshape(-1, n)
-    h_lim, _ = _interval("height", height)
-    t_lim, _ = _interval("threshold", threshold)
-    p_lim, need_prom = _interval("prominence", prominence)
-    w_lim, need_width = _interval("width", width)
-    need_prom = need_prom or need_width
-    dist = 0
-    if distance is not None:
-        d = _number("distance", distance)
-        if d < 1:
-            raise ValueError(f"distance={distance!r} must be >= 1 (samples)")
-        dist = math.ceil(d)
-    wl = -1
-    if wlen is not None:
-        w = _number("wlen", wlen)
-        if not w > 1:
-            raise ValueError(f"wlen={wlen!r} must be larger than 1 (samples)")
-        wl = math.ceil(w)
-    rh = _number("rel_height", rel_height)
-    if rh < 0:
-        raise ValueError(f"rel_height={rel_height!r} must be >= 0")
+    f = filter_config(height=height, threshold=threshold, distance=distance, prominence=prominence, width=width,
+                      wlen=wlen, rel_height=rel_height)
+    need_prom, need_width = f["need_prom"], f["need_width"]
     if not isinstance(edges, (bool, np.bool_)):
         raise TypeError(f"edges={edges!r} must be True or False")
     cap = n // 2 + 2  # most peaks a row can hold
@@ -136,21 +147,16 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
         from welchpeaks.backends.triton_exec import find_peaks_available, find_peaks_rows
 
         if find_peaks_available(t, n):  # rows on a GPU stay there: the Triton kernel
-            got = find_peaks_rows(x, np.concatenate([h_lim, t_lim, p_lim, w_lim, [rh]]), dist, wl, slots, need_prom,
-                                  need_width, bool(edges))
+            lims = np.concatenate([f["h_lim"], f["t_lim"], f["p_lim"], f["w_lim"], [f["rel_height"]]])
+            got = find_peaks_rows(x, lims, f["distance"], f["wlen"], slots, need_prom, need_width, bool(edges))
             return _found(got, lead, k, need_prom, need_width, device=None)
         x = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
-    got = {"indices": np.empty((rows_n, slots), np.int64), "heights": np.empty((rows_n, slots), np.float64),
-           "prom": np.empty((rows_n, slots) if need_prom else (0, 0), np.float64),
-           "base": np.empty((rows_n, slots, 2) if need_prom else (0, 0, 2), np.int64),
-           "wid": np.empty((rows_n, slots) if need_width else (0, 0), np.float64),
-           "ips": np.empty((rows_n, slots, 3) if need_width else (0, 0, 3), np.float64),
-           "counts": np.empty(rows_n, np.int64)}
+    cfg = kern.config(edges=edges, k=slots, **f)
+    out = kern.outputs(rows_n, slots, need_prom, need_width, False, False)
     announce_compile(kern.find_peaks_rows, "the find_peaks kernel", "about 10 s")
     with KERNEL_LOCK:
-        kern.find_peaks_rows(x, bool(edges), h_lim, t_lim, dist, p_lim, w_lim, wl, rh, need_prom, need_width, slots,
-                             got["indices"], got["heights"], got["prom"], got["base"], got["wid"], got["ips"],
-                             got["counts"], max(1, min(rows_n, 4 * numba_threads())))
+        kern.find_peaks_rows(x, cfg, out, max(1, min(rows_n, 4 * numba_threads())))
+    got = dict(zip(("indices", "heights", "prom", "base", "wid", "ips"), out[:6]), counts=out[8])
     return _found(got, lead, k, need_prom, need_width, device=None if t is None else t.device)
 
 

@@ -9,8 +9,12 @@ comparison and every interpolation is the IEEE operation scipy performs.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit, prange
+
+from welchpeaks.backends._numba_kernels import _offset
 
 _OPTS = dict(cache=True, nogil=True, boundscheck=False)
 _BIG = np.finfo(np.float64).max
@@ -179,53 +183,87 @@ def _width(row, p, prominence, left_base, right_base, rel_height):
     return right - left, height, left, right
 
 
-@njit(parallel=True, **_OPTS)
-def find_peaks_rows(x, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, need_prom, need_width, k,
-                    out_idx, out_h, out_prom, out_base, out_width, out_ips, counts, n_workers):
-    """Peaks of every row of ``x [rows, n]`` (finite, float64).
+#: ``cfg`` of :func:`find_peaks_rows`: what to find (a tuple, so one signature serves every caller)
+CFG_FIELDS = ("edges", "h_lim", "t_lim", "distance", "p_lim", "w_lim", "wlen", "rel_height", "need_prom",
+              "need_width", "k", "snr_min", "noise_bins", "need_snr", "interp", "alpha")
+#: ``out`` of :func:`find_peaks_rows`
+OUT_FIELDS = ("idx", "h", "prom", "base", "width", "ips", "snr", "fbin", "counts")
+_OPEN = np.array([np.nan, np.nan])
 
-    ``*_lim``: ``[min, max]`` of height, threshold, prominence and width, NaN where not asked.
-    ``distance``: the minimal distance (rounded up; <= 1: none). Outputs ``[rows, k]`` ranked by
-    height, -1 / NaN where empty: ``out_idx``, ``out_h``, with ``need_prom`` ``out_prom`` and
-    ``out_base [rows, k, 2]``, with ``need_width`` ``out_width`` and ``out_ips [rows, k, 3]``
-    (width height, left and right positions). ``counts``: peaks kept per row (-1: the row is not
-    finite). Rows go to
-    ``n_workers`` tasks in contiguous runs, each with its own scratch."""
+
+def config(*, edges=False, h_lim=_OPEN, t_lim=_OPEN, distance=0, p_lim=_OPEN, w_lim=_OPEN, wlen=-1, rel_height=0.5,
+           need_prom=False, need_width=False, k=1, snr_min=np.nan, noise_bins=0, need_snr=False, interp=-1,
+           alpha=0.5) -> tuple:
+    """``cfg`` of :func:`find_peaks_rows` (:data:`CFG_FIELDS`), each field in the one type the
+    kernel is compiled for."""
+    lim = lambda v: np.ascontiguousarray(v, np.float64).reshape(2)  # noqa: E731
+    return (bool(edges), lim(h_lim), lim(t_lim), int(distance), lim(p_lim), lim(w_lim), int(wlen), float(rel_height),
+            bool(need_prom), bool(need_width), int(k), float(snr_min), int(noise_bins), bool(need_snr), int(interp),
+            float(alpha))
+
+
+def outputs(rows: int, k: int, need_prom: bool, need_width: bool, need_snr: bool, refine: bool) -> tuple:
+    """``out`` of :func:`find_peaks_rows` (:data:`OUT_FIELDS`): ``[rows, k]`` arrays, empty where
+    not asked for."""
+    f = lambda on, *shape: np.empty((rows, k, *shape) if on else (0, 0, *shape), np.float64)  # noqa: E731
+    return (np.empty((rows, k), np.int64), np.empty((rows, k), np.float64), f(need_prom),
+            np.empty((rows, k, 2) if need_prom else (0, 0, 2), np.int64), f(need_width), f(need_width, 3),
+            f(need_snr), f(refine), np.empty(rows, np.int64))
+
+
+@njit(parallel=True, **_OPTS)
+def find_peaks_rows(x, cfg, out, n_workers):
+    """Peaks of every row of ``x [rows, n]`` (float64), as ``scipy.signal.find_peaks`` finds them,
+    then the ``k`` highest (ties to the lower index).
+
+    ``cfg`` (:data:`CFG_FIELDS`): ``edges``; ``*_lim``: ``[min, max]`` of height, threshold,
+    prominence and width, NaN where not asked; ``distance``: the minimal distance (rounded up;
+    <= 1: none); ``wlen`` (< 2: none), ``rel_height``; ``need_prom``, ``need_width``: compute
+    those; ``k`` slots; for spectra: ``snr_min`` (dB, NaN: none: applied after scipy's filters,
+    before the ``k`` highest), ``noise_bins`` (< 1: the noise floor is the row's median, else
+    the median over +-``noise_bins`` samples, edges repeated), ``need_snr``; ``interp`` (an
+    :data:`~welchpeaks.params.INTERP_CODES` code, -1: none) and ``alpha``: the sub-bin offset.
+
+    ``out`` (:data:`OUT_FIELDS`), ``[rows, k]`` ranked by height, -1 / NaN where empty: index,
+    height, prominence and bases ``[rows, k, 2]`` (with ``need_prom``), width and ``[rows, k,
+    3]`` (line height, left and right positions; with ``need_width``), SNR in dB (with
+    ``need_snr``), refined position (with ``interp >= 0``); unused outputs may be empty.
+    ``counts``: peaks kept per row (-1: the row is not finite). Rows go to ``n_workers`` tasks
+    in contiguous runs, each with its own scratch."""
     n_rows, n = x.shape
     per = (n_rows + n_workers - 1) // n_workers
     for t in prange(n_workers):
         cap = n // 2 + 2
-        cand = np.empty(cap, np.int64)
-        hts = np.empty(cap, np.float64)
-        keep = np.empty(cap, np.bool_)
-        prom = np.empty(cap, np.float64)
-        base = np.empty((cap, 2), np.int64)
-        wid = np.empty((cap, 4), np.float64)
-        order = np.empty(2 * cap, np.int64)
-        mark = np.zeros(n, np.int64)
-        bmin = np.empty((n + _BLOCK - 1) // _BLOCK, np.float64)
-        bmax = np.empty_like(bmin)
+        scr = (np.empty(cap, np.int64), np.empty(cap, np.float64), np.empty(cap, np.bool_), np.empty(cap, np.float64),
+               np.empty((cap, 2), np.int64), np.empty((cap, 5), np.float64), np.empty(2 * cap, np.int64),
+               np.zeros(n, np.int64), np.empty((n + _BLOCK - 1) // _BLOCK, np.float64),
+               np.empty((n + _BLOCK - 1) // _BLOCK, np.float64),
+               np.empty(3 * max(n, 2 * cfg[12] + 1), np.float64))
         for r in range(t * per, min(n_rows, (t + 1) * per)):
-            _row(x[r], r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, need_prom, need_width, k,
-                 out_idx, out_h, out_prom, out_base, out_width, out_ips, counts, cand, hts, keep, prom, base, wid,
-                 order, mark, bmin, bmax)
+            _row(x[r], r, cfg, out, scr)
 
 
 @njit(**_OPTS)
-def _row(row, r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, need_prom, need_width, k,
-         out_idx, out_h, out_prom, out_base, out_width, out_ips, counts, cand, hts, keep, prom, base, wid, order,
-         mark, bmin, bmax):
-    """One row of :func:`find_peaks_rows` (scratch arrays of ``n // 2 + 2``); a row holding NaN or
-    infinity is left empty with ``counts[r] = -1``."""
+def _row(row, r, cfg, out, scr):
+    """One row of :func:`find_peaks_rows` into row ``r`` of ``out``; a row holding NaN or
+    infinity is left empty with ``counts[r] = -1``. Scratch ``scr``: candidates' indices,
+    heights, keep flags, prominences, bases, ``[width, line, left, right, snr]``, the ranking,
+    the distance marks, the block minima and maxima, a row's worth of floats."""
+    edges, h_lim, t_lim, distance, p_lim, w_lim = cfg[0], cfg[1], cfg[2], cfg[3], cfg[4], cfg[5]
+    need_prom, need_width, k, snr_min, noise_bins, need_snr = cfg[8], cfg[9], cfg[10], cfg[11], cfg[12], cfg[13]
+    cand, hts, keep, prom, base, wid, order = scr[0], scr[1], scr[2], scr[3], scr[4], scr[5], scr[6]
     n = row.shape[0]
     finite = True
     for i in range(n):
         finite &= abs(row[i]) <= _BIG  # False for NaN too; an and-reduction that vectorises
     if not finite:
-        _write(r, k, 0, order, cand, hts, prom, base, wid, need_prom, need_width, out_idx, out_h, out_prom,
-               out_base, out_width, out_ips, counts)
-        counts[r] = -1
+        _write(row, r, cfg, out, scr, 0, 0.0)
+        out[8][r] = -1
         return
+    has_snr = snr_min == snr_min
+    floor = np.nan  # the row's median when the SNR needs it
+    if (has_snr or need_snr) and noise_bins < 1:
+        floor = _median_of(row, 0, n, scr[10])
     m = _local_maxima(row, edges, cand)
     for j in range(m):
         hts[j] = row[cand[j]]
@@ -233,8 +271,7 @@ def _row(row, r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, 
     # height
     if h_lim[0] == h_lim[0] or h_lim[1] == h_lim[1]:
         for j in range(m):
-            if (h_lim[0] == h_lim[0] and not h_lim[0] <= hts[j]) or (h_lim[1] == h_lim[1] and not hts[j] <= h_lim[1]):
-                keep[j] = False
+            keep[j] = _passes(hts[j], h_lim)
         m = _compact(m, keep, cand, hts, prom, base, wid)
     # threshold: the vertical distance to each neighbour (an edge has one)
     if t_lim[0] == t_lim[0] or t_lim[1] == t_lim[1]:
@@ -242,17 +279,13 @@ def _row(row, r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, 
             p = cand[j]
             dl = row[p] - row[p - 1] if p > 0 else row[p] - row[p + 1]
             dr = row[p] - row[p + 1] if p < n - 1 else dl
-            if (t_lim[0] == t_lim[0] and not t_lim[0] <= min(dl, dr)) or \
-                    (t_lim[1] == t_lim[1] and not max(dl, dr) <= t_lim[1]):
-                keep[j] = False
+            keep[j] = not ((t_lim[0] == t_lim[0] and not t_lim[0] <= min(dl, dr)) or
+                           (t_lim[1] == t_lim[1] and not max(dl, dr) <= t_lim[1]))
         m = _compact(m, keep, cand, hts, prom, base, wid)
     if need_prom:
-        _block_extrema(row, bmin, bmax)
-    if (need_prom or distance > 1) and k < m:  # the k highest survivors, deciding from the highest
-        kept = _lazy_top(row, r, m, k, cand, hts, prom, base, wid, order, mark, bmin, bmax, need_prom,
-                         need_width, distance, p_lim, w_lim, wlen, rel_height)
-        _write(r, k, kept, order, cand, hts, prom, base, wid, need_prom, need_width, out_idx, out_h, out_prom,
-               out_base, out_width, out_ips, counts)
+        _block_extrema(row, scr[8], scr[9])
+    if has_snr or ((need_prom or distance > 1) and k < m):  # the k highest survivors, from the highest
+        _write(row, r, cfg, out, scr, _lazy_top(row, r, m, cfg, scr, floor), floor)
         return
     # distance: higher peaks first remove their close neighbours
     if distance > 1 and m > 1:
@@ -260,28 +293,22 @@ def _row(row, r, edges, h_lim, t_lim, distance, p_lim, w_lim, wlen, rel_height, 
         m = _compact(m, keep, cand, hts, prom, base, wid)
     if need_prom:
         for j in range(m):
-            prom[j], base[j, 0], base[j, 1] = _prominence(row, bmin, bmax, cand[j], wlen)
+            prom[j], base[j, 0], base[j, 1] = _prominence(row, scr[8], scr[9], cand[j], cfg[6])
         if p_lim[0] == p_lim[0] or p_lim[1] == p_lim[1]:
             for j in range(m):
-                if (p_lim[0] == p_lim[0] and not p_lim[0] <= prom[j]) or \
-                        (p_lim[1] == p_lim[1] and not prom[j] <= p_lim[1]):
-                    keep[j] = False
+                keep[j] = _passes(prom[j], p_lim)
             m = _compact(m, keep, cand, hts, prom, base, wid)
     if need_width:
         for j in range(m):
-            wid[j, 0], wid[j, 1], wid[j, 2], wid[j, 3] = _width(row, cand[j], prom[j], base[j, 0], base[j, 1],
-                                                                rel_height)
+            wid[j, 0], wid[j, 1], wid[j, 2], wid[j, 3] = _width(row, cand[j], prom[j], base[j, 0], base[j, 1], cfg[7])
         if w_lim[0] == w_lim[0] or w_lim[1] == w_lim[1]:
             for j in range(m):
-                if (w_lim[0] == w_lim[0] and not w_lim[0] <= wid[j, 0]) or \
-                        (w_lim[1] == w_lim[1] and not wid[j, 0] <= w_lim[1]):
-                    keep[j] = False
+                keep[j] = _passes(wid[j, 0], w_lim)
             m = _compact(m, keep, cand, hts, prom, base, wid)
     # the k highest, ties to the lower index
     kept = min(k, m)
     _top(hts, m, kept, order)
-    _write(r, k, kept, order, cand, hts, prom, base, wid, need_prom, need_width, out_idx, out_h, out_prom, out_base,
-           out_width, out_ips, counts)
+    _write(row, r, cfg, out, scr, kept, floor)
 
 
 @njit(**_OPTS)
@@ -291,21 +318,91 @@ def _passes(v, lim):
 
 
 @njit(**_OPTS)
-def _lazy_top(row, r, m, k, cand, hts, prom, base, wid, order, mark, bmin, bmax, need_prom, need_width, distance,
-              p_lim, w_lim, wlen, rel_height):
-    """The distance rule, the prominence and width filters and the ``k`` highest at once, for the
-    ``m`` candidates (after height and threshold): candidates are visited from the highest and
-    decided until ``k`` pass, the visiting order computed for twice as many as still needed at a
-    time. Exactly what applying every filter to all ``m`` and keeping the ``k`` highest gives:
+def _median_of(row, lo, hi, tmp):
+    """``np.median`` of ``row[lo:hi]``: a selection in ``tmp`` (3 ``(hi - lo)`` floats), not a
+    sort."""
+    m = hi - lo
+    for i in range(m):
+        tmp[i] = row[lo + i]
+    upper = _kth(tmp, m, m // 2)
+    if m % 2:
+        return upper
+    for i in range(m):
+        tmp[i] = row[lo + i]
+    return (_kth(tmp, m, m // 2 - 1) + upper) / 2.0
+
+
+@njit(**_OPTS)
+def _kth(tmp, m, kth):
+    """The ``kth`` smallest of ``tmp[:m]`` (``tmp`` holds ``3 m`` floats; its contents are lost).
+
+    Quickselect with three-way partitions written without branches on the data: each value
+    goes to the low part (below the pivot, median of three) and the high part (above it) at
+    positions advanced by the comparisons, so random data mispredicts nothing; equal values
+    end the search. The part that holds ``kth`` is partitioned next, into the other two thirds
+    of ``tmp``."""
+    third = m  # tmp[0:m], tmp[m:2m], tmp[2m:3m]: the values, then each part in another third
+    src = 0
+    while True:
+        if m == 1:
+            return tmp[src]
+        a, b, c = tmp[src], tmp[src + m // 2], tmp[src + m - 1]
+        pivot = max(min(a, b), min(max(a, b), c))
+        low = third if src == 0 else 0
+        high = 2 * third if src != 2 * third else third
+        nl = 0
+        nh = 0
+        for i in range(src, src + m):
+            v = tmp[i]
+            tmp[low + nl] = v
+            nl += v < pivot
+            tmp[high + nh] = v
+            nh += v > pivot
+        if kth < nl:
+            src, m = low, nl
+        elif kth >= m - nh:
+            src, kth, m = high, kth - (m - nh), nh
+        else:
+            return pivot
+
+
+@njit(**_OPTS)
+def _snr_db(row, p, floor, noise_bins, tmp):
+    """10 log10 of ``row[p]`` over the noise floor: ``floor`` (the row's median) or, with
+    ``noise_bins >= 1``, the median of the samples within ``noise_bins`` of ``p`` (edges
+    repeated, as ``scipy.ndimage.median_filter(mode='nearest')``)."""
+    n = row.shape[0]
+    if noise_bins >= 1:
+        w = 2 * noise_bins + 1
+        for i in range(w):
+            tmp[i] = row[min(n - 1, max(0, p - noise_bins + i))]
+        floor = _kth(tmp, w, noise_bins)
+    h = row[p]
+    if floor > 0.0:
+        return 10.0 * math.log10(h / floor)
+    return np.inf if h > 0.0 else np.nan
+
+
+@njit(**_OPTS)
+def _lazy_top(row, r, m, cfg, scr, floor):
+    """The distance rule, the prominence, width and SNR filters and the ``k`` highest at once,
+    for the ``m`` candidates (after height and threshold): candidates are visited from the
+    highest and decided until ``k`` pass, the visiting order computed for twice as many as still
+    needed at a time. Exactly what applying every filter to all ``m`` and keeping the ``k``
+    highest gives:
 
     * distance: scipy's rule keeps a peak unless a kept peak of higher priority lies closer than
       ``distance``; priority is height, and on equal heights the later index. Every peak of
       higher priority is visited before, so one visit decides; equal heights are visited as a
       group, decided from the highest index, and kept in index order (the output's order).
       Kept peaks mark the samples they block in ``mark`` (stamped ``r + 1``: no clearing).
-    * prominence and width only for the peaks the distance rule keeps.
+    * prominence, width and SNR only for the peaks the distance rule keeps.
 
     ``order[:kept]``: the survivors' positions, highest first; returns ``kept``."""
+    distance, p_lim, w_lim, wlen, rel_height = cfg[3], cfg[4], cfg[5], cfg[6], cfg[7]
+    need_prom, need_width, k, snr_min, noise_bins = cfg[8], cfg[9], cfg[10], cfg[11], cfg[12]
+    cand, hts, prom, base, wid, order, mark = scr[0], scr[1], scr[3], scr[4], scr[5], scr[6], scr[7]
+    has_snr = snr_min == snr_min
     cap = order.shape[0] // 2  # survivors go to order[cap:], the visiting order is order[:want]
     stamp = r + 1
     n = row.shape[0]
@@ -338,13 +435,17 @@ def _lazy_top(row, r, m, k, cand, hts, prom, base, wid, order, mark, bmin, bmax,
             if prom[j] == 0.0 or kept == k:
                 continue
             if need_prom:
-                prom[j], base[j, 0], base[j, 1] = _prominence(row, bmin, bmax, cand[j], wlen)
+                prom[j], base[j, 0], base[j, 1] = _prominence(row, scr[8], scr[9], cand[j], wlen)
                 if not _passes(prom[j], p_lim):
                     continue
             if need_width:
                 wid[j, 0], wid[j, 1], wid[j, 2], wid[j, 3] = _width(row, cand[j], prom[j], base[j, 0], base[j, 1],
                                                                     rel_height)
                 if not _passes(wid[j, 0], w_lim):
+                    continue
+            if has_snr:
+                wid[j, 4] = _snr_db(row, cand[j], floor, noise_bins, scr[10])
+                if not wid[j, 4] >= snr_min:
                     continue
             order[cap + kept] = j
             kept += 1
@@ -358,14 +459,21 @@ def _lazy_top(row, r, m, k, cand, hts, prom, base, wid, order, mark, bmin, bmax,
 
 
 @njit(**_OPTS)
-def _write(r, k, kept, order, cand, hts, prom, base, wid, need_prom, need_width, out_idx, out_h, out_prom, out_base,
-           out_width, out_ips, counts):
-    """Row ``r`` of the outputs from the ``kept`` candidates at ``order[:kept]``; the rest empty."""
+def _write(row, r, cfg, out, scr, kept, floor):
+    """Row ``r`` of ``out`` from the ``kept`` candidates at ``order[:kept]``; the rest empty. The
+    SNR (unless the SNR filter measured it) and the refined positions are computed here, for
+    the peaks written only."""
+    need_prom, need_width, k, snr_min, noise_bins, need_snr, interp, alpha = (cfg[8], cfg[9], cfg[10], cfg[11],
+                                                                               cfg[12], cfg[13], cfg[14], cfg[15])
+    cand, hts, prom, base, wid, order = scr[0], scr[1], scr[3], scr[4], scr[5], scr[6]
+    out_idx, out_h, out_prom, out_base, out_width, out_ips, out_snr, out_fbin, counts = out
+    n = row.shape[0]
     counts[r] = kept
     for s in range(k):
         if s < kept:
             j = order[s]
-            out_idx[r, s] = cand[j]
+            p = cand[j]
+            out_idx[r, s] = p
             out_h[r, s] = hts[j]
             if need_prom:
                 out_prom[r, s] = prom[j]
@@ -375,6 +483,13 @@ def _write(r, k, kept, order, cand, hts, prom, base, wid, need_prom, need_width,
                 out_width[r, s] = wid[j, 0]
                 for c in range(3):
                     out_ips[r, s, c] = wid[j, c + 1]
+            if need_snr:
+                out_snr[r, s] = wid[j, 4] if snr_min == snr_min else _snr_db(row, p, floor, noise_bins, scr[10])
+            if interp >= 0:
+                if 0 < p < n - 1:
+                    out_fbin[r, s] = p + _offset(row[p - 1], row[p], row[p + 1], interp, alpha)
+                else:  # DC and Nyquist are not refined
+                    out_fbin[r, s] = float(p)
         else:
             out_idx[r, s] = -1
             out_h[r, s] = np.nan
@@ -386,6 +501,10 @@ def _write(r, k, kept, order, cand, hts, prom, base, wid, need_prom, need_width,
                 out_width[r, s] = np.nan
                 for c in range(3):
                     out_ips[r, s, c] = np.nan
+            if need_snr:
+                out_snr[r, s] = np.nan
+            if interp >= 0:
+                out_fbin[r, s] = np.nan
 
 
 @njit(**_OPTS)
@@ -447,8 +566,8 @@ def _by_distance(cand, hts, m, distance, keep, stack):
 def _top(hts, m, kept, order):
     """``order[:kept]``: positions of the ``kept`` highest of ``hts[:m]``, highest first, ties to
     the lower position (an insertion into a sorted prefix: about ``m`` comparisons when ``kept``
-    is small; a stable sort when it is not)."""
-    if kept * 8 >= m:
+    is small or ``m`` is; a stable sort when ``kept`` is a large part of many)."""
+    if kept * 8 >= m and m > 128:
         srt = np.argsort(-hts[:m], kind="mergesort")
         for s in range(kept):
             order[s] = srt[s]
@@ -478,20 +597,9 @@ def _compact(m, keep, cand, hts, prom, base, wid):
             prom[w] = prom[j]
             base[w, 0] = base[j, 0]
             base[w, 1] = base[j, 1]
-            for c in range(4):
+            for c in range(wid.shape[1]):
                 wid[w, c] = wid[j, c]
             w += 1
     for j in range(w):
         keep[j] = True
     return w
-
-
-@njit(parallel=True, **_OPTS)
-def row_medians(x, out, n_workers):
-    """``out[r]``: ``np.median`` of row ``r`` of ``x [rows, n]`` (a selection, not a sort), rows
-    in parallel."""
-    n_rows = x.shape[0]
-    per = (n_rows + n_workers - 1) // n_workers
-    for t in prange(n_workers):
-        for r in range(t * per, min(n_rows, (t + 1) * per)):
-            out[r] = np.median(x[r])

@@ -135,3 +135,40 @@ def test_bench_measures_cli(tmp_path):
     assert all(r["median_ms"] > 0 and r["repeats"] == 1 for r in data["results"])
     bad = CliRunner().invoke(app, ["bench", "measures", "--n-fft", "2"])
     assert bad.exit_code != 0 and "--n-fft >= 4" in bad.output
+
+
+@pytest.mark.parametrize("noise_bins", [None, 3])
+def test_rows_on_a_device_stay_there_and_match_the_host(noise_bins):
+    """Tensor rows on a device (CUDA; here CPU tensors through Triton's interpreter): the PSD by
+    the torch graph, scipy's filters by the Triton kernel, SNR and refinement in torch. The
+    bins are scipy's (its Welch PSD, find_peaks, the SNR minimum, the k highest); measures and
+    frequencies equal the host path's."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    rng = np.random.default_rng(23)
+    x = _rows(rng, 24, 320)
+    kw = dict(n_fft=64, k=4, fs=1000.0, distance=2, prominence=1e-3, snr_db=3.0, noise_bins=noise_bins,
+              measures=("snr", "prominence", "width"))
+    got = welchpeaks.welch_peaks(torch.from_numpy(x).to(dev), **kw)
+    assert torch.is_tensor(got.bins) and got.bins.device.type == dev and got.params["find_peaks"] == "triton"
+    host = welchpeaks.welch_peaks(x, **kw)
+    np.testing.assert_array_equal(got.bins.cpu().numpy(), host.bins)
+    np.testing.assert_allclose(got.freqs.cpu().numpy(), host.freqs, rtol=1e-9, atol=1e-9)
+    for name in ("snr_db", "prominence", "width", "width_hz"):
+        np.testing.assert_allclose(got.measures[name].cpu().numpy(), host.measures[name], rtol=1e-9, atol=1e-12)
+    _, psd = scipy.signal.welch(x, fs=1000.0, nperseg=64, axis=-1)
+    for r in range(x.shape[0]):
+        idx, _ = scipy.signal.find_peaks(psd[r], distance=2, prominence=1e-3)
+        if noise_bins is None:
+            floor = np.full(len(idx), np.median(psd[r]))
+        else:
+            floor = np.array([np.median(psd[r, np.clip(np.arange(j - noise_bins, j + noise_bins + 1), 0, 32)])
+                              for j in idx])
+        strong = idx[10 * np.log10(psd[r, idx] / floor) >= 3.0]
+        top = _top(psd[r], strong, 4)
+        assert got.bins[r, :len(top)].tolist() == top and bool((got.bins[r, len(top):] == -1).all())
+    bad = x.copy()
+    bad[5, 7] = np.nan
+    with pytest.raises(ValueError, match="signal \\(5,\\)"):
+        welchpeaks.welch_peaks(torch.from_numpy(bad).to(dev), **kw)

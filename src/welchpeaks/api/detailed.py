@@ -63,7 +63,18 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
     if snr_db is not None and (isinstance(snr_db, bool) or not isinstance(snr_db, numbers.Real)
                                or not np.isfinite(float(snr_db))):
         raise ValueError(f"snr_db={snr_db!r} must be a finite number of dB (the least SNR a peak may have)")
+    want = {"snr_db": "snr" in measures, "prominence": "prominence" in measures, "width": "width" in measures}
+    prominence, width = filters.get("prominence"), filters.get("width")
+    f = filter_config(height=filters.get("height"), threshold=filters.get("threshold"),
+                      prominence=(None, None) if prominence is None and want["prominence"] else prominence,
+                      width=(None, None) if width is None and want["width"] else width, wlen=filters.get("wlen"),
+                      rel_height=filters.get("rel_height", 0.5))
+    noise = "median of the row's PSD" if noise_bins is None else f"median of the PSD over +-{noise_bins} bins"
+    about = dict(filters={n: v for n, v in filters.items() if v is not None}, snr_db=snr_db, measures=list(measures),
+                 noise_floor=noise if (snr_db is not None or want["snr_db"]) else None)
     t = tensor_input(x)
+    if t is not None and _on_device(t, p):
+        return _device_peaks(t, p, f, snr_db, noise_bins, want, about)
     arr = t.detach().cpu().numpy() if t is not None else as_real_array(x)
     lead, length = arr.shape[:-1], arr.shape[-1]
     p.check_length(length)
@@ -75,13 +86,7 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
     bins = np.full((n_rows, k), -1, np.int32)
     power = np.full((n_rows, k), np.nan)
     fbins = np.full((n_rows, k), np.nan)
-    want = {"snr_db": "snr" in measures, "prominence": "prominence" in measures, "width": "width" in measures}
     extra = {name: np.full((n_rows, k), np.nan) for name, on in want.items() if on}
-    prominence, width = filters.get("prominence"), filters.get("width")
-    f = filter_config(height=filters.get("height"), threshold=filters.get("threshold"),
-                      prominence=(None, None) if prominence is None and want["prominence"] else prominence,
-                      width=(None, None) if width is None and want["width"] else width, wlen=filters.get("wlen"),
-                      rel_height=filters.get("rel_height", 0.5))
     need_prom, need_width = f["need_prom"], f["need_width"]
     cfg = kern.config(**dict(f, distance=p.min_distance), edges=p.edges, k=k,
                       snr_min=np.nan if snr_db is None else float(snr_db), noise_bins=noise_bins or 0,
@@ -117,11 +122,8 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
     shape = lead + (k,)
     if "width" in extra and p.fs is not None:
         extra["width_hz"] = extra["width"] * p.freq_scale()
-    noise = "median of the row's PSD" if noise_bins is None else f"median of the PSD over +-{noise_bins} bins"
     params = dict(p.to_dict(), segments=n_seg, frame=frame, compute_dtype=compute.name if fused else "float64",
-                  psd="fused-cpu" if fused else "numpy",
-                  filters={n: v for n, v in filters.items() if v is not None}, snr_db=snr_db, measures=list(measures),
-                  noise_floor=noise if (snr_db is not None or want["snr_db"]) else None)
+                  psd="fused-cpu" if fused else "numpy", **about)
     res = PeakResult(bins.reshape(shape), power.astype(out_dtype).reshape(shape),
                      (fbins * p.freq_scale()).reshape(shape), "psd+find_peaks", params,
                      {n: v.reshape(shape) for n, v in extra.items()})
@@ -132,3 +134,88 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
     to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(t.device)  # noqa: E731
     return PeakResult(to(res.bins), to(res.power), to(res.freqs), res.strategy, res.params,
                       {n: to(v) for n, v in res.measures.items()})
+
+
+def _on_device(t: Any, p: PeakParams) -> bool:
+    """Whether tensor rows stay on their device: CUDA (or any tensor in Triton's interpreter),
+    with the Triton find_peaks kernel there for PSD rows of ``p.n_bins``."""
+    from welchpeaks.backends.triton_exec import find_peaks_available
+
+    return find_peaks_available(t, p.n_bins)
+
+
+def _device_peaks(t: Any, p: PeakParams, f: dict[str, Any], snr_db: float | None, noise_bins: int | None,
+                  want: dict[str, bool], about: dict[str, Any]) -> PeakResult:
+    """The filtered peaks of tensor rows on their device: the PSD by the torch execution's
+    graph (:func:`welchpeaks.ir.welch_psd_graph`), scipy's filters by the Triton find_peaks
+    kernel, then the SNR minimum, the ``k`` strongest, the measures and the refinement in torch.
+    Nothing but ``[rows, k]`` results comes back; nothing goes to the host."""
+    import torch
+
+    from welchpeaks import backends
+    from welchpeaks.backends.torch_exec import median_rows_t, refine_t
+    from welchpeaks.backends.triton_exec import find_peaks_rows
+    from welchpeaks.ir import run, welch_psd_graph
+
+    lead, length = tuple(t.shape[:-1]), t.shape[-1]
+    p.check_length(length)
+    n_seg = p.n_segments_for(length)
+    compute = np.dtype(p.dtype or ("float64" if t.dtype == torch.float64 else "float32"))
+    rows = t.reshape(-1, length)
+    graph = welch_psd_graph(p, rows.shape[0], length, n_seg, compute)
+    psd = run(graph, {"x": rows}, backends.get("torch").backend)[0].to(torch.float64)
+    bad = ~torch.isfinite(psd).all(1)
+    if p.nan_policy == "raise" and bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(f"x has NaN or infinity in signal {signal_index(row, lead)} (row {row}) within the "
+                         "analysed frame; clean the data or pass nan_policy='propagate'")
+    psd = torch.where(bad[:, None], torch.zeros_like(psd), psd)  # no peaks there; emptied below
+    k, nb = p.k, p.n_bins
+    slots = k if snr_db is None else nb // 2 + 2  # the SNR minimum comes after scipy's filters, before k
+    lims = np.concatenate([f["h_lim"], f["t_lim"], f["p_lim"], f["w_lim"], [f["rel_height"]]])
+    got = find_peaks_rows(psd, lims, p.min_distance if p.min_distance > 1 else 0, f["wlen"], slots, f["need_prom"],
+                          f["need_width"], p.edges)
+    at = got["indices"]
+    ok = at >= 0
+    at = at.clamp_min(0)
+    cols = {"prominence": got["prom"] if f["need_prom"] else None, "width": got["wid"] if f["need_width"] else None}
+    snr = None
+    if snr_db is not None or want["snr_db"]:
+        snr = _snr_db_t(psd, at, noise_bins, median_rows_t)
+    if snr_db is not None:  # keep the order (highest first), drop the peaks under snr_db, then the k first
+        keep = ok & (snr >= snr_db)
+        order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :k]
+        ok, at, snr = (torch.gather(v, 1, order) for v in (keep, at, snr))
+        cols = {n: None if v is None else torch.gather(v, 1, order) for n, v in cols.items()}
+    ok = ok & ~bad[:, None]
+    nan = torch.full_like(psd[:, :1], float("nan"))
+    out_dtype = torch.float32 if t.dtype == torch.float32 else torch.float64
+    power = torch.where(ok, torch.gather(psd, 1, at), nan).to(out_dtype)
+    fb = torch.where(ok, refine_t(psd, at, ok, (p.interp_method, p.interp_alpha)), nan)
+    extra = {"snr_db": snr, **cols}
+    measures = {n: torch.where(ok, extra[n], nan) for n, on in want.items() if on}
+    if "width" in measures and p.fs is not None:
+        measures["width_hz"] = measures["width"] * p.freq_scale()
+    shape = lead + (k,)
+    params = dict(p.to_dict(), segments=n_seg, frame=p.frame_length(n_seg), compute_dtype=compute.name,
+                  psd="torch (on the device)", find_peaks="triton", **about)
+    return PeakResult(torch.where(ok, at, torch.full_like(at, -1)).to(torch.int32).reshape(shape),
+                      power.reshape(shape), (fb * p.freq_scale()).reshape(shape), "psd+find_peaks", params,
+                      {n: v.reshape(shape) for n, v in measures.items()})
+
+
+def _snr_db_t(psd: Any, at: Any, noise_bins: int | None, median_rows_t: Any) -> Any:
+    """The SNR of the peaks at ``at`` (tensors): :func:`welchpeaks.backends._numba_find_peaks._snr_db`
+    in torch (the row's median, or the median over +-``noise_bins`` bins with edges repeated)."""
+    import torch
+
+    if noise_bins is None:
+        floor = median_rows_t(psd)[:, None].expand_as(at)
+    else:
+        span = torch.arange(-noise_bins, noise_bins + 1, device=psd.device)
+        near = (at[..., None] + span).clamp(0, psd.shape[1] - 1)
+        floor = torch.gather(psd, 1, near.reshape(at.shape[0], -1)).reshape(near.shape).median(-1).values
+    peak = torch.gather(psd, 1, at)
+    inf = torch.full_like(peak, float("inf"))
+    return torch.where(floor > 0, 10.0 * torch.log10(peak / torch.where(floor > 0, floor, inf)),
+                       torch.where(peak > 0, inf, torch.full_like(peak, float("nan"))))

@@ -523,11 +523,14 @@ def welch_peaks(
         The noise floor of ``snr_db``: the median PSD over the bins within ``noise_bins`` of the
         peak; default the median of the row's whole PSD.
 
-        With any filter or measure, the PSD of each row is computed (by the fused CPU pass in
-        ``dtype``, in blocks of rows) and :func:`welchpeaks.find_peaks` selects on it:
-        ``result.strategy`` is ``'psd+find_peaks'`` (``strategy`` does not apply; ``layout``,
-        ``model``, ``device`` and dask arrays or sources are refused), about 4x the fused pass
-        alone; calls without them keep every execution's fast path.
+        With any filter or measure, the PSD of each row is computed, then the kernel of
+        :func:`welchpeaks.find_peaks` selects on it, measuring and refining only the peaks it
+        keeps: ``result.strategy`` is ``'psd+find_peaks'``. Host rows: the fused CPU pass (in
+        ``dtype``, in blocks of rows) and the numba kernel, about 3x the fused pass alone.
+        Tensors on a CUDA device (or host rows with ``device='cuda'``): the torch execution's
+        PSD graph and the Triton kernel, on the device. ``strategy`` does not apply; ``layout``,
+        ``model``, dask arrays and sources are refused. Calls without filters or measures keep
+        every execution's fast path.
 
     Returns
     -------
@@ -557,9 +560,14 @@ def welch_peaks(
     names = check_measures(measures)
     noise = check_noise_bins(noise_bins)
     if any(v is not None for v in filters.values()) or snr_db is not None or names:
-        if lazy.is_dask(x) or isinstance(x, SignalSource) or model is not None or device != "cpu" or layout:
-            raise ValueError("filters and measures run on arrays in memory on the CPU in this version; drop them "
-                             "for dask arrays, sources, model=, device= and layout=")
+        if lazy.is_dask(x) or isinstance(x, SignalSource) or model is not None or layout:
+            raise ValueError("filters and measures run on arrays and tensors in memory in this version; drop them "
+                             "for dask arrays, sources, model= and layout=")
+        _check_device(device)
+        if device == "cuda" and tensor_input(x) is None:  # host rows to the device, once
+            from welchpeaks.backends.torch_exec import import_torch
+
+            x = import_torch().from_numpy(np.ascontiguousarray(as_real_array(x))).cuda()
         p = make_params(k=k, n_fft=n_fft, hop=hop, segments=segments, fs=fs, window=window, detrend=detrend,
                         scaling=scaling, mode=mode, min_distance=min_distance, nan_policy=nan_policy, dtype=dtype,
                         precision=precision, interp=interp, edges=edges)

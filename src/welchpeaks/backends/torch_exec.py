@@ -129,6 +129,14 @@ def select_t(psd, k: int, mode: str, min_distance: int, interp: tuple[str, float
     return bins, power, torch.where(valid, fb, torch.full_like(fb, float("nan")))
 
 
+def median_rows_t(a):
+    """``np.median`` of each row of ``a [rows, n]`` (the mean of the two middle values when
+    ``n`` is even; ``torch.median`` would give the lower one)."""
+    n = a.shape[1]
+    s = a.sort(dim=1).values
+    return s[:, n // 2] if n % 2 else (s[:, n // 2 - 1] + s[:, n // 2]) / 2.0
+
+
 def bad_rows_of(bad) -> np.ndarray:
     """Indices of flagged rows, on the host (a small device-to-host copy)."""
     return np.flatnonzero(bad.cpu().numpy())

@@ -322,13 +322,24 @@ def welch_chain_graph(params: Any, rows: int, length: int, n_segments: int, dtyp
     do, in the same order of operations. Every execution starts from this graph; the planner's
     fusion pass rewrites it for backends with fused kernels.
     """
+    g, psd = _psd_nodes(params, rows, length, n_segments, dtype, name)
+    return g.set_outputs([g.topk(psd, params.k, params.mode, params.min_distance,
+                                 interp=(params.interp_method, params.interp_alpha), edges=params.edges,
+                                 params=params)])
+
+
+def welch_psd_graph(params: Any, rows: int, length: int, n_segments: int, dtype: Any, name: str = "welch-psd") -> Graph:
+    """The Welch PSD rows ``[rows, n_bins]``: :func:`welch_chain_graph` without its selection
+    (what ``welch_peaks`` runs before scipy's filters on a device)."""
+    g, psd = _psd_nodes(params, rows, length, n_segments, dtype, name)
+    return g.set_outputs([psd])
+
+
+def _psd_nodes(params: Any, rows: int, length: int, n_segments: int, dtype: Any, name: str) -> tuple[Graph, int]:
     dt = np.dtype(dtype)
     g = Graph(name)
     x = g.input("x", (rows, length), dt)
     seg = g.frames(x, params.n_fft, params.hop, n_segments)
     spec = g.rfft(g.window(seg, params.window_array.astype(dt), params.detrend))
     psd = g.segment_mean(g.power(spec))
-    psd = g.mul(psd, g.constant(params.psd_scale().astype(dt)))
-    return g.set_outputs([g.topk(psd, params.k, params.mode, params.min_distance,
-                                 interp=(params.interp_method, params.interp_alpha), edges=params.edges,
-                                 params=params)])
+    return g, g.mul(psd, g.constant(params.psd_scale().astype(dt)))

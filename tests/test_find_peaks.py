@@ -201,6 +201,10 @@ def test_triton_kernel_matches_scipy_and_the_numba_kernel():
         np.testing.assert_array_equal(edges.indices.cpu().numpy(), ref.indices)
         for name, v in ref.properties.items():
             np.testing.assert_allclose(edges.properties[name].cpu().numpy(), v, rtol=1e-12, atol=0)
+    x = _rows(np.random.default_rng(5), 3, 50)  # limits past any row, and past int32, mean "none"
+    huge = dict(distance=1e12, prominence=0.1, wlen=1e15, k=3)
+    np.testing.assert_array_equal(welchpeaks.find_peaks(torch.from_numpy(x).to(probe.device), **huge).indices.cpu(),
+                                  welchpeaks.find_peaks(x, **huge).indices)
     bad = torch.zeros(3, 20, dtype=torch.float64, device=probe.device)
     bad[1, 4] = float("inf")
     with pytest.raises(ValueError, match="row 1"):

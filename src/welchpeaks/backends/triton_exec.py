@@ -260,6 +260,7 @@ def find_peaks_rows(x, lims: np.ndarray, distance: int, wlen: int, slots: int, n
            "ips": full((rows, slots, 3) if need_width else (1,), float("nan"), torch.float64),
            "counts": full((rows,), 0, torch.int64)}
     if rows and n:
+        distance, wlen = min(distance, n + 1), min(wlen, 2 * n + 2)  # the same rules, within int32
         kern.find_peaks_rows[(rows,)](
             x, x.stride(0), n, torch.from_numpy(lim).to(dev), distance, wlen, slots, out["indices"], out["heights"],
             out["prom"], out["base"], out["wid"], out["ips"], out["counts"], EDGES=bool(edges),

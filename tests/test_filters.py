@@ -168,6 +168,12 @@ def test_rows_on_a_device_stay_there_and_match_the_host(noise_bins):
         strong = idx[10 * np.log10(psd[r, idx] / floor) >= 3.0]
         top = _top(psd[r], strong, 4)
         assert got.bins[r, :len(top)].tolist() == top and bool((got.bins[r, len(top):] == -1).all())
+    blocks = welchpeaks.welch_peaks(torch.from_numpy(x).to(dev), **kw, max_memory=40_000)  # blocks of a few rows
+    np.testing.assert_array_equal(blocks.bins.cpu().numpy(), got.bins.cpu().numpy())
+    np.testing.assert_array_equal(blocks.measures["snr_db"].cpu().numpy(), got.measures["snr_db"].cpu().numpy())
+    wide = welchpeaks.welch_peaks(torch.from_numpy(x).to(dev), **dict(kw, k=40))  # more slots than peaks
+    assert wide.bins.shape == (24, 40)
+    np.testing.assert_array_equal(wide.bins[:, :4].cpu().numpy(), got.bins.cpu().numpy())
     bad = x.copy()
     bad[5, 7] = np.nan
     with pytest.raises(ValueError, match="signal \\(5,\\)"):

@@ -74,7 +74,7 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
                  noise_floor=noise if (snr_db is not None or want["snr_db"]) else None)
     t = tensor_input(x)
     if t is not None and _on_device(t, p):
-        return _device_peaks(t, p, f, snr_db, noise_bins, want, about)
+        return _device_peaks(t, p, f, snr_db, noise_bins, want, about, max_memory)
     arr = t.detach().cpu().numpy() if t is not None else as_real_array(x)
     lead, length = arr.shape[:-1], arr.shape[-1]
     p.check_length(length)
@@ -145,11 +145,39 @@ def _on_device(t: Any, p: PeakParams) -> bool:
 
 
 def _device_peaks(t: Any, p: PeakParams, f: dict[str, Any], snr_db: float | None, noise_bins: int | None,
-                  want: dict[str, bool], about: dict[str, Any]) -> PeakResult:
+                  want: dict[str, bool], about: dict[str, Any], max_memory: int | None) -> PeakResult:
     """The filtered peaks of tensor rows on their device: the PSD by the torch execution's
     graph (:func:`welchpeaks.ir.welch_psd_graph`), scipy's filters by the Triton find_peaks
-    kernel, then the SNR minimum, the ``k`` strongest, the measures and the refinement in torch.
-    Nothing but ``[rows, k]`` results comes back; nothing goes to the host."""
+    kernel, then the SNR minimum, the ``k`` strongest, the measures and the refinement in torch,
+    in blocks of rows within ``max_memory`` (default 64 MiB of intermediates). Nothing but
+    ``[rows, k]`` results is kept; nothing goes to the host."""
+    import torch
+
+    lead, length = tuple(t.shape[:-1]), t.shape[-1]
+    p.check_length(length)
+    n_seg = p.n_segments_for(length)
+    compute = np.dtype(p.dtype or ("float64" if t.dtype == torch.float64 else "float32"))
+    rows = t.reshape(-1, length)
+    k, nb = p.k, p.n_bins
+    slots = k if snr_db is None else max(k, nb // 2 + 2)  # the SNR minimum comes after scipy's filters, before k
+    span = 1 if noise_bins is None else 2 * noise_bins + 1
+    per_row = n_seg * p.n_fft * 8 * 4 + nb * 8 * 4 + slots * span * 8 * 2  # segments and spectra, PSD, SNR windows
+    block = max(1, (max_memory or _BLOCK_BYTES) // per_row)
+    parts = [_device_block(rows[r0:r0 + block], r0, lead, p, f, n_seg, compute, slots, snr_db, noise_bins, want)
+             for r0 in range(0, rows.shape[0], block)]
+    cat = {name: torch.cat([part[name] for part in parts]).reshape(lead + (k,)) for name in parts[0]}
+    bins, power, freqs = cat.pop("bins"), cat.pop("power"), cat.pop("freqs")
+    if "width" in cat and p.fs is not None:
+        cat["width_hz"] = cat["width"] * p.freq_scale()
+    params = dict(p.to_dict(), segments=n_seg, frame=p.frame_length(n_seg), compute_dtype=compute.name,
+                  psd="torch (on the device)", find_peaks="triton", **about)
+    return PeakResult(bins, power.to(torch.float32 if t.dtype == torch.float32 else torch.float64), freqs,
+                      "psd+find_peaks", params, cat)
+
+
+def _device_block(rows: Any, r0: int, lead: tuple, p: PeakParams, f: dict[str, Any], n_seg: int, compute: np.dtype,
+                  slots: int, snr_db: float | None, noise_bins: int | None, want: dict[str, bool]) -> dict[str, Any]:
+    """One block of rows of :func:`_device_peaks`: ``[rows, k]`` tensors by name."""
     import torch
 
     from welchpeaks import backends
@@ -157,51 +185,35 @@ def _device_peaks(t: Any, p: PeakParams, f: dict[str, Any], snr_db: float | None
     from welchpeaks.backends.triton_exec import find_peaks_rows
     from welchpeaks.ir import run, welch_psd_graph
 
-    lead, length = tuple(t.shape[:-1]), t.shape[-1]
-    p.check_length(length)
-    n_seg = p.n_segments_for(length)
-    compute = np.dtype(p.dtype or ("float64" if t.dtype == torch.float64 else "float32"))
-    rows = t.reshape(-1, length)
-    graph = welch_psd_graph(p, rows.shape[0], length, n_seg, compute)
+    graph = welch_psd_graph(p, rows.shape[0], rows.shape[1], n_seg, compute)
     psd = run(graph, {"x": rows}, backends.get("torch").backend)[0].to(torch.float64)
     bad = ~torch.isfinite(psd).all(1)
     if p.nan_policy == "raise" and bool(bad.any()):
-        row = int(bad.nonzero()[0, 0])
+        row = r0 + int(bad.nonzero()[0, 0])
         raise ValueError(f"x has NaN or infinity in signal {signal_index(row, lead)} (row {row}) within the "
                          "analysed frame; clean the data or pass nan_policy='propagate'")
     psd = torch.where(bad[:, None], torch.zeros_like(psd), psd)  # no peaks there; emptied below
-    k, nb = p.k, p.n_bins
-    slots = k if snr_db is None else nb // 2 + 2  # the SNR minimum comes after scipy's filters, before k
     lims = np.concatenate([f["h_lim"], f["t_lim"], f["p_lim"], f["w_lim"], [f["rel_height"]]])
     got = find_peaks_rows(psd, lims, p.min_distance if p.min_distance > 1 else 0, f["wlen"], slots, f["need_prom"],
                           f["need_width"], p.edges)
     at = got["indices"]
     ok = at >= 0
     at = at.clamp_min(0)
-    cols = {"prominence": got["prom"] if f["need_prom"] else None, "width": got["wid"] if f["need_width"] else None}
-    snr = None
+    out = {"prominence": got["prom"] if f["need_prom"] else None, "width": got["wid"] if f["need_width"] else None,
+           "snr_db": None}
     if snr_db is not None or want["snr_db"]:
-        snr = _snr_db_t(psd, at, noise_bins, median_rows_t)
+        out["snr_db"] = _snr_db_t(psd, at, noise_bins, median_rows_t)
     if snr_db is not None:  # keep the order (highest first), drop the peaks under snr_db, then the k first
-        keep = ok & (snr >= snr_db)
-        order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :k]
-        ok, at, snr = (torch.gather(v, 1, order) for v in (keep, at, snr))
-        cols = {n: None if v is None else torch.gather(v, 1, order) for n, v in cols.items()}
+        keep = ok & (out["snr_db"] >= snr_db)
+        order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :p.k]
+        ok, at = torch.gather(keep, 1, order), torch.gather(at, 1, order)
+        out = {n: None if v is None else torch.gather(v, 1, order) for n, v in out.items()}
     ok = ok & ~bad[:, None]
     nan = torch.full_like(psd[:, :1], float("nan"))
-    out_dtype = torch.float32 if t.dtype == torch.float32 else torch.float64
-    power = torch.where(ok, torch.gather(psd, 1, at), nan).to(out_dtype)
     fb = torch.where(ok, refine_t(psd, at, ok, (p.interp_method, p.interp_alpha)), nan)
-    extra = {"snr_db": snr, **cols}
-    measures = {n: torch.where(ok, extra[n], nan) for n, on in want.items() if on}
-    if "width" in measures and p.fs is not None:
-        measures["width_hz"] = measures["width"] * p.freq_scale()
-    shape = lead + (k,)
-    params = dict(p.to_dict(), segments=n_seg, frame=p.frame_length(n_seg), compute_dtype=compute.name,
-                  psd="torch (on the device)", find_peaks="triton", **about)
-    return PeakResult(torch.where(ok, at, torch.full_like(at, -1)).to(torch.int32).reshape(shape),
-                      power.reshape(shape), (fb * p.freq_scale()).reshape(shape), "psd+find_peaks", params,
-                      {n: v.reshape(shape) for n, v in measures.items()})
+    return {"bins": torch.where(ok, at, torch.full_like(at, -1)).to(torch.int32),
+            "power": torch.where(ok, torch.gather(psd, 1, at), nan), "freqs": fb * p.freq_scale(),
+            **{n: torch.where(ok, out[n], nan) for n, on in want.items() if on}}
 
 
 def _snr_db_t(psd: Any, at: Any, noise_bins: int | None, median_rows_t: Any) -> Any:

@@ -29,8 +29,7 @@ MAX_N_FFT = 1 << 24
 SCALE_RANGE = (1e-30, 1e30)
 #: How every kernel (numba, Triton) spells ``detrend`` and ``mode``.
 DETREND_CODES: dict[Any, int] = {False: 0, "constant": 1, "linear": 2}
-#: 'filter' is internal: scipy's filters on each PSD row in the fused pass (api/detailed.py)
-MODE_CODES: dict[str, int] = {"bins": 0, "peaks": 1, "filter": 3}
+MODE_CODES: dict[str, int] = {"bins": 0, "peaks": 1, "psd": 2}  # 'psd' (internal): the PSD row itself
 #: How every kernel spells the resolved sub-bin estimator (:func:`welchpeaks.estimators.interp_offset`).
 INTERP_CODES: dict[str, int] = {"none": 0, "log-parabola": 1, "power-parabola": 2, "hann": 3, "boxcar": 4}
 

@@ -2,18 +2,16 @@
 
 When a call asks for a filter (``height``, ``threshold``, ``prominence``, ``width``,
 ``snr_db``) or a measure (``measures=("snr", "prominence", "width")``), each row's Welch PSD is
-computed in blocks of rows within the memory budget, and the row function of
-:func:`welchpeaks.find_peaks`' numba kernel applies scipy's filters in scipy's order, then the
-SNR minimum, keeps the ``k`` strongest survivors, and measures and refines (by ``interp``, as
-every execution refines) only those. For power-of-two ``n_fft`` that happens inside the fused
-CPU pass (in ``dtype``, by default the input's precision), on each PSD row as the pass makes it;
-else on the reference's NumPy PSD (float64) of each block.
+computed in blocks of rows within the memory budget (by the fused CPU pass for power-of-two
+``n_fft``, in ``dtype``, by default the input's precision; else the reference's NumPy in
+float64), and one numba pass over each block (the kernel of :func:`welchpeaks.find_peaks`)
+applies scipy's filters in scipy's order, then the SNR minimum, keeps the ``k`` strongest
+survivors, and measures and refines (by ``interp``, as every execution refines) only those.
 Without filters or measures ``welch_peaks`` keeps its executions' fast paths.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import numbers
 from typing import Any
 
@@ -57,7 +55,7 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
     prominence, width, wlen, rel_height; ``distance`` is ``p.min_distance``) and ``snr_db``,
     the ``k`` strongest first, with the ``measures`` asked for."""
     from welchpeaks.backends import _numba_find_peaks as kern  # numba: imported on first use
-    from welchpeaks.backends.fused_cpu import FusedCpuPlan, is_pow2
+    from welchpeaks.backends.fused_cpu import is_pow2, psd_rows
     from welchpeaks.numba_base import KERNEL_LOCK, numba_threads
 
     if p.mode != "peaks":
@@ -95,28 +93,26 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
                       need_snr=want["snr_db"], interp=p.interp_code, alpha=p.interp_alpha)
     compute = np.dtype(p.dtype or out_dtype)
     fused = is_pow2(p.n_fft)
-    per_row = (frame * 8 if fused else n_seg * p.n_fft * 8 * 4 + p.n_bins * 8 * 2) + k * 8 * 8  # input or segments
-                                                                                           # and PSD; outputs
+    per_row = (frame * 8 if fused else n_seg * p.n_fft * 8 * 4) + p.n_bins * 8 * 8  # input copy or segments, PSD
     block = max(1, (max_memory or _BLOCK_BYTES) // per_row)
     fs = 1.0 if p.fs is None else p.fs
-    plan = FusedCpuPlan(dataclasses.replace(p, mode="filter"), n_seg, compute) if fused else None
     for r0 in range(0, n_rows, block):
-        n_block = min(block, n_rows - r0)
-        out = kern.outputs(n_block, k, need_prom, need_width, want["snr_db"], True)
-        if fused:  # the filters in the fused pass, on each PSD row as it is made
-            plan.filter(np.ascontiguousarray(rows[r0:r0 + block, :frame], compute), cfg, out)
+        if fused:
+            chunk = np.ascontiguousarray(rows[r0:r0 + block, :frame], compute)
+            psd = psd_rows(p, chunk, n_seg, compute).power
         else:
             chunk = np.asarray(rows[r0:r0 + block, :frame], np.float64)
             psd = welch_psd(chunk, p.window_array, p.hop, n_seg, detrend=p.detrend, scaling=p.scaling, fs=fs)
-            with KERNEL_LOCK:
-                kern.find_peaks_rows(np.ascontiguousarray(psd, np.float64), cfg, out,
-                                     max(1, min(n_block, 4 * numba_threads())))
+        psd = np.ascontiguousarray(psd, np.float64)
+        out = kern.outputs(psd.shape[0], k, need_prom, need_width, want["snr_db"], True)
+        with KERNEL_LOCK:
+            kern.find_peaks_rows(psd, cfg, out, max(1, min(psd.shape[0], 4 * numba_threads())))
         idx, hts, prom, _, wid, _, snr, fbin, counts = out
         if p.nan_policy == "raise" and counts.min(initial=0) < 0:
             row = r0 + int(np.argmax(counts < 0))
             raise ValueError(f"x has NaN or infinity in signal {signal_index(row, lead)} (row "
                              f"{row}) within the analysed frame; clean the data or pass nan_policy='propagate'")
-        sl = slice(r0, r0 + n_block)
+        sl = slice(r0, r0 + psd.shape[0])
         bins[sl] = idx
         power[sl] = hts
         fbins[sl] = fbin

@@ -525,8 +525,8 @@ def welch_peaks(
 
         With any filter or measure, the PSD of each row is computed, then the kernel of
         :func:`welchpeaks.find_peaks` selects on it, measuring and refining only the peaks it
-        keeps: ``result.strategy`` is ``'psd+find_peaks'``. Host rows: inside the fused CPU pass
-        (in ``dtype``, in blocks of rows), about 3.5x the fused pass alone.
+        keeps: ``result.strategy`` is ``'psd+find_peaks'``. Host rows: the fused CPU pass (in
+        ``dtype``, in blocks of rows) and the numba kernel, about 3x the fused pass alone.
         Tensors on a CUDA device (or host rows with ``device='cuda'``): the torch execution's
         PSD graph and the Triton kernel, on the device. ``strategy`` does not apply; ``layout``,
         ``model``, dask arrays and sources are refused. Calls without filters or measures keep

@@ -14,7 +14,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from welchpeaks.backends._numba_offset import _offset
+from welchpeaks.backends._numba_kernels import _offset
 
 _OPTS = dict(cache=True, nogil=True, boundscheck=False)
 _BIG = np.finfo(np.float64).max
@@ -233,43 +233,14 @@ def find_peaks_rows(x, cfg, out, n_workers):
     n_rows, n = x.shape
     per = (n_rows + n_workers - 1) // n_workers
     for t in prange(n_workers):
-        scr = _worker_scratch(scratch(1, n, cfg[12]), 0)
+        cap = n // 2 + 2
+        scr = (np.empty(cap, np.int64), np.empty(cap, np.float64), np.empty(cap, np.bool_), np.empty(cap, np.float64),
+               np.empty((cap, 2), np.int64), np.empty((cap, 5), np.float64), np.empty(2 * cap, np.int64),
+               np.zeros(n, np.int64), np.empty((n + _BLOCK - 1) // _BLOCK, np.float64),
+               np.empty((n + _BLOCK - 1) // _BLOCK, np.float64),
+               np.empty(3 * max(n, 2 * cfg[12] + 1), np.float64))
         for r in range(t * per, min(n_rows, (t + 1) * per)):
             _row(x[r], r, cfg, out, scr)
-
-
-@njit(**_OPTS)
-def scratch(workers, n, noise_bins):
-    """Scratch of :func:`_row` for rows of ``n`` samples, one slice per worker (the first axis):
-    candidates' indices, heights, keep flags, prominences, bases, ``[width, line, left, right,
-    snr]``, the ranking, the distance marks (zero: see ``_lazy_top``), the block minima and
-    maxima, ``3 max(n, window)`` floats, and a float64 row (for :func:`filter_row`)."""
-    cap = n // 2 + 2
-    nb = (n + _BLOCK - 1) // _BLOCK
-    return (np.empty((workers, cap), np.int64), np.empty((workers, cap), np.float64),
-            np.empty((workers, cap), np.bool_), np.empty((workers, cap), np.float64),
-            np.empty((workers, cap, 2), np.int64), np.empty((workers, cap, 5), np.float64),
-            np.empty((workers, 2 * cap), np.int64), np.zeros((workers, n), np.int64), np.empty((workers, nb), np.float64),
-            np.empty((workers, nb), np.float64), np.empty((workers, 3 * max(n, 2 * noise_bins + 1)), np.float64),
-            np.empty((workers, n), np.float64))
-
-
-@njit(**_OPTS)
-def _worker_scratch(scr, t):
-    """Worker ``t``'s slices of :func:`scratch`, as :func:`_row` takes them."""
-    return (scr[0][t], scr[1][t], scr[2][t], scr[3][t], scr[4][t], scr[5][t], scr[6][t], scr[7][t], scr[8][t],
-            scr[9][t], scr[10][t])
-
-
-@njit(**_OPTS)
-def filter_row(ac, lane, n_bins, bad, r, cfg, out, scr, t):
-    """:func:`_row` on the PSD of one lane of the fused pass (``ac[1:n_bins + 1, lane]``, between
-    its sentinels) into row ``r`` of ``out``, with worker ``t``'s slices of :func:`scratch`; a
-    ``bad`` row (not finite) is left empty with ``counts[r] = -1``."""
-    row = scr[11][t]
-    for q in range(n_bins):
-        row[q] = np.nan if bad else float(ac[q + 1, lane])
-    _row(row, r, cfg, out, _worker_scratch(scr, t))
 
 
 @njit(**_OPTS)

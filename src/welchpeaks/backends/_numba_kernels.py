@@ -26,16 +26,16 @@ from welchpeaks.numba_base import INLINE as _INL
 from welchpeaks.numba_base import LANES, butterfly_lanes, worker_rows
 from welchpeaks.numba_base import OPTS as _OPTS
 
-from welchpeaks.backends._numba_find_peaks import filter_row
-from welchpeaks.backends._numba_offset import _offset
 from welchpeaks.params import DETREND_CODES, INTERP_CODES, MODE_CODES
 from welchpeaks.estimators import ZERO_BELOW
 
 MODE_BINS = MODE_CODES["bins"]
 MODE_PEAKS = MODE_CODES["peaks"]
-MODE_FILTER = MODE_CODES["filter"]
+MODE_PSD = MODE_CODES["psd"]
 INTERP_LOG = INTERP_CODES["log-parabola"]
 INTERP_POWER = INTERP_CODES["power-parabola"]
+INTERP_HANN = INTERP_CODES["hann"]
+INTERP_BOXCAR = INTERP_CODES["boxcar"]
 _F32_ZERO_BELOW = np.float32(ZERO_BELOW)
 DETREND_NONE = DETREND_CODES[False]
 DETREND_CONSTANT = DETREND_CODES["constant"]
@@ -203,6 +203,40 @@ def _insert_desc(vals, idx, count, cap, p, j):
 
 
 @njit(**_INL)
+def _offset(a, b, c, interp, alpha):
+    """:func:`welchpeaks.estimators.interp_offset` of one peak, in float64: the offset in bins
+    from the power ``a, b, c`` at bins j-1, j, j+1 by the estimator ``interp``
+    (:data:`~welchpeaks.params.INTERP_CODES`; ``alpha``: the power parabola's exponent)."""
+    a, b, c = float(a), float(b), float(c)
+    a = a if a > b * ZERO_BELOW else 0.0  # rounding, not power
+    c = c if c > b * ZERO_BELOW else 0.0
+    d = 0.0
+    if interp == INTERP_LOG:
+        if a > 0.0 and b > 0.0 and c > 0.0:
+            la, lb, lc = math.log(a), math.log(b), math.log(c)
+            den = la - 2.0 * lb + lc
+            if den < 0.0:
+                d = 0.5 * (la - lc) / den
+    elif interp == INTERP_POWER:
+        pa, pb, pc = a ** alpha, b ** alpha, c ** alpha
+        den = pa - 2.0 * pb + pc
+        if den < 0.0:
+            d = 0.5 * (pa - pc) / den
+    elif interp == INTERP_HANN:
+        sa, sb, sc = math.sqrt(a), math.sqrt(b), math.sqrt(c)
+        den = sa + 2.0 * sb + sc
+        if den > 0.0:
+            d = 2.0 * (sc - sa) / den
+    elif interp == INTERP_BOXCAR:
+        sa, sb, sc = math.sqrt(a), math.sqrt(b), math.sqrt(c)
+        if sc >= sa:
+            d = sc / (sb + sc) if sb + sc > 0.0 else 0.0
+        else:
+            d = -sa / (sb + sa) if sb + sa > 0.0 else 0.0
+    return min(0.5, max(-0.5, d))
+
+
+@njit(**_INL)
 def _refine(a, b, c, j, n_bins, interp, alpha):
     """Fractional bin of the peak at bin ``j`` of power ``b`` between ``a`` and ``c``
     (:func:`_offset`; unrefined at the edges)."""
@@ -306,8 +340,13 @@ def select_into(prow, n_bins, k, mode, min_distance, interp, alpha, vals, idx, c
 
     ``prow`` has ``n_bins + 2`` entries: the PSD at ``1..n_bins`` between two sentinels (-inf:
     DC and Nyquist may be peaks; +inf: never), so the local-maximum test needs no edge branches.
-    Scratch from :func:`select_scratch`.
+    Scratch from :func:`select_scratch`. ``MODE_PSD`` (internal, ``k == n_bins``) writes the PSD
+    row itself into ``out_power``.
     """
+    if mode == MODE_PSD:
+        for c in range(n_bins):
+            out_power[r, c] = prow[c + 1]
+        return
     if _is_float32_array(prow) and (mode == MODE_BINS or min_distance <= 1):
         count = _select_keyed(prow, n_bins, k, mode, vals, idx, cand, top)
     else:
@@ -548,16 +587,8 @@ def fused_pow2(
     use_carry,
     finish,
     pivot,
-    fcfg,
-    fout,
-    fscr,
 ):
     """The fused pass for power-of-two ``n_fft``; scratch arrays have a leading worker axis.
-
-    ``MODE_FILTER`` (internal) hands each row's PSD to the find_peaks kernel's row function
-    (:func:`welchpeaks.backends._numba_find_peaks.filter_row`) with ``fcfg`` (what to find),
-    ``fout`` (its outputs) and ``fscr`` (its scratch, per worker): scipy's filters, the SNR, the
-    measures and the refinement in the same pass; ``out_*`` are untouched then.
 
     A long row may come in pieces of whole segments: ``carry [n_rows, n_bins]`` (compute
     dtype) holds the power summed so far; with ``use_carry`` each row starts from it, and
@@ -720,9 +751,6 @@ def fused_pow2(
                 ac[n_bins + 1, lane] = edge
             for lane in range(nl):
                 r = r0 + lane
-                if mode == MODE_FILTER:
-                    filter_row(ac, lane, n_bins, bad[r], r, fcfg, fout, fscr, t)
-                    continue
                 _clear_row(out_bins, out_power, out_fbin, r)
                 if bad[r]:
                     continue

@@ -13,7 +13,7 @@ bound once when the planner compiles the graph, so repeated calls allocate only 
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import math
 
 import numpy as np
@@ -99,25 +99,10 @@ class FusedCpuPlan:
                          False, True, np.empty(0, x2d.dtype))
         return RowPeaks(bins, power, fbin, bad)
 
-    def filter(self, x2d: np.ndarray, cfg: tuple, out: tuple) -> None:
-        """scipy's filters, the SNR and the measures on the PSD of rows ``x2d`` in the pass (a plan
-        of mode ``'filter'``): into ``out`` (:func:`welchpeaks.backends._numba_find_peaks.outputs`),
-        as ``cfg`` asks (its ``config``)."""
-        from welchpeaks.backends import _numba_find_peaks as fp
-
-        x2d = np.ascontiguousarray(x2d)
-        k = self.params.k
-        outs = (np.empty((0, k), np.int32), np.empty((0, k), x2d.dtype), np.empty((0, k), np.float64))
-        self._call(x2d, self.n_seg, outs, np.empty((0, self.params.n_bins), self.compute), False, True,
-                   np.empty(0, x2d.dtype), (cfg, out, fp.scratch(self.buf_re.shape[0], self.params.n_bins, cfg[12])))
-
     def _call(self, x2d: np.ndarray, n_seg: int, outs: tuple, carry: np.ndarray, use_carry: bool, finish: bool,
-              pivot: np.ndarray, filt: tuple | None = None) -> np.ndarray:
-        """One kernel call over ``n_seg`` segments of ``x2d``; the rows left empty (non-finite).
-        ``filt``: ``(cfg, out, scratch)`` of the ``'filter'`` mode (None: unused, placeholders)."""
+              pivot: np.ndarray) -> np.ndarray:
+        """One kernel call over ``n_seg`` segments of ``x2d``; the rows left empty (non-finite)."""
         p, rows = self.params, x2d.shape[0]
-        if filt is None:
-            filt = _no_filter()
         with KERNEL_LOCK:
             if self._bad.shape[0] < rows:
                 self._bad = np.zeros(rows, np.bool_)
@@ -127,22 +112,13 @@ class FusedCpuPlan:
                 p.detrend_code, self.rev, self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend,
                 self.scale, p.k, p.mode_code, p.min_distance, p.interp_code, p.interp_alpha,
                 p.edge_sentinel, self.whole, self.tile, self.stats, self.sums,
-                self.buf_re, self.buf_im, self.acc, *self.select, bad, *outs, carry, use_carry, finish, pivot, *filt,
+                self.buf_re, self.buf_im, self.acc, *self.select, bad, *outs, carry, use_carry, finish, pivot,
             )
             return np.flatnonzero(bad[:rows])
 
     def pieces(self, rows: int, dtype: np.dtype) -> "LongRows":
         """A computation of ``rows`` rows of this plan's segments fed in pieces (:class:`LongRows`)."""
         return LongRows(self, rows, np.dtype(dtype))
-
-
-@functools.lru_cache(maxsize=1)
-def _no_filter() -> tuple:
-    """Placeholders of the ``'filter'`` mode's arguments, of the types the kernel compiles for
-    (made once: they are never written)."""
-    from welchpeaks.backends import _numba_find_peaks as fp
-
-    return fp.config(), fp.outputs(0, 1, False, False, False, False), fp.scratch(1, 0, 0)
 
 
 class LongRows:
@@ -249,6 +225,14 @@ class SpectrumSelect:
                                              *self.select, bad,
                                              bins, power, fbin)
         return RowPeaks(bins, power, fbin, np.flatnonzero(bad))
+
+
+def psd_rows(params: PeakParams, x2d: np.ndarray, n_seg: int, compute: np.dtype) -> RowPeaks:
+    """The Welch PSD of rows ``x2d`` by the fused pass (``n_fft`` a power of two): ``power``
+    holds each row's ``n_bins`` PSD values (``x2d``'s precision, computed in ``compute``),
+    ``bad_rows`` the rows that were not finite (their PSD is NaN)."""
+    p = dataclasses.replace(params, mode="psd", k=params.n_bins)
+    return FusedCpuPlan(p, n_seg, compute).run(x2d)
 
 
 def _welch_peaks(node: Node, graph: Graph):

@@ -4,7 +4,12 @@ Each row goes through the steps of ``scipy.signal.find_peaks`` in its order (loc
 plateaus at their middle, height, threshold, distance, prominence, width), computing
 prominences and widths as ``peak_prominences`` and ``peak_widths`` define them, then keeps the
 ``k`` highest survivors (ties to the lower index). Rows run in parallel; no fast-math, so every
-comparison and every interpolation is the IEEE operation scipy performs.
+comparison and every interpolation is the IEEE operation scipy performs (the block minima and
+maxima that let prominence walks skip ahead are exact either way).
+
+For ``welch_peaks`` with filters it also takes an SNR minimum (after scipy's filters, before the
+``k`` highest), measures each kept peak's SNR and refines its frequency (``interp``), so the
+PSD rows are read once and only the kept peaks are measured.
 """
 
 from __future__ import annotations
@@ -248,7 +253,8 @@ def _row(row, r, cfg, out, scr):
     """One row of :func:`find_peaks_rows` into row ``r`` of ``out``; a row holding NaN or
     infinity is left empty with ``counts[r] = -1``. Scratch ``scr``: candidates' indices,
     heights, keep flags, prominences, bases, ``[width, line, left, right, snr]``, the ranking,
-    the distance marks, the block minima and maxima, a row's worth of floats."""
+    the distance marks, the block minima and maxima, ``3 max(n, 2 noise_bins + 1)`` floats for
+    the medians."""
     edges, h_lim, t_lim, distance, p_lim, w_lim = cfg[0], cfg[1], cfg[2], cfg[3], cfg[4], cfg[5]
     need_prom, need_width, k, snr_min, noise_bins, need_snr = cfg[8], cfg[9], cfg[10], cfg[11], cfg[12], cfg[13]
     cand, hts, keep, prom, base, wid, order = scr[0], scr[1], scr[2], scr[3], scr[4], scr[5], scr[6]

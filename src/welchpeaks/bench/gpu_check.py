@@ -45,6 +45,7 @@ def _cuobjdump() -> str:
 
 def _compile(cfg: Config) -> dict[str, Any]:
     """Compile one configuration here (run in a child process by :func:`check`)."""
+    _fresh_compile()
     from welchpeaks.backends.triton_exec import kernels
 
     fn = getattr(kernels(), cfg.kernel)
@@ -58,6 +59,8 @@ def _compile_find_peaks(n: int, arch: str) -> dict[str, Any]:
     launches it, with every property asked for (its largest form)."""
     import importlib
 
+    _fresh_compile()
+
     from welchpeaks.backends.triton_exec import find_peaks_launch
 
     fn = importlib.import_module("welchpeaks.backends._triton_find_peaks").find_peaks_rows
@@ -68,11 +71,15 @@ def _compile_find_peaks(n: int, arch: str) -> dict[str, Any]:
     return {"n": n, "np": consts["NP"], **_figures(fn, consts, pointers, arch, launch)}
 
 
+def _fresh_compile() -> None:
+    """Before triton loads: an empty cache (time a fresh compile) and its default FP fusion."""
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="welchpeaks-gpu-check-")
+
+
 def _figures(fn: Any, consts: dict[str, Any], pointers: dict[str, str], arch: str,
              options: dict[str, Any]) -> dict[str, Any]:
     """Compile ``fn`` with ``consts`` for ``arch``: resource usage of its cubin, size of its PTX."""
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="welchpeaks-gpu-check-")  # time a fresh compile
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource

@@ -109,9 +109,7 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
             kern.find_peaks_rows(psd, cfg, out, max(1, min(psd.shape[0], 4 * numba_threads())))
         idx, hts, prom, _, wid, _, snr, fbin, counts = out
         if p.nan_policy == "raise" and counts.min(initial=0) < 0:
-            row = r0 + int(np.argmax(counts < 0))
-            raise ValueError(f"x has NaN or infinity in signal {signal_index(row, lead)} (row "
-                             f"{row}) within the analysed frame; clean the data or pass nan_policy='propagate'")
+            raise _not_finite(r0 + int(np.argmax(counts < 0)), lead)
         sl = slice(r0, r0 + psd.shape[0])
         bins[sl] = idx
         power[sl] = hts
@@ -134,6 +132,11 @@ def detailed_peaks(x: Any, p: PeakParams, *, filters: dict[str, Any], snr_db: fl
     to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(t.device)  # noqa: E731
     return PeakResult(to(res.bins), to(res.power), to(res.freqs), res.strategy, res.params,
                       {n: to(v) for n, v in res.measures.items()})
+
+
+def _not_finite(row: int, lead: tuple) -> ValueError:
+    return ValueError(f"x has NaN or infinity in signal {signal_index(row, lead)} (row {row}) within the analysed "
+                      "frame; clean the data or pass nan_policy='propagate'")
 
 
 def _on_device(t: Any, p: PeakParams) -> bool:
@@ -189,13 +192,9 @@ def _device_block(rows: Any, r0: int, lead: tuple, p: PeakParams, f: dict[str, A
     psd = run(graph, {"x": rows}, backends.get("torch").backend)[0].to(torch.float64)
     bad = ~torch.isfinite(psd).all(1)
     if p.nan_policy == "raise" and bool(bad.any()):
-        row = r0 + int(bad.nonzero()[0, 0])
-        raise ValueError(f"x has NaN or infinity in signal {signal_index(row, lead)} (row {row}) within the "
-                         "analysed frame; clean the data or pass nan_policy='propagate'")
+        raise _not_finite(r0 + int(bad.nonzero()[0, 0]), lead)
     psd = torch.where(bad[:, None], torch.zeros_like(psd), psd)  # no peaks there; emptied below
-    lims = np.concatenate([f["h_lim"], f["t_lim"], f["p_lim"], f["w_lim"], [f["rel_height"]]])
-    got = find_peaks_rows(psd, lims, p.min_distance if p.min_distance > 1 else 0, f["wlen"], slots, f["need_prom"],
-                          f["need_width"], p.edges)
+    got = find_peaks_rows(psd, dict(f, distance=p.min_distance), slots, p.edges)
     at = got["indices"]
     ok = at >= 0
     at = at.clamp_min(0)

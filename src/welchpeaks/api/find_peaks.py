@@ -147,8 +147,7 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
         from welchpeaks.backends.triton_exec import find_peaks_available, find_peaks_rows
 
         if find_peaks_available(t, n):  # rows on a GPU stay there: the Triton kernel
-            lims = np.concatenate([f["h_lim"], f["t_lim"], f["p_lim"], f["w_lim"], [f["rel_height"]]])
-            got = find_peaks_rows(x, lims, f["distance"], f["wlen"], slots, need_prom, need_width, bool(edges))
+            got = find_peaks_rows(x, f, slots, bool(edges))
             return _found(got, lead, k, need_prom, need_width, device=None)
         x = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
     cfg = kern.config(edges=edges, k=slots, **f)

@@ -269,7 +269,7 @@ def _row(row, r, cfg, out, scr):
     has_snr = snr_min == snr_min
     floor = np.nan  # the row's median when the SNR needs it
     if (has_snr or need_snr) and noise_bins < 1:
-        floor = _median_of(row, 0, n, scr[10])
+        floor = _median_of(row, scr[10])
     m = _local_maxima(row, edges, cand)
     for j in range(m):
         hts[j] = row[cand[j]]
@@ -324,17 +324,14 @@ def _passes(v, lim):
 
 
 @njit(**_OPTS)
-def _median_of(row, lo, hi, tmp):
-    """``np.median`` of ``row[lo:hi]``: a selection in ``tmp`` (3 ``(hi - lo)`` floats), not a
-    sort."""
-    m = hi - lo
-    for i in range(m):
-        tmp[i] = row[lo + i]
+def _median_of(row, tmp):
+    """``np.median`` of ``row``: a selection in ``tmp`` (3 ``len(row)`` floats), not a sort."""
+    m = row.shape[0]
+    tmp[:m] = row
     upper = _kth(tmp, m, m // 2)
     if m % 2:
         return upper
-    for i in range(m):
-        tmp[i] = row[lo + i]
+    tmp[:m] = row
     return (_kth(tmp, m, m // 2 - 1) + upper) / 2.0
 
 

@@ -239,17 +239,17 @@ def find_peaks_available(t, n: int) -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def find_peaks_rows(x, lims: np.ndarray, distance: int, wlen: int, slots: int, need_prom: bool, need_width: bool,
-                    edges: bool) -> dict:
+def find_peaks_rows(x, f: dict, slots: int, edges: bool) -> dict:
     """``welchpeaks.find_peaks`` of the rows of ``x [rows, n]`` (a tensor) on its device by the
-    Triton kernel (``_triton_find_peaks``): the same arguments and outputs as the numba kernel
-    (``lims``: the nine float64 limits, NaN where open), as tensors, ``[rows, slots]``."""
+    Triton kernel (``_triton_find_peaks``): the filters ``f`` as ``api.find_peaks.filter_config``
+    gives them, outputs as the numba kernel's, as tensors, ``[rows, slots]``."""
     torch = import_torch()
     kern = importlib.import_module("welchpeaks.backends._triton_find_peaks")
     x = x.to(torch.float64).contiguous()
     rows, n = x.shape
     dev = x.device
-    lim = np.array(lims, np.float64)
+    need_prom, need_width, distance, wlen = f["need_prom"], f["need_width"], f["distance"], f["wlen"]
+    lim = np.concatenate([f["h_lim"], f["t_lim"], f["p_lim"], f["w_lim"], [f["rel_height"]]]).astype(np.float64)
     lim[0:8:2] = np.where(np.isnan(lim[0:8:2]), -np.inf, lim[0:8:2])  # open lower ends
     lim[1:8:2] = np.where(np.isnan(lim[1:8:2]), np.inf, lim[1:8:2])  # open upper ends
     full = lambda shape, v, dt: torch.full(shape, v, dtype=dt, device=dev)  # noqa: E731

@@ -62,6 +62,102 @@ def _local_maxima(row, edges, cand):
     return m
 
 
+@njit(**_OPTS)
+def _maxima_and_valleys(row, cand, fv, iv):
+    """:func:`_local_maxima` without edges, and the valley on each side of every maximum:
+    ``fv[0, j]`` is the lowest sample between maximum ``j - 1`` and ``j`` (the row's start and
+    end bound the first and last of the ``m + 1`` valleys), ``iv[0, j]`` and ``iv[1, j]`` its
+    first and last index. Returns ``m``.
+
+    Between two neighbouring maxima a row only falls then rises (else a maximum would lie
+    between), so a walk from a maximum that ends at a higher sample has passed the lowest
+    sample of every valley it entered: the valleys are all :func:`_all_prominences` needs.
+    The first pass is branch-free as in :func:`_local_maxima`, the running minimum restarting
+    at each candidate; the second merges the two valleys of a plateau that is not a peak."""
+    n = row.shape[0]
+    lows, firsts, lasts = fv[0], iv[0], iv[1]
+    m = 0
+    low, at_l, at_r = row[0], 0, 0
+    for i in range(1, n - 1):
+        v = row[i]
+        at_l = i if v < low else at_l
+        at_r = i if v <= low else at_r
+        low = min(v, low)
+        lows[m] = low
+        firsts[m] = at_l
+        lasts[m] = at_r
+        cand[m] = i
+        pk = (row[i - 1] < v) & (v >= row[i + 1])
+        m += pk
+        low = v if pk else low
+        at_l = i if pk else at_l
+        at_r = i if pk else at_r
+    if n >= 2:
+        v = row[n - 1]
+        at_l = n - 1 if v < low else at_l
+        at_r = n - 1 if v <= low else at_r
+        low = min(v, low)
+    lows[m], firsts[m], lasts[m] = low, at_l, at_r
+    w = 0
+    acc, acc_l, acc_r = lows[0], firsts[0], lasts[0]  # the valley left of the next kept maximum
+    for c in range(m):
+        i = cand[c]
+        if row[i + 1] == row[i]:
+            ahead = i + 1
+            while ahead < n - 1 and row[ahead] == row[i]:
+                ahead += 1
+            if not row[ahead] < row[i]:  # not a peak: its two valleys are one
+                if lows[c + 1] < acc:
+                    acc, acc_l, acc_r = lows[c + 1], firsts[c + 1], lasts[c + 1]
+                elif lows[c + 1] == acc:
+                    acc_r = lasts[c + 1]
+                continue
+            i = (i + ahead - 1) // 2
+        cand[w] = i
+        lows[w], firsts[w], lasts[w] = acc, acc_l, acc_r
+        w += 1
+        acc, acc_l, acc_r = lows[c + 1], firsts[c + 1], lasts[c + 1]
+    lows[w], firsts[w], lasts[w] = acc, acc_l, acc_r
+    return w
+
+
+@njit(**_OPTS)
+def _all_prominences(m, hts, fv, iv, prom, base):
+    """Prominences and bases of all ``m`` maxima at once, as ``peak_prominences`` without
+    ``wlen`` defines them, from the valleys of :func:`_maxima_and_valleys`: a walk from a peak
+    goes through every valley up to the nearest higher peak, which a stack of the peaks not yet
+    passed (heights falling) finds for all in one sweep per side, each stack entry holding the
+    lowest valley behind it. On equal lows the base is the first met by the walk (the right one
+    on the left side). ``fv[1:]`` and ``iv[2]`` hold the stack."""
+    lows, firsts, lasts = fv[0], iv[0], iv[1]
+    st_h, st_low, st_at = fv[1], fv[2], iv[2]
+    top = -1
+    for j in range(m):
+        h = hts[j]
+        low, at = lows[j], lasts[j]
+        while top >= 0 and st_h[top] <= h:
+            v = st_low[top]
+            at = st_at[top] if v < low else at
+            low = min(v, low)
+            top -= 1
+        prom[j] = low
+        base[j, 0] = at
+        top += 1
+        st_h[top], st_low[top], st_at[top] = h, low, at
+    top = -1
+    for j in range(m - 1, -1, -1):
+        h = hts[j]
+        low, at = lows[j + 1], firsts[j + 1]
+        while top >= 0 and st_h[top] <= h:
+            v = st_low[top]
+            at = st_at[top] if v < low else at
+            low = min(v, low)
+            top -= 1
+        prom[j] = h - max(prom[j], low)
+        base[j, 1] = at
+        top += 1
+        st_h[top], st_low[top], st_at[top] = h, low, at
+
 #: samples per block of the prominence walks' block extrema
 _BLOCK = 16
 
@@ -243,7 +339,8 @@ def find_peaks_rows(x, cfg, out, n_workers):
                np.empty((cap, 2), np.int64), np.empty((cap, 5), np.float64), np.empty(2 * cap, np.int64),
                np.zeros(n, np.int64), np.empty((n + _BLOCK - 1) // _BLOCK, np.float64),
                np.empty((n + _BLOCK - 1) // _BLOCK, np.float64),
-               np.empty(3 * max(n, 2 * cfg[12] + 1), np.float64))
+               np.empty(3 * max(n, 2 * cfg[12] + 1), np.float64), np.empty((3, cap + 1), np.float64),
+               np.empty((3, cap + 1), np.int64))
         for r in range(t * per, min(n_rows, (t + 1) * per)):
             _row(x[r], r, cfg, out, scr)
 
@@ -254,7 +351,11 @@ def _row(row, r, cfg, out, scr):
     infinity is left empty with ``counts[r] = -1``. Scratch ``scr``: candidates' indices,
     heights, keep flags, prominences, bases, ``[width, line, left, right, snr]``, the ranking,
     the distance marks, the block minima and maxima, ``3 max(n, 2 noise_bins + 1)`` floats for
-    the medians."""
+    the medians, the valleys (``[3, cap + 1]`` floats and indices).
+
+    Without ``edges`` and ``wlen``, and with ``k`` over a sixteenth of the row, the prominences
+    of all maxima come from one sweep over their valleys (:func:`_all_prominences`); else each
+    peak's is walked when it is visited."""
     edges, h_lim, t_lim, distance, p_lim, w_lim = cfg[0], cfg[1], cfg[2], cfg[3], cfg[4], cfg[5]
     need_prom, need_width, k, snr_min, noise_bins, need_snr = cfg[8], cfg[9], cfg[10], cfg[11], cfg[12], cfg[13]
     cand, hts, keep, prom, base, wid, order = scr[0], scr[1], scr[2], scr[3], scr[4], scr[5], scr[6]
@@ -270,10 +371,18 @@ def _row(row, r, cfg, out, scr):
     floor = np.nan  # the row's median when the SNR needs it
     if (has_snr or need_snr) and noise_bins < 1:
         floor = _median_of(row, scr[10])
-    m = _local_maxima(row, edges, cand)
+    # every prominence from one sweep over the valleys (about 30 ns per maximum here), unless k is
+    # small against the row: then the few visited peaks' walks are cheaper (measured: even at n = 16 k)
+    swept = need_prom and not edges and cfg[6] < 2 and n < 16 * k
+    if swept:
+        m = _maxima_and_valleys(row, cand, scr[11], scr[12])
+    else:
+        m = _local_maxima(row, edges, cand)
     for j in range(m):
         hts[j] = row[cand[j]]
         keep[j] = True
+    if swept:
+        _all_prominences(m, hts, scr[11], scr[12], prom, base)
     # height
     if h_lim[0] == h_lim[0] or h_lim[1] == h_lim[1]:
         for j in range(m):
@@ -288,18 +397,23 @@ def _row(row, r, cfg, out, scr):
             keep[j] = not ((t_lim[0] == t_lim[0] and not t_lim[0] <= min(dl, dr)) or
                            (t_lim[1] == t_lim[1] and not max(dl, dr) <= t_lim[1]))
         m = _compact(m, keep, cand, hts, prom, base, wid)
-    if need_prom:
+    if need_prom and not swept:
         _block_extrema(row, scr[8], scr[9])
-    if has_snr or ((need_prom or distance > 1) and k < m):  # the k highest survivors, from the highest
-        _write(row, r, cfg, out, scr, _lazy_top(row, r, m, cfg, scr, floor), floor)
+    if swept and distance <= 1 and (p_lim[0] == p_lim[0] or p_lim[1] == p_lim[1]):  # no distance: filter now
+        for j in range(m):
+            keep[j] = _passes(prom[j], p_lim)
+        m = _compact(m, keep, cand, hts, prom, base, wid)
+    if has_snr or ((distance > 1 or need_width or (need_prom and not swept)) and k < m):
+        _write(row, r, cfg, out, scr, _lazy_top(row, r, m, cfg, scr, floor, swept), floor)  # from the highest
         return
     # distance: higher peaks first remove their close neighbours
     if distance > 1 and m > 1:
         _by_distance(cand, hts, m, distance, keep, order)
         m = _compact(m, keep, cand, hts, prom, base, wid)
     if need_prom:
-        for j in range(m):
-            prom[j], base[j, 0], base[j, 1] = _prominence(row, scr[8], scr[9], cand[j], cfg[6])
+        if not swept:
+            for j in range(m):
+                prom[j], base[j, 0], base[j, 1] = _prominence(row, scr[8], scr[9], cand[j], cfg[6])
         if p_lim[0] == p_lim[0] or p_lim[1] == p_lim[1]:
             for j in range(m):
                 keep[j] = _passes(prom[j], p_lim)
@@ -387,7 +501,7 @@ def _snr_db(row, p, floor, noise_bins, tmp):
 
 
 @njit(**_OPTS)
-def _lazy_top(row, r, m, cfg, scr, floor):
+def _lazy_top(row, r, m, cfg, scr, floor, swept):
     """The distance rule, the prominence, width and SNR filters and the ``k`` highest at once,
     for the ``m`` candidates (after height and threshold): candidates are visited from the
     highest and decided until ``k`` pass, the visiting order computed for twice as many as still
@@ -399,12 +513,13 @@ def _lazy_top(row, r, m, cfg, scr, floor):
       higher priority is visited before, so one visit decides; equal heights are visited as a
       group, decided from the highest index, and kept in index order (the output's order).
       Kept peaks mark the samples they block in ``mark`` (stamped ``r + 1``: no clearing).
-    * prominence, width and SNR only for the peaks the distance rule keeps.
+    * prominence (unless ``swept``: all known), width and SNR only for the peaks the distance
+      rule keeps.
 
     ``order[:kept]``: the survivors' positions, highest first; returns ``kept``."""
     distance, p_lim, w_lim, wlen, rel_height = cfg[3], cfg[4], cfg[5], cfg[6], cfg[7]
     need_prom, need_width, k, snr_min, noise_bins = cfg[8], cfg[9], cfg[10], cfg[11], cfg[12]
-    cand, hts, prom, base, wid, order, mark = scr[0], scr[1], scr[3], scr[4], scr[5], scr[6], scr[7]
+    cand, hts, keep, prom, base, wid, order, mark = scr[0], scr[1], scr[2], scr[3], scr[4], scr[5], scr[6], scr[7]
     has_snr = snr_min == snr_min
     cap = order.shape[0] // 2  # survivors go to order[cap:], the visiting order is order[:want]
     stamp = r + 1
@@ -432,13 +547,14 @@ def _lazy_top(row, r, m, cfg, scr, floor):
                 else:
                     for q in range(max(0, p - distance + 1), min(n, p + distance)):
                         mark[q] = stamp
-            prom[j] = 1.0 if ok else 0.0  # the distance verdict until the prominence is measured
+            keep[j] = ok  # the distance verdict
         for g in range(s, e):  # the filters, in index order
             j = order[g]
-            if prom[j] == 0.0 or kept == k:
+            if not keep[j] or kept == k:
                 continue
             if need_prom:
-                prom[j], base[j, 0], base[j, 1] = _prominence(row, scr[8], scr[9], cand[j], wlen)
+                if not swept:
+                    prom[j], base[j, 0], base[j, 1] = _prominence(row, scr[8], scr[9], cand[j], wlen)
                 if not _passes(prom[j], p_lim):
                     continue
             if need_width:

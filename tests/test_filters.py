@@ -86,7 +86,8 @@ def test_the_fast_path_is_unchanged_without_filters_and_results_carry_the_measur
     detailed = welchpeaks.welch_peaks(x, k=4, measures=("snr",))
     np.testing.assert_array_equal(fast.bins, detailed.bins)
     np.testing.assert_allclose(fast.freqs, detailed.freqs, rtol=0, atol=1e-9)
-    assert detailed.strategy == "psd+find_peaks" and fast.measures == {}
+    assert detailed.strategy in ("numpy", "fused-cpu") and fast.measures == {}
+    assert detailed.params["measures"] == ["snr"] and detailed.params["noise_floor"] == "median of the row's PSD"
     assert len(detailed.to_dict()["measures"]["snr_db"]) == 8
     f32 = welchpeaks.welch_peaks(x.astype(np.float32), k=4, prominence=0.0)
     assert f32.power.dtype == np.float32
@@ -95,6 +96,51 @@ def test_the_fast_path_is_unchanged_without_filters_and_results_carry_the_measur
     assert isinstance(t.bins, torch.Tensor) and t.bins.shape == (4,) and isinstance(t.measures["snr_db"], torch.Tensor)
     np.testing.assert_array_equal(t.numpy().bins, welchpeaks.welch_peaks(x[0].astype(np.float32), k=4,
                                                                           measures="snr").bins)
+
+
+def test_every_execution_runs_the_filters_in_its_own_graph():
+    """Filters on each execution: its graph (the one the planner priced) ends in find_peaks,
+    fused-cpu computes the PSD in its one pass, the learned model by its butterfly FFT, the
+    GPU executions on the device (here CPU tensors in Triton's interpreter); all give the
+    numpy execution's peaks and measures."""
+    from welchpeaks.ir.run import tracing
+
+    rng = np.random.default_rng(3)
+    x = _rows(rng, 12, 384).astype(np.float32)
+    kw = dict(n_fft=256, k=5, segments=2, fs=50.0, distance=2, prominence=1e-4, snr_db=1.0,
+              measures=("snr", "prominence", "width"))
+    ref = welchpeaks.welch_peaks(x, strategy="numpy", dtype="float64", **kw)
+    assert ref.strategy == "numpy" and set(ref.measures) == {"snr_db", "prominence", "width", "width_hz"}
+    runs = {"fused-cpu": dict(strategy="fused-cpu", dtype="float64")}
+    torch = pytest.importorskip("torch")
+    from welchpeaks.learned import ButterflyFFT
+
+    runs["learned"] = dict(strategy="learned", model=ButterflyFFT(256, dtype=torch.float64), dtype="float64")
+    for name, opts in runs.items():
+        wp = welchpeaks.WelchPeaks(**kw, **opts)
+        with tracing() as log:
+            got = wp(x)
+        ops = [op for _, op, _ in log]
+        assert got.strategy == name and ops[-1] == "find_peaks", (name, ops)
+        assert ("welch_psd" in ops) == (name == "fused-cpu") and ("rfft" in ops) == (name != "fused-cpu")
+        assert "find_peaks" in wp.explain()["graph"]
+        np.testing.assert_array_equal(got.bins, ref.bins)
+        for m in ref.measures:
+            np.testing.assert_allclose(got.measures[m], ref.measures[m], rtol=1e-6, atol=1e-12)
+    many = np.tile(x, (100, 1))  # in blocks of rows within 1 MiB of working memory
+    wp = welchpeaks.WelchPeaks(**kw, strategy="numpy", dtype="float64", max_memory=1 << 20)
+    blocks = wp(many)
+    assert 1 <= wp.explain()["block_rows"] < many.shape[0]
+    np.testing.assert_array_equal(blocks.bins, np.tile(ref.bins, (100, 1)))
+    for m in ref.measures:
+        np.testing.assert_array_equal(blocks.measures[m], np.tile(ref.measures[m], (100, 1)))
+    pytest.importorskip("triton")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    for name in ("torch", "triton-block", "triton-fused"):
+        got = welchpeaks.welch_peaks(torch.from_numpy(x).to(dev), strategy=name, **kw)
+        assert got.strategy == name and got.bins.device.type == dev
+        np.testing.assert_array_equal(got.bins.cpu().numpy(), ref.bins)
+        np.testing.assert_allclose(got.measures["snr_db"].cpu().numpy(), ref.measures["snr_db"], rtol=1e-4)
 
 
 def test_filter_errors_name_the_parameter():
@@ -131,7 +177,7 @@ def test_bench_measures_cli(tmp_path):
                                    "--json", str(out)])
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
-    assert data["results"][0]["ratio_to_before"] == 1.0 and len(data["results"]) == 5
+    assert data["results"][0]["ratio_to_before"] == 1.0 and len(data["results"]) == 6
     assert all(r["median_ms"] > 0 and r["repeats"] == 1 for r in data["results"])
     bad = CliRunner().invoke(app, ["bench", "measures", "--n-fft", "2"])
     assert bad.exit_code != 0 and "--n-fft >= 4" in bad.output
@@ -140,7 +186,7 @@ def test_bench_measures_cli(tmp_path):
 @pytest.mark.parametrize("noise_bins", [None, 3])
 def test_rows_on_a_device_stay_there_and_match_the_host(noise_bins):
     """Tensor rows on a device (CUDA; here CPU tensors through Triton's interpreter): the PSD by
-    the torch graph, scipy's filters by the Triton kernel, SNR and refinement in torch. The
+    a GPU execution's graph, scipy's filters by the Triton kernel, SNR and refinement in torch. The
     bins are scipy's (its Welch PSD, find_peaks, the SNR minimum, the k highest); measures and
     frequencies equal the host path's."""
     torch = pytest.importorskip("torch")
@@ -150,8 +196,10 @@ def test_rows_on_a_device_stay_there_and_match_the_host(noise_bins):
     x = _rows(rng, 24, 320)
     kw = dict(n_fft=64, k=4, fs=1000.0, distance=2, prominence=1e-3, snr_db=3.0, noise_bins=noise_bins,
               measures=("snr", "prominence", "width"))
-    got = welchpeaks.welch_peaks(torch.from_numpy(x).to(dev), **kw)
-    assert torch.is_tensor(got.bins) and got.bins.device.type == dev and got.params["find_peaks"] == "triton"
+    strategy = "auto" if dev == "cuda" else "torch"  # auto computes CPU tensors on the host
+    got = welchpeaks.welch_peaks(torch.from_numpy(x).to(dev), strategy=strategy, **kw)
+    assert torch.is_tensor(got.bins) and got.bins.device.type == dev and got.strategy in ("torch", "triton-block",
+                                                                                          "triton-fused")
     host = welchpeaks.welch_peaks(x, **kw)
     np.testing.assert_array_equal(got.bins.cpu().numpy(), host.bins)
     np.testing.assert_allclose(got.freqs.cpu().numpy(), host.freqs, rtol=1e-9, atol=1e-9)
@@ -168,9 +216,6 @@ def test_rows_on_a_device_stay_there_and_match_the_host(noise_bins):
         strong = idx[10 * np.log10(psd[r, idx] / floor) >= 3.0]
         top = _top(psd[r], strong, 4)
         assert got.bins[r, :len(top)].tolist() == top and bool((got.bins[r, len(top):] == -1).all())
-    blocks = welchpeaks.welch_peaks(torch.from_numpy(x).to(dev), **kw, max_memory=40_000)  # blocks of a few rows
-    np.testing.assert_array_equal(blocks.bins.cpu().numpy(), got.bins.cpu().numpy())
-    np.testing.assert_array_equal(blocks.measures["snr_db"].cpu().numpy(), got.measures["snr_db"].cpu().numpy())
     wide = welchpeaks.welch_peaks(torch.from_numpy(x).to(dev), **dict(kw, k=40))  # more slots than peaks
     assert wide.bins.shape == (24, 40)
     np.testing.assert_array_equal(wide.bins[:, :4].cpu().numpy(), got.bins.cpu().numpy())

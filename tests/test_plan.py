@@ -176,6 +176,44 @@ def test_picker_follows_the_injected_model():
                                               + terms["sync_ns"] + terms["readback_ns"])
 
 
+def test_filtered_calls_are_planned_priced_and_explained_like_any_other():
+    """With scipy's filters every execution's graph ends in find_peaks; fused-cpu's PSD fuses
+    into welch_psd; find_peaks is priced by its measured curve (else 3x the selection), the
+    elementwise steps by their traffic times the measured factors (hostile values ignored),
+    and the pick follows the model."""
+    from welchpeaks.api.detailed import make_filters
+    from welchpeaks.plan.cost import FIND_PEAKS_OVER_SELECT, node_cost_ns
+
+    model = synthetic_cpu_model(fused_ns_per_row=100.0)
+    set_cost_model(model)
+    p = make_params(n_fft=256, k=16, segments=2, filters=make_filters(prominence=0.0, measures="snr"))
+    g = welch_chain_graph(p, 4096, 384, 2, np.float32)
+    assert [n.op for n in g.nodes][-1] is ir.Op.find_peaks
+    fused, info = plan.fuse(g, backends.get("fused-cpu").backend, model.gate())
+    assert info["fused"] == "welch_psd" and [n.op for n in fused.nodes] == [ir.Op.input, ir.Op.welch_psd,
+                                                                            ir.Op.find_peaks]
+    fp = fused.nodes[-1]
+    assert node_cost_ns(fused, fp, model) == pytest.approx(
+        model.dispatch_ns + (fused.node(fp.inputs[0]).nbytes + fp.nbytes) / model.memory_bw
+        + FIND_PEAKS_OVER_SELECT * 2000.0 * 4096)
+    model.tables["find_peaks"] = LogLogTable([33.0, 2049.0], [1.0, 1e6], [[500.0, 5e8]] * 2)
+    assert model.find_peaks_ns(129, 4096) == pytest.approx(500.0 * 4096)
+    window = next(n for n in g.nodes if n.op is ir.Op.window)
+    plain = node_cost_ns(g, window, model)
+    model.meta["op_factors"] = {"window": 3.0, "power": float("nan"), "mul": 1e9, "segment_mean": "x"}
+    traffic = plain - model.dispatch_ns
+    assert node_cost_ns(g, window, model) == pytest.approx(model.dispatch_ns + 3.0 * traffic)
+    for op in ("power", "mul", "segment_mean"):  # not finite, out of range, not a number: ignored
+        n = next(n for n in g.nodes if n.op.value == op)
+        assert model.op_factor(n.op) == 1.0
+    wp = welchpeaks.WelchPeaks(n_fft=256, k=16, segments=2, prominence=0.0, measures="snr")
+    exp = wp.explain(batch=4096)
+    assert exp["strategy"] == "fused-cpu" and "find_peaks" in exp["graph"]
+    assert exp["params"]["measures"] == ["snr"] and exp["costs"]["numpy"]["graph"][-1] == "find_peaks"
+    set_cost_model(synthetic_cpu_model(fused_ns_per_row=1e7))  # where fusing loses, numpy's graph wins
+    assert welchpeaks.WelchPeaks(n_fft=256, k=16, segments=2, prominence=0.0).explain(batch=4096)["strategy"] == "numpy"
+
+
 def test_auto_keeps_long_rows_lean():
     """A call whose numpy intermediates would exceed LEAN_BYTES runs a lean execution even where
     the model prices numpy lower; the explanation says so. With nothing lean, the model decides."""

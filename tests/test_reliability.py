@@ -298,6 +298,17 @@ def test_output_paths_are_checked(tmp_path):
 # ------------------------------------------------------------------------------ memory budget
 
 
+def test_working_memory_is_the_planned_batch_s_whatever_batch_compiled_the_program():
+    """Programs are shared by every batch of one graph structure; the memory a call needs is
+    its own batch's (a program first compiled for 2 rows once hid a 40-row call's need)."""
+    x = np.random.default_rng(8).standard_normal((40, 2048))
+    welchpeaks.WelchPeaks(segments=None, strategy="numpy", n_fft=128)(x[:2])
+    wp = welchpeaks.WelchPeaks(segments=None, strategy="numpy", n_fft=128, max_memory=1 << 20)
+    res = wp(x)
+    assert wp._last_call.working_bytes > 1 << 20 and 1 <= wp._last_call.block_rows < 40
+    np.testing.assert_array_equal(res.bins, welchpeaks.welch_peaks(x, strategy="numpy", n_fft=128).bins)
+
+
 def test_working_memory_budget_blocks_rows_and_steers_auto():
     from welchpeaks.ir import tracing
     from welchpeaks.plan.io import peak_working_bytes

@@ -127,6 +127,54 @@ def _check_scale(window: np.ndarray, n_fft: int, fs: float | None, scaling: str)
                          "with values near 1")
 
 
+#: what ``measures=`` may ask for
+MEASURES = ("snr", "prominence", "width")
+
+
+@dataclass(frozen=True)
+class PeakFilters:
+    """scipy's ``find_peaks`` filters on the PSD, the SNR minimum and the per-peak measures of a
+    ``welch_peaks`` call, checked (:func:`welchpeaks.api.detailed.make_filters` builds them).
+
+    Limits are ``(min, max)`` with None for an open end, or None when not asked; ``wlen`` is
+    -1 for none; ``noise_bins`` None means the row's median is the noise floor. Hashable, so
+    plans and compiled programs are keyed by them."""
+
+    height: tuple | None = None
+    threshold: tuple | None = None
+    prominence: tuple | None = None
+    width: tuple | None = None
+    wlen: int = -1
+    rel_height: float = 0.5
+    snr_db: float | None = None
+    noise_bins: int | None = None
+    measures: tuple[str, ...] = ()
+
+    @property
+    def need_prom(self) -> bool:
+        return self.prominence is not None or self.need_width or "prominence" in self.measures
+
+    @property
+    def need_width(self) -> bool:
+        return self.width is not None or "width" in self.measures
+
+    def limits(self) -> dict[str, np.ndarray]:
+        """``*_lim`` ``[min, max]`` arrays, NaN where open, as the kernels take them."""
+        lim = lambda v: np.array([np.nan if e is None else e for e in (v or (None, None))], np.float64)  # noqa: E731
+        return dict(h_lim=lim(self.height), t_lim=lim(self.threshold), p_lim=lim(self.prominence),
+                    w_lim=lim(self.width))
+
+    def describe(self) -> dict[str, Any]:
+        """What was asked, for a result's ``params``."""
+        return dict(filters={n: (list(v) if isinstance(v, tuple) else v) for n, v in (
+                        ("height", self.height), ("threshold", self.threshold), ("prominence", self.prominence),
+                        ("width", self.width), ("wlen", None if self.wlen < 0 else self.wlen)) if v is not None},
+                    rel_height=self.rel_height, snr_db=self.snr_db, measures=list(self.measures),
+                    noise_floor=None if self.snr_db is None and "snr" not in self.measures else (
+                        "median of the row's PSD" if self.noise_bins is None
+                        else f"median of the PSD over +-{self.noise_bins} bins"))
+
+
 @dataclass(frozen=True)
 class PeakParams:
     """Validated parameters of ``welch_peaks``. Build with :func:`make_params`."""
@@ -151,6 +199,8 @@ class PeakParams:
     # what ``interp`` resolves to for this window (estimators.resolve_interp): derived, so not compared
     interp_method: str = field(default="log-parabola", compare=False)
     interp_alpha: float = field(default=0.5, compare=False)
+    #: scipy's filters, the SNR minimum and the measures asked for (None: the fast paths)
+    filters: PeakFilters | None = None
 
     @property
     def n_bins(self) -> int:
@@ -232,6 +282,7 @@ class PeakParams:
             "edges": self.edges,
             "interp_method": self.interp_method,
             "interp_alpha": self.interp_alpha,
+            **(self.filters.describe() if self.filters is not None else {}),
         }
 
 def make_params(
@@ -251,6 +302,7 @@ def make_params(
     precision: str = "fp32",
     interp: str = "auto",
     edges: bool = False,
+    filters: PeakFilters | None = None,
 ) -> PeakParams:
     """Validate user parameters and return a :class:`PeakParams`."""
     n_fft = _require_int("n_fft", n_fft, 4, "pass n_fft=4 or larger (256 is the usual choice)")
@@ -307,6 +359,8 @@ def make_params(
     interp_method, interp_alpha = resolve_interp(interp, window_array)
     if not isinstance(edges, (bool, np.bool_)):
         raise TypeError(f"edges={edges!r} must be True (DC and Nyquist may be peaks) or False (default: never)")
+    if filters is not None and mode != "peaks":
+        raise ValueError("filters and measures apply to local maxima: use mode='peaks' (mode='bins' ranks every bin)")
     return PeakParams(
         n_fft=n_fft,
         hop=hop,
@@ -328,5 +382,6 @@ def make_params(
         edges=bool(edges),
         interp_method=interp_method,
         interp_alpha=interp_alpha,
+        filters=filters,
     )
 

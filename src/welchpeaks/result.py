@@ -18,6 +18,7 @@ class RowPeaks(NamedTuple):
     power: Any  # [rows, k] in the compute precision, NaN where empty
     fbins: Any  # float64 [rows, k], fractional bin, NaN where empty
     bad_rows: np.ndarray  # host indices of rows whose frame held NaN or infinity (left empty)
+    measures: dict | None = None  # per-peak measures by name, [rows, k] each (the find_peaks node's)
 
 
 @dataclass(frozen=True)

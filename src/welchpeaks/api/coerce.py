@@ -70,8 +70,12 @@ def signal_index(row: int, lead: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def as_tensors(result: Any) -> dict[str, Any]:
-    """A host result's ``bins``, ``power`` and ``freqs`` as CPU torch tensors (no copy where
-    they are contiguous): what a CPU-tensor caller gets back."""
+    """A host result's ``bins``, ``power``, ``freqs`` and measures as CPU torch tensors (no copy
+    where they are contiguous): what a CPU-tensor caller gets back."""
     import torch
 
-    return {f: torch.from_numpy(np.ascontiguousarray(getattr(result, f))) for f in ("bins", "power", "freqs")}
+    to = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    out = {f: to(getattr(result, f)) for f in ("bins", "power", "freqs")}
+    if getattr(result, "measures", None) is not None:  # a PeakResult's (a TrackResult has none)
+        out["measures"] = {n: to(v) for n, v in result.measures.items()}
+    return out

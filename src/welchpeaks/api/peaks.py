@@ -9,7 +9,6 @@ turns its rows into a :class:`PeakResult`.
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 from typing import Any
 
@@ -18,7 +17,7 @@ import numpy as np
 from welchpeaks import backends
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
-from welchpeaks.api.detailed import check_measures, check_noise_bins, detailed_peaks
+from welchpeaks.api.detailed import make_filters, merge_distance
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.calibrate import median_ns
@@ -158,18 +157,33 @@ class WelchPeaks:
         max_memory: int | None = None,
         interp: str = "auto",
         edges: bool = False,
+        height: Any = None,
+        threshold: Any = None,
+        distance: float | None = None,
+        prominence: Any = None,
+        width: Any = None,
+        wlen: float | None = None,
+        rel_height: float = 0.5,
+        snr_db: float | None = None,
+        measures: Any = None,
+        noise_bins: int | None = None,
     ):
         self._init = dict(n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, device=device, window=window,
                           detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy=nan_policy,
                           dtype=dtype, precision=precision, layout=layout, model=model, min_recall=min_recall,
-                          max_memory=max_memory, interp=interp, edges=edges)
+                          max_memory=max_memory, interp=interp, edges=edges, height=height, threshold=threshold,
+                          distance=distance, prominence=prominence, width=width, wlen=wlen, rel_height=rel_height,
+                          snr_db=snr_db, measures=measures, noise_bins=noise_bins)
+        min_distance = merge_distance(distance, min_distance)
+        filters = make_filters(height=height, threshold=threshold, prominence=prominence, width=width, wlen=wlen,
+                               rel_height=rel_height, snr_db=snr_db, measures=measures, noise_bins=noise_bins)
         self._pinned: dict[tuple[str, str], WelchPeaks] = {}
         self._piece_plans: dict[tuple[int, str], Any] = {}
         self.layout = _check_layout(layout, segments)
         self.params = make_params(
             k=k, n_fft=n_fft, hop=hop, segments=1 if self.layout else segments, fs=fs, window=window,
             detrend=detrend, scaling=scaling, mode=mode, min_distance=min_distance, nan_policy=nan_policy,
-            dtype=dtype, precision=precision, interp=interp, edges=edges,
+            dtype=dtype, precision=precision, interp=interp, edges=edges, filters=filters,
         )
         _check_device(device)
         self.device = device
@@ -205,6 +219,9 @@ class WelchPeaks:
             raise TypeError("WelchPeaks is called on arrays in memory; for a dask array use "
                             "welchpeaks.welch_peaks(x, ...), which returns a lazy result")
         if isinstance(x, SignalSource):
+            if self.params.filters is not None:
+                raise ValueError("filters and measures run on arrays and tensors in memory in this version; drop "
+                                 "them for sources (or read the signals into an array)")
             return self._run_source(x)
         t = tensor_input(x)
         if t is not None:
@@ -356,9 +373,10 @@ class WelchPeaks:
             rows = np.ascontiguousarray(rows[:, :call.frame])
         out = call.run(rows)
         self._last, self._last_call = (rows.shape[0], length, in_dtype), call
-        bins, power, fbins = out.bins, out.power, out.fbins
+        bins, power, fbins, measures = out.bins, out.power, out.fbins, dict(out.measures or {})
         if not tensor and not isinstance(bins, np.ndarray):
             bins, power, fbins = bins.cpu().numpy(), power.cpu().numpy(), fbins.cpu().numpy()
+            measures = {n: v.cpu().numpy() for n, v in measures.items()}
         # Every CPU kernel leaves a row whose power is not finite empty and reports it; a GPU
         # kernel may report infinite power instead, so tensors are checked for it.
         if out.bad_rows.size or (not isinstance(out.power, np.ndarray) and _tensor_has_inf(out.power)):
@@ -378,6 +396,9 @@ class WelchPeaks:
                                  f"is computed in {call.compute.name} but does not fit {in_dtype.name}, the precision "
                                  f"of x (results come back in it); pass x as float64 or scale it down")
         shape = lead + (p.k,)
+        measures = {n: v.reshape(shape) for n, v in measures.items()}
+        if "width" in measures and p.fs is not None:
+            measures["width_hz"] = measures["width"] * p.freq_scale()
         info = p.to_dict()
         info.update(segments=call.n_seg, frame=call.frame, compute_dtype=call.compute.name)
         if call.layout is not None:
@@ -388,6 +409,7 @@ class WelchPeaks:
             freqs=(fbins * p.freq_scale()).reshape(shape),
             strategy=call.execution,
             params=info,
+            measures=measures,
         )
 
 
@@ -523,14 +545,14 @@ def welch_peaks(
         The noise floor of ``snr_db``: the median PSD over the bins within ``noise_bins`` of the
         peak; default the median of the row's whole PSD.
 
-        With any filter or measure, the PSD of each row is computed, then the kernel of
-        :func:`welchpeaks.find_peaks` selects on it, measuring and refining only the peaks it
-        keeps: ``result.strategy`` is ``'psd+find_peaks'``. Host rows: the fused CPU pass (in
-        ``dtype``, in blocks of rows) and the numba kernel, about 3x the fused pass alone.
-        Tensors on a CUDA device (or host rows with ``device='cuda'``): the torch execution's
-        PSD graph and the Triton kernel, on the device. ``strategy`` does not apply; ``layout``,
-        ``model``, dask arrays and sources are refused. Calls without filters or measures keep
-        every execution's fast path.
+        With any filter or measure, every execution's graph computes the PSD (fused-cpu in its
+        one pass, the others by their own kernels; the learned model by its butterfly FFT) and
+        ends in a ``find_peaks`` node: the kernel of :func:`welchpeaks.find_peaks` (numba on
+        the host, Triton on a CUDA device), measuring and refining only the peaks it keeps.
+        ``strategy='auto'`` prices these graphs with the measured cost models and picks as for
+        any call (``WelchPeaks(...).explain()`` says why); on this project's 2-core test VM the
+        filtered call costs about 3x the fused pass alone. Dask arrays and sources are refused.
+        Calls without filters or measures keep every execution's fast path.
 
     Returns
     -------
@@ -549,35 +571,17 @@ def welch_peaks(
     """
     if fs is None and isinstance(x, SignalSource):
         fs = x.fs
-    if distance is not None:
-        if min_distance != 1:
-            raise ValueError(f"distance={distance!r} and min_distance={min_distance!r} are the same setting; "
-                             "give one of them")
-        if isinstance(distance, bool) or not isinstance(distance, numbers.Real) or not distance >= 1:
-            raise ValueError(f"distance={distance!r} must be a number >= 1 (bins), as in scipy.signal.find_peaks")
-        min_distance = math.ceil(distance)
-    filters = dict(height=height, threshold=threshold, prominence=prominence, width=width, wlen=wlen)
-    names = check_measures(measures)
-    noise = check_noise_bins(noise_bins)
-    if any(v is not None for v in filters.values()) or snr_db is not None or names:
-        if lazy.is_dask(x) or isinstance(x, SignalSource) or model is not None or layout:
-            raise ValueError("filters and measures run on arrays and tensors in memory in this version; drop them "
-                             "for dask arrays, sources, model= and layout=")
-        _check_device(device)
-        if device == "cuda" and tensor_input(x) is None:  # host rows to the device, once
-            from welchpeaks.backends.torch_exec import import_torch
-
-            x = import_torch().from_numpy(np.ascontiguousarray(as_real_array(x))).cuda()
-        p = make_params(k=k, n_fft=n_fft, hop=hop, segments=segments, fs=fs, window=window, detrend=detrend,
-                        scaling=scaling, mode=mode, min_distance=min_distance, nan_policy=nan_policy, dtype=dtype,
-                        precision=precision, interp=interp, edges=edges)
-        return detailed_peaks(x, p, filters=dict(filters, rel_height=rel_height), snr_db=snr_db, measures=names,
-                              noise_bins=noise, max_memory=max_memory)
     kw = dict(n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device,
               window=window, detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy=nan_policy,
               dtype=dtype, precision=precision, layout=layout, model=model, min_recall=min_recall,
-              max_memory=max_memory, interp=interp, edges=edges)
+              max_memory=max_memory, interp=interp, edges=edges, height=height, threshold=threshold, distance=distance,
+              prominence=prominence, width=width, wlen=wlen, rel_height=rel_height, snr_db=snr_db, measures=measures,
+              noise_bins=noise_bins)
     if lazy.is_dask(x):
+        if make_filters(height=height, threshold=threshold, prominence=prominence, width=width, snr_db=snr_db,
+                        measures=measures) is not None:
+            raise ValueError("filters and measures run on arrays and tensors in memory in this version; drop them "
+                             "for dask arrays (or compute the array first)")
         if model is not None or device != "cpu":
             raise ValueError("dask arrays run on the CPU executions in this version; drop model= and device=")
         return lazy.welch_peaks(x, kw)

@@ -235,6 +235,12 @@ def psd_rows(params: PeakParams, x2d: np.ndarray, n_seg: int, compute: np.dtype)
     return FusedCpuPlan(p, n_seg, compute).run(x2d)
 
 
+def _welch_psd(node: Node, graph: Graph):
+    p, compute = node.attrs["params"], graph.node(node.inputs[0]).dtype.real_numpy
+    plan = FusedCpuPlan(dataclasses.replace(p, mode="psd", k=p.n_bins, filters=None), node.attrs["n_segments"], compute)
+    return lambda x: plan.run(x).power
+
+
 def _welch_peaks(node: Node, graph: Graph):
     compute = graph.node(node.inputs[0]).dtype.real_numpy
     plan = FusedCpuPlan(node.attrs["params"], node.attrs["n_segments"], compute)
@@ -262,8 +268,10 @@ def _window(node: Node, graph: Graph):
 
 
 #: the numba kernels; every other op runs NumPy's
-BACKEND = Backend(NAME, {Op.welch_peaks: _welch_peaks, Op.spectrum_peaks: _spectrum_peaks, Op.window: _window},
-                  base=NUMPY, accepts={Op.welch_peaks: lambda p: is_pow2(p.n_fft)})
+BACKEND = Backend(NAME, {Op.welch_peaks: _welch_peaks, Op.spectrum_peaks: _spectrum_peaks, Op.window: _window,
+                         Op.welch_psd: _welch_psd},
+                  base=NUMPY, accepts={Op.welch_peaks: lambda p: is_pow2(p.n_fft),
+                                       Op.welch_psd: lambda p: is_pow2(p.n_fft)})
 
 
 class FusedCpu(Execution):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.ndimage import maximum_filter1d, minimum_filter1d
 
-from welchpeaks.backends import Execution, register
+from welchpeaks.backends import Execution, filtered, register
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.ir.run import constant_value, identity_input
 from welchpeaks.result import RowPeaks
@@ -208,6 +208,7 @@ KERNELS = {
     Op.segment_mean: _segment_mean,
     Op.mul: lambda node, graph: (lambda a, b: a * b),
     Op.topk: _topk,
+    Op.find_peaks: filtered.host_kernel,
     Op.sub: lambda node, graph: (lambda a, b: a - b),
     Op.concat: lambda node, graph: (lambda *xs: np.concatenate(xs, axis=node.attrs["axis"])),
     Op.fft: _fft,

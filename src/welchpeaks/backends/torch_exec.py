@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from welchpeaks.backends import Execution, register
+from welchpeaks.backends import Execution, filtered, register
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.ir.run import constant_value
 from welchpeaks.result import RowPeaks
@@ -228,6 +228,7 @@ KERNELS = {
     Op.segment_mean: lambda node, graph: (lambda p: p.mean(-2)),
     Op.mul: _mul,
     Op.topk: _topk,
+    Op.find_peaks: filtered.device_kernel,
 }
 BACKEND = Backend(NAME, KERNELS)
 

@@ -4,8 +4,8 @@ and the per-peak measures cost ``welch_peaks``, in one run, round robin, on the 
 The rows are float32 ``[batch, n_fft + (segments - 1) * n_fft / 2]`` of noise and tones. The
 first row is the fused-cpu pass as it was before ``interp=`` and ``edges=`` (log-parabola,
 edges allowed); the others are timed against it: the defaults (``interp='auto'``,
-``edges=False``), and the filtered path (``prominence=`` and ``measures=('snr', ...)``: each
-row's PSD, then :func:`welchpeaks.find_peaks`).
+``edges=False``), and filtered calls (``prominence=`` and ``measures=('snr', ...)``: the
+execution's graph ends in the ``find_peaks`` node), on fused-cpu and under ``auto``.
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ def run(batch: int = 8192, n_fft: int = 256, segments: int = 2, k: int = 16, rep
         "fused-cpu, before (log-parabola, edges)": dict(strategy="fused-cpu", interp="log-parabola", edges=True),
         "fused-cpu, defaults (interp=auto, edges=False)": dict(strategy="fused-cpu"),
         "fused-cpu, interp=power-parabola": dict(strategy="fused-cpu", interp="power-parabola"),
-        "prominence + snr (psd+find_peaks)": dict(prominence=0.0, measures=("snr", "prominence")),
-        "prominence + snr + width (psd+find_peaks)": dict(prominence=0.0, measures=("snr", "prominence", "width")),
+        "fused-cpu, prominence + snr": dict(strategy="fused-cpu", prominence=0.0, measures=("snr", "prominence")),
+        "fused-cpu, prominence + snr + width": dict(strategy="fused-cpu", prominence=0.0,
+                                                    measures=("snr", "prominence", "width")),
+        "auto, prominence + snr": dict(prominence=0.0, measures=("snr", "prominence")),
     }
     rows = {name: (lambda kw=kw: welchpeaks.welch_peaks(x, **base, **kw)) for name, kw in calls.items()}
     samples = round_robin(rows, repeats)
@@ -45,7 +47,7 @@ def run(batch: int = 8192, n_fft: int = 256, segments: int = 2, k: int = 16, rep
     out = []
     for name, ms in samples.items():
         row = {"call": name, "kwargs": {a: list(v) if isinstance(v, tuple) else v for a, v in calls[name].items()},
-               **summary(ms), "ratio_to_before": float(np.median(ms)) / ref}
+               "strategy": rows[name]().strategy, **summary(ms), "ratio_to_before": float(np.median(ms)) / ref}
         out.append(row)
         if progress is not None:
             progress(f"{name}: {row['median_ms']:.1f} ms ({row['ratio_to_before']:.2f}x)")

@@ -517,10 +517,10 @@ def bench_measures(
     check_output(json_path, "--json")
     res = run(batch, n_fft, segments, k, repeats, progress=lambda s: err.print(s, highlight=False))
     table = Table(title=f"welch_peaks: {batch} x {n_fft}, {segments} segments, k {k}, medians of {repeats} (min-max)")
-    for col in ("call", "ms", "ratio"):
+    for col in ("call", "ran", "ms", "ratio"):
         table.add_column(col, justify="right")
     for r in res["results"]:
-        table.add_row(r["call"], f"{r['median_ms']:.1f} ({r['min_ms']:.1f}-{r['max_ms']:.1f})",
+        table.add_row(r["call"], r["strategy"], f"{r['median_ms']:.1f} ({r['min_ms']:.1f}-{r['max_ms']:.1f})",
                       f"{r['ratio_to_before']:.2f}x")
     console.print(table)
     _write_json(json_path, {"machine": machine_info(), **res})
@@ -585,14 +585,21 @@ def explain(
     mode: str = typer.Option("peaks", help="peaks or bins."),
     dtype: str = typer.Option("float32", help="Compute precision: float32 or float64."),
     device: str = typer.Option("cpu", help="Device to plan for."),
+    height: Optional[float] = typer.Option(None, "--height", help="Plan scipy's filters: least PSD height."),
+    prominence: Optional[float] = typer.Option(None, "--prominence", help="Plan scipy's filters: least prominence."),
+    snr_db: Optional[float] = typer.Option(None, "--snr-db", help="Plan the SNR minimum (dB over the median)."),
+    measures: Optional[str] = typer.Option(None, "--measures", help="Plan per-peak measures: some of "
+                                                                     "snr,prominence,width."),
     as_json: bool = typer.Option(False, "--json", help="Print the full breakdown as JSON."),
 ) -> None:
-    """Show how strategy='auto' would run a call, and the cost terms behind the choice."""
+    """Show how strategy='auto' would run a call, and the cost terms behind the choice (with
+    filters or measures: the graphs that end in scipy's find_peaks selection)."""
     import welchpeaks
 
+    names = [m.strip() for m in measures.split(",") if m.strip()] if measures else None
     try:
         wp = welchpeaks.WelchPeaks(n_fft=n_fft, k=k, segments=_parse_segments(segments), mode=mode, device=device,
-                                   dtype=dtype)
+                                   dtype=dtype, height=height, prominence=prominence, snr_db=snr_db, measures=names)
         seg = wp.params.segments or 1
         info = wp.explain(batch=batch, length=wp.params.frame_length(seg))
     except (ValueError, TypeError) as exc:

@@ -82,6 +82,8 @@ class Op(str, enum.Enum):
     segment_mean = "segment_mean"
     mul = "mul"  # times a per-bin constant (the PSD scale)
     topk = "topk"  # peak selection on PSD rows
+    find_peaks = "find_peaks"  # scipy's find_peaks filters, then the k strongest, measured, on PSD rows
+    welch_psd = "welch_psd"  # fused: the PSD of raw rows in one pass
     spectrum_peaks = "spectrum_peaks"  # fused: power, mean, scale and selection of a spectrum
     welch_peaks = "welch_peaks"  # fused: the whole chain on the raw rows
     # the original system's FFT graphs (real-block layout)
@@ -95,7 +97,7 @@ class Op(str, enum.Enum):
 METADATA_OPS = frozenset({Op.input, Op.constant, Op.frames})
 #: Ops whose output is a :class:`welchpeaks.result.RowPeaks` (profiled as ``[rows, k, 3]``
 #: float64 records of bin, power and fractional bin).
-PEAK_OPS = frozenset({Op.topk, Op.spectrum_peaks, Op.welch_peaks})
+PEAK_OPS = frozenset({Op.topk, Op.find_peaks, Op.spectrum_peaks, Op.welch_peaks})
 
 
 @dataclass
@@ -264,6 +266,27 @@ class Graph:
         return self._add(Op.topk, (x,), (n.shape[0], k, 3), DType.f64, k=k, mode=mode, min_distance=min_distance,
                          interp=tuple(interp), edges=bool(edges), params=params)
 
+    def find_peaks(self, x: int, params: Any) -> int:
+        """scipy's ``find_peaks`` filters (``params.filters``) on PSD rows ``[R, bins]``, then the
+        SNR minimum and the ``k`` strongest, refined and measured: peak records ``[R, k, 3]``
+        (the measures ride along, ``[R, k]`` each)."""
+        n = self._rank(x, (2,), "find_peaks")
+        if params.filters is None or n.shape[1] != params.n_bins:
+            raise ValueError(f"find_peaks: PSD rows {list(n.shape)} for n_bins={params.n_bins}, filters "
+                             f"{params.filters!r}: needs [R, n_bins] and filters")
+        return self._add(Op.find_peaks, (x,), (n.shape[0], params.k, 3), DType.f64, params=params)
+
+    def welch_psd(self, x: int, n_segments: int, params: Any) -> int:
+        """The PSD of raw rows ``[B, L]`` in one fused pass (segment, detrend, window, transform,
+        power, mean, scale): ``[B, bins]`` in the rows' precision."""
+        n = self._rank(x, (2,), "welch_psd")
+        need = params.frame_length(n_segments)
+        if n.dtype.is_complex or n.shape[1] < need:
+            raise ValueError(f"welch_psd: rows {list(n.shape)} {n.dtype.name} are not real [B, >= {need}] "
+                             f"for {n_segments} segments")
+        return self._add(Op.welch_psd, (x,), (n.shape[0], params.n_bins), n.dtype, n_segments=n_segments,
+                         params=params)
+
     def welch_peaks(self, x: int, n_segments: int, params: Any) -> int:
         """The whole chain fused on raw rows ``[B, L]`` (segment, detrend, window, transform,
         power, mean, scale, select): peak records ``[B, k, 3]``."""
@@ -316,23 +339,19 @@ class Graph:
 
 
 def welch_chain_graph(params: Any, rows: int, length: int, n_segments: int, dtype: Any, name: str = "welch-chain") -> Graph:
-    """The unfused Welch-peaks graph: frames, window, rfft, power, segment mean, scale, top-k.
+    """The unfused Welch-peaks graph: frames, window, rfft, power, segment mean, scale, top-k
+    (or, with ``params.filters``, the ``find_peaks`` selection).
 
     It computes exactly what :func:`welchpeaks.spectral.welch_psd` and the reference selection
     do, in the same order of operations. Every execution starts from this graph; the planner's
     fusion pass rewrites it for backends with fused kernels.
     """
     g, psd = _psd_nodes(params, rows, length, n_segments, dtype, name)
+    if params.filters is not None:  # scipy's filters: the find_peaks selection
+        return g.set_outputs([g.find_peaks(psd, params)])
     return g.set_outputs([g.topk(psd, params.k, params.mode, params.min_distance,
                                  interp=(params.interp_method, params.interp_alpha), edges=params.edges,
                                  params=params)])
-
-
-def welch_psd_graph(params: Any, rows: int, length: int, n_segments: int, dtype: Any, name: str = "welch-psd") -> Graph:
-    """The Welch PSD rows ``[rows, n_bins]``: :func:`welch_chain_graph` without its selection
-    (what ``welch_peaks`` runs before scipy's filters on a device)."""
-    g, psd = _psd_nodes(params, rows, length, n_segments, dtype, name)
-    return g.set_outputs([psd])
 
 
 def _psd_nodes(params: Any, rows: int, length: int, n_segments: int, dtype: Any, name: str) -> tuple[Graph, int]:

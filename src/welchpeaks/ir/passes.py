@@ -4,9 +4,10 @@
 ``frames -> window -> rfft -> power -> segment_mean -> mul(scale) -> topk`` becomes one
 ``welch_peaks`` node on the raw rows, or its tail ``power -> ... -> topk`` one
 ``spectrum_peaks`` node on the spectrum, where the backend has its own kernel for the fused
-op at these parameters. Whether a rewrite pays is not decided here: the planner scores each
-with its IO fusion gate (:mod:`welchpeaks.plan.fusion`), as Inductor keeps legality apart
-from profitability.
+op at these parameters. A chain ending in ``find_peaks`` (scipy's filters) may have its PSD
+``frames -> ... -> mul(scale)`` become one ``welch_psd`` node. Whether a rewrite pays is not
+decided here: the planner scores each with its IO fusion gate (:mod:`welchpeaks.plan.fusion`),
+as Inductor keeps legality apart from profitability.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def welch_chain_fusions(graph: Graph, backend: Any) -> list[tuple[Op, Graph]]:
     ``(fused op, rewritten graph)``. Empty when there is no chain or no fused kernel."""
     out: list[tuple[Op, Graph]] = []
     for n in graph.nodes:
-        if n.op is not Op.topk or n.attrs.get("params") is None:
+        if n.op not in (Op.topk, Op.find_peaks) or n.attrs.get("params") is None:
             continue
         p = n.attrs["params"]
         scale = graph.node(n.inputs[0])
@@ -75,6 +76,12 @@ def welch_chain_fusions(graph: Graph, backend: Any) -> list[tuple[Op, Graph]]:
         whole = list(tail)
         rows = _walk(graph, spec, _HEAD, whole)
         n_seg = graph.node(spec).shape[-2]
+        if n.op is Op.find_peaks:
+            if rows is not None and _private(graph, whole[1:]) and backend.fuses(Op.welch_psd, p):
+                out.append((Op.welch_psd, _copy_except(
+                    graph, set(whole[2:]), {scale.id: lambda g, m, rows=rows: g.welch_psd(m[rows], n_seg, p)},
+                    graph.name)))
+            break
         if rows is not None and _private(graph, whole) and backend.fuses(Op.welch_peaks, p):
             out.append((Op.welch_peaks, _copy_except(
                 graph, set(whole[1:]), {n.id: lambda g, m, rows=rows: g.welch_peaks(m[rows], n_seg, p)},

@@ -36,7 +36,7 @@ class Backend:
     backend fuses only what it says it fuses.
     """
 
-    FUSED = frozenset({Op.welch_peaks, Op.spectrum_peaks})
+    FUSED = frozenset({Op.welch_peaks, Op.spectrum_peaks, Op.welch_psd})
 
     def __init__(self, name: str, kernels: Mapping[Op, KernelFactory], base: "Backend | None" = None,
                  accepts: Mapping[Op, Callable[[Any], bool]] | None = None):

@@ -24,7 +24,7 @@ import numpy as np
 from welchpeaks import backends
 from welchpeaks.files import write_atomic
 from welchpeaks.machine import machine_info
-from welchpeaks.params import make_params
+from welchpeaks.params import PeakFilters, make_params
 from welchpeaks.plan.cost import (
     BackendCostModel,
     LogLogTable,
@@ -326,13 +326,51 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
         per_row.append(row)
         tick(f"fused-cpu k {k}")
     tables["fused-k"] = LogLogTable([4, 16, 64], ns_, per_row)
+    from welchpeaks.backends.filtered import host_rows
+
+    vals = []  # scipy's filters on PSD rows: prominence and the SNR measure, k 16
+    for nb in grid["bins"]:
+        run = host_rows(make_params(n_fft=2 * (nb - 1), k=16, filters=PeakFilters(prominence=(0.0, None),
+                                                                                   measures=("snr",))))
+        row = []
+        for r in rows_:
+            psd = rng.chisquare(4, (r, nb)).astype(np.float32)
+            row.append(median_ns(lambda psd=psd: run(psd), reps))
+            tick(f"find_peaks {nb} bins x {r}")
+        vals.append(row)
+    tables["find_peaks"] = LogLogTable(grid["bins"], rows_, _monotone(vals))
     model = cpu_cost_model(
         status="measured", dispatch_ns=dispatch, roundtrip_ns=roundtrip, memory_bw=bw, h2d_bw=bw, d2h_bw=bw,
         threads=numba_threads(), tables=tables, min_gain_ns=dispatch, host_thunk_penalty_ns=0.0,
         meta={"quick": quick, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "grid": grid},
     )
+    model.meta["op_factors"] = _op_factors(model, 2048 if quick else 8192, reps)
+    tick("elementwise steps")
     model.call_ns = {name: max(t - estimate_graph_cost(g, model), 0.0) for name, (t, g) in calls.items()}
     return model
+
+
+def _op_factors(model: BackendCostModel, rows: int, reps: int) -> dict[str, float]:
+    """Per elementwise op of the Welch chain (window, power, segment mean, scale): the numpy
+    kernel's measured time over the model's traffic estimate, on ``rows`` float32 rows of two
+    segments of 256 (detrending and windowing read and write more than once; the estimate
+    counts one read and one write)."""
+    from welchpeaks import backends
+    from welchpeaks.ir import compile, welch_chain_graph
+    from welchpeaks.plan.cost import ELEMENTWISE_OPS, node_cost_ns
+
+    p = make_params(n_fft=256, k=16, segments=2)
+    g = welch_chain_graph(p, rows, p.frame_length(2), 2, np.float32)
+    program = compile(g, backends.get("numpy").backend)
+    x = np.random.default_rng(0).standard_normal((rows, p.frame_length(2))).astype(np.float32)
+    values: dict[int, Any] = {}
+    out = {}
+    for node, fn, ins, _ in program.steps:
+        args = [values[i] for i in ins]
+        values[node.id] = fn(x) if node.op.value == "input" else fn(*args)
+        if node.op in ELEMENTWISE_OPS:
+            out[node.op.value] = median_ns(lambda fn=fn, args=args: fn(*args), reps) / node_cost_ns(g, node, model)
+    return out
 
 
 def _time_tiny_calls(reps: int, tick: Callable[[str], None]) -> dict[str, tuple[float, Any]]:

@@ -64,11 +64,18 @@ class LogLogTable:
         return asdict(self)
 
 
+#: the host's elementwise steps of the Welch chain, priced by their traffic times a measured factor
+ELEMENTWISE_OPS = frozenset({Op.window, Op.power, Op.segment_mean, Op.mul})
+#: find_peaks' cost over the plain selection's where no ``find_peaks`` curve was measured (the
+#: numba kernel with prominence and SNR against the peaks selection, 129-bin rows, 2-vCPU VM)
+FIND_PEAKS_OVER_SELECT = 3.0
+
+
 @dataclass
 class BackendCostModel:
     """Measured (or default) costs of one device. Bandwidths in bytes/ns (= GB/s), times in ns.
 
-    ``tables`` keys: ``fft:<dtype>`` (n_fft x transforms), ``select:<mode>`` (n_bins x rows),
+    ``tables`` keys: ``fft:<dtype>`` (n_fft x transforms), ``select:<mode>`` and ``find_peaks`` (n_bins x rows),
     ``fused:<dtype>:s<S>`` (n_fft x rows: the whole fused kernel for S segments, k 16),
     ``fused-k`` (k x n_fft) and ``select-k:<mode>`` (k x n_bins): ns per row at k. ``call_ns`` is each execution's fixed cost of one call through the API
     (validation, planning lookup, result assembly) beyond its nodes; ``roundtrip_ns`` stands in
@@ -124,6 +131,22 @@ class BackendCostModel:
         k = min(k, n_bins if mode == "bins" else (n_bins + 1) // 2)
         t = max(t1 + (n_segments - 1) * (t2 - t1), t1) + self._k_term("fused-k", k, rows, n_fft)
         return max(t, 1.0)
+
+    def op_factor(self, op: Op) -> float:
+        """Measured time over the traffic estimate of the host's elementwise ``op`` (window,
+        power, segment mean, scale: ``meta['op_factors']``, from calibration; 1 where not
+        measured). Read from a file, so only a finite factor in [0.25, 50] counts."""
+        factors = self.meta.get("op_factors") if isinstance(self.meta, dict) else None
+        v = factors.get(op.value) if isinstance(factors, dict) else None
+        return float(v) if _is_number(v) and 0.25 <= v <= 50 else 1.0
+
+    def find_peaks_ns(self, n_bins: int, rows: int) -> float:
+        """scipy's filters on PSD rows (the ``find_peaks`` node): the ``find_peaks`` curve
+        (measured with ``prominence=0`` and the SNR measure, k 16), or, in a model measured
+        before that curve existed, :data:`FIND_PEAKS_OVER_SELECT` times the plain selection."""
+        if "find_peaks" in self.tables:
+            return max(self.tables["find_peaks"](n_bins, rows), 1.0)
+        return FIND_PEAKS_OVER_SELECT * self.select_ns(n_bins, 16, rows, "peaks")
 
     def gate(self) -> IoFusionGate:
         return IoFusionGate(self.dispatch_ns, self.roundtrip_ns, self.memory_bw, self.h2d_bw, self.d2h_bw,
@@ -232,6 +255,12 @@ def node_cost_ns(graph: Graph, node: Node, model: BackendCostModel) -> float:
         return model.dispatch_ns + model.fft_ns(n, node.shape[0], _dtype_name(node))
     if node.op is Op.topk:
         return base + model.select_ns(src.shape[1], node.attrs["k"], src.shape[0], node.attrs["mode"])
+    if node.op is Op.find_peaks:
+        return base + model.find_peaks_ns(src.shape[1], src.shape[0])
+    if node.op is Op.welch_psd:  # the fused pass writing the PSD instead of selecting
+        p = node.attrs["params"]
+        return (model.dispatch_ns + node.nbytes / model.memory_bw
+                + model.fused_ns(p.n_fft, node.shape[0], node.attrs["n_segments"], 16, _dtype_name(src)))
     if node.op is Op.welch_peaks:
         p = node.attrs["params"]
         return model.dispatch_ns + model.fused_ns(p.n_fft, node.shape[0], node.attrs["n_segments"], p.k,
@@ -241,6 +270,8 @@ def node_cost_ns(graph: Graph, node: Node, model: BackendCostModel) -> float:
         return base + model.select_ns(src.shape[2], p.k, src.shape[0], p.mode)
     if node.op is Op.block_peaks:
         return base + model.select_ns(src.shape[1] // 4 + 1, node.attrs["k"], node.shape[0], "bins")
+    if node.op in ELEMENTWISE_OPS:
+        return model.dispatch_ns + moved / model.memory_bw * model.op_factor(node.op)
     return base
 
 

@@ -50,10 +50,10 @@ def profile_graph_io(
 
 def read_bytes(graph: Graph, node, input_id: int) -> int:
     """Bytes ``node`` reads of its input ``input_id``: all of it, except that a fused
-    ``welch_peaks`` reads only the analysed frame of each row (as the ``frames`` view does in
+    ``welch_peaks`` or ``welch_psd`` reads only the analysed frame of each row (as the ``frames`` view does in
     the chain), however long the rows are."""
     src = graph.node(input_id)
-    if node.op is Op.welch_peaks:
+    if node.op in (Op.welch_peaks, Op.welch_psd):
         frame = node.attrs["params"].frame_length(node.attrs["n_segments"])
         return src.nbytes // max(src.shape[-1], 1) * min(frame, src.shape[-1])
     return src.nbytes

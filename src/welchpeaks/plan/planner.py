@@ -79,10 +79,11 @@ class CallPlan:
     working_bytes: int  # intermediate memory of one run of the whole batch
     block_rows: int | None  # rows per run when the whole batch would exceed the memory budget
     segment_piece: int | None = None  # segments per piece when one row would exceed it
+    batch_graph: Graph | None = None  # the graph with this call's shapes (the program is shared across batches)
 
     @property
     def graph(self) -> Graph:
-        return self.program.graph
+        return self.batch_graph if self.batch_graph is not None else self.program.graph
 
     def run(self, rows: Any) -> Any:
         """The program's :class:`welchpeaks.result.RowPeaks` for ``rows`` (in blocks of
@@ -97,8 +98,9 @@ class CallPlan:
 
             cat = torch.cat
         bad = [p.bad_rows + i * self.block_rows for i, p in enumerate(parts)]
+        measures = {n: cat([p.measures[n] for p in parts]) for n in (parts[0].measures or {})}
         return RowPeaks(*(cat([getattr(p, f) for p in parts]) for f in ("bins", "power", "fbins")),
-                        np.concatenate(bad))
+                        np.concatenate(bad), measures or None)
 
     def _run(self, rows: Any) -> Any:
         if self.upload:
@@ -300,7 +302,9 @@ class Planner:
             ex, why = self._execution(rows, n_seg, length, compute, tensor, budget)
             upload = not tensor and ex.device == "cuda" and self.device == "cuda"
             program, fusion = self.program(ex, n_seg, rows, length, compute)
-            working = peak_working_bytes(program.graph)
+            # this batch's graph: the compiled program is shared by every batch of its structure
+            graph = self.graph(ex, n_seg, rows, length, compute)[0]
+            working = peak_working_bytes(graph)
             block, piece = None, None
             if working > budget:
                 per_row = -(-working // rows)
@@ -313,7 +317,7 @@ class Planner:
                             f"{f' and blocks of {block} rows' if block else ''} to stay within {size_text(budget)} "
                             "of working memory")
             call = CallPlan(ex.name, program, n_seg, self.params.frame_length(n_seg), compute, why, fusion, layout,
-                            upload, working, block, piece)
+                            upload, working, block, piece, graph)
             if not why.startswith(PROVISIONAL):  # planned again once the cost model is measured
                 self._calls.put(key, call)
         return call

@@ -52,6 +52,18 @@ def test_sources_equal_in_memory(stores, signals, name):
           welchpeaks.track(signals, frame_segments=4, fs=fs, **KW))
 
 
+def test_filters_and_measures_on_a_source_equal_in_memory(stores, signals, tmp_path):
+    src = welchpeaks.open_signals(f"{stores}/x.zarr")
+    kw = dict(KW, segments=None, prominence=1e-4, snr_db=1.0, measures=("snr", "prominence", "width"))
+    got = welchpeaks.welch_peaks(src, max_memory=1 << 20, **kw)  # blocks of rows
+    ref = welchpeaks.welch_peaks(signals, fs=src.fs, **kw)
+    _same(got, ref)
+    assert set(got.measures) == set(ref.measures) == {"snr_db", "prominence", "width", "width_hz"}
+    for name, v in ref.measures.items():
+        np.testing.assert_array_equal(got.measures[name], v)
+    np.save(tmp_path / "long.npy", np.zeros((2, 300_000), np.float32))  # 1.2 MB frames
+    with pytest.raises(ValueError, match="analysed frame is read at once.*max_memory="):
+        welchpeaks.welch_peaks(welchpeaks.open_signals(tmp_path / "long.npy"), max_memory=1 << 20, **kw)
 @settings(max_examples=15, deadline=None, derandomize=True)
 @given(budget=st.integers(1 << 20, 3 << 20), frame_segments=st.integers(1, 9), frame_hop=st.sampled_from([None, 1, 2]))
 def test_track_of_a_long_file_in_any_blocks(tmp_path_factory, budget, frame_segments, frame_hop):

@@ -219,9 +219,6 @@ class WelchPeaks:
             raise TypeError("WelchPeaks is called on arrays in memory; for a dask array use "
                             "welchpeaks.welch_peaks(x, ...), which returns a lazy result")
         if isinstance(x, SignalSource):
-            if self.params.filters is not None:
-                raise ValueError("filters and measures run on arrays and tensors in memory in this version; drop "
-                                 "them for sources (or read the signals into an array)")
             return self._run_source(x)
         t = tensor_input(x)
         if t is not None:
@@ -255,8 +252,9 @@ class WelchPeaks:
         results = [self.source_block(src, i, r0, r1, budget)
                    for i in range(len(src.parts)) for r0, r1, _ in self.source_blocks(src, i, budget)]
         cat = {f: np.concatenate([getattr(r, f) for r in results]) for f in ("bins", "power", "freqs")}
+        measures = {n: np.concatenate([r.measures[n] for r in results]) for n in results[-1].measures}
         return PeakResult(strategy=results[-1].strategy, params=dict(results[-1].params, source=src.description),
-                          **cat)
+                          measures=measures, **cat)
 
     def source_blocks(self, src: SignalSource, part: int, budget: int) -> list[tuple[int, int, tuple | None]]:
         """How part ``part`` of a source is computed within ``budget`` bytes of samples: blocks
@@ -271,6 +269,10 @@ class WelchPeaks:
         except ValueError as exc:
             raise ValueError(f"{info.name}: {exc}") from None
         frame = p.frame_for(info.samples)
+        if p.filters is not None and frame * src.dtype.itemsize > budget:
+            raise ValueError(f"{info.name}: with filters or measures each signal's analysed frame is read at once, "
+                             f"{frame * src.dtype.itemsize} bytes, over the {budget}-byte budget; pass a larger "
+                             "max_memory= or fewer segments")
         if self._in_pieces(src, part, budget):
             from welchpeaks.numba_base import LANES
 
@@ -279,14 +281,16 @@ class WelchPeaks:
 
     def _in_pieces(self, src: SignalSource, part: int, budget: int) -> bool:
         """Whether rows of part ``part`` are too long for ``budget`` and the fused pass takes them
-        in pieces (other executions read whole rows, one block of rows at a time)."""
+        in pieces (other executions, and filtered calls, read whole rows, one block of rows at a
+        time)."""
         from welchpeaks.backends.fused_cpu import is_pow2
         from welchpeaks.numba_base import LANES
 
         info = src.parts[part]
         ex = self.for_batch(info.rows, info.samples, src.dtype)
         frame_bytes = self.params.frame_for(info.samples) * src.dtype.itemsize
-        return ex.strategy == "fused-cpu" and is_pow2(self.params.n_fft) and frame_bytes * min(info.rows, LANES) > budget
+        return (self.params.filters is None and ex.strategy == "fused-cpu" and is_pow2(self.params.n_fft)
+                and frame_bytes * min(info.rows, LANES) > budget)
 
     def source_block(self, src: SignalSource, part: int, r0: int, r1: int, budget: int,
                      data: np.ndarray | None = None) -> PeakResult:
@@ -551,8 +555,9 @@ def welch_peaks(
         the host, Triton on a CUDA device), measuring and refining only the peaks it keeps.
         ``strategy='auto'`` prices these graphs with the measured cost models and picks as for
         any call (``WelchPeaks(...).explain()`` says why); on this project's 2-core test VM the
-        filtered call costs about 3x the fused pass alone. Dask arrays and sources are refused.
-        Calls without filters or measures keep every execution's fast path.
+        filtered call costs about 3x the fused pass alone. Sources are read in blocks of rows
+        (each signal's analysed frame at once); dask arrays are refused. Calls without filters
+        or measures keep every execution's fast path.
 
     Returns
     -------

@@ -58,6 +58,27 @@ def test_long_rows_sum_partial_psds(monkeypatch):
     np.testing.assert_allclose(r.freqs, mem.freqs, rtol=0, atol=1e-9)
 
 
+def test_filters_and_measures_lazily_equal_in_memory(monkeypatch):
+    """Filtered calls on dask arrays: the measures come back lazily with the peaks, equal to the
+    in-memory call for whole-row tasks and for long rows summed across time chunks."""
+    kw = dict(n_fft=128, k=5, fs=100.0, distance=2, prominence=1e-4, snr_db=0.5,
+              measures=("snr", "prominence", "width"))
+    mem = welchpeaks.welch_peaks(X, segments=2, **kw)
+    r = welchpeaks.welch_peaks(da.from_array(X, chunks=(4, 2000)), segments=2, **kw)
+    assert isinstance(r.measures["snr_db"], da.Array) and set(r.measures) == set(mem.measures)
+    got = r.compute()
+    _same(r, mem)
+    for name, v in mem.measures.items():
+        np.testing.assert_array_equal(got.measures[name], v)
+    monkeypatch.setattr(lazy, "TASK_BYTES", 4096)  # long rows: PSD sums, then the find_peaks kernel
+    x = X.astype(np.float64)
+    mem = welchpeaks.welch_peaks(x, segments=None, strategy="numpy", **kw)
+    got = welchpeaks.welch_peaks(da.from_array(x, chunks=(4, 1000)), segments=None, **kw).compute()
+    np.testing.assert_array_equal(got.bins, mem.bins)
+    for name, v in mem.measures.items():
+        np.testing.assert_allclose(got.measures[name], v, rtol=1e-9, atol=1e-12)
+
+
 def test_welch_lazy_equals_scipy():
     import scipy.signal
 

@@ -75,8 +75,10 @@ class PeakResult:
             return self
         import dask
 
-        bins, power, freqs = dask.compute(self.bins, self.power, self.freqs)
-        return PeakResult(bins, power, freqs, self.strategy, dict(self.params), dict(self.measures))
+        names = list(self.measures)
+        bins, power, freqs, *measures = dask.compute(self.bins, self.power, self.freqs,
+                                                     *(self.measures[n] for n in names))
+        return PeakResult(bins, power, freqs, self.strategy, dict(self.params), dict(zip(names, measures)))
 
     def numpy(self) -> PeakResult:
         """This result with host (NumPy) arrays (tensors on a GPU are copied back, dask arrays

@@ -79,14 +79,23 @@ def _meta(ndim: int) -> np.ndarray:
 
 
 def _pack(*arrays: np.ndarray) -> np.ndarray:
-    """bins, power, freqs as one float64 array with a last axis of 3 (all exact in float64)."""
+    """bins, power, freqs (then any measures) as one float64 array with a last axis of 3 or
+    more (all exact in float64)."""
     return np.stack([a.astype(np.float64) for a in arrays], axis=-1)
+
+
+def _measure_names(p: Any) -> list[str]:
+    """The measures a filtered call returns, in the order tasks pack them after bins, power, freqs."""
+    from welchpeaks.backends.filtered import MEASURE_NAMES
+
+    return [MEASURE_NAMES[m] for m in p.filters.measures] if p.filters is not None else []
 
 
 def _peaks_task(block: np.ndarray, kw: dict[str, Any]) -> np.ndarray:
     fit_numba_threads()
-    r = _executor("peaks", kw)(block)
-    return _pack(r.bins, r.power, r.freqs)
+    ex = _executor("peaks", kw)
+    r = ex(block)
+    return _pack(r.bins, r.power, r.freqs, *(r.measures[n] for n in _measure_names(ex.params)))
 
 
 def _track_task(block: np.ndarray, kw: dict[str, Any], first_sample: int) -> np.ndarray:
@@ -110,14 +119,20 @@ def _select_task(psd: np.ndarray, kw: dict[str, Any]) -> np.ndarray:
     from welchpeaks.backends.numpy_exec import select
 
     p = _executor("peaks", kw).params
-    out = np.empty(psd.shape[:1] + (p.k, 3))
+    names = _measure_names(p)
+    out = np.empty(psd.shape[:1] + (p.k, 3 + len(names)))
     good = np.isfinite(psd).all(axis=1)
     if p.nan_policy == "raise" and not good.all():
         raise ValueError(f"x has NaN or infinity in {int((~good).sum())} row(s) of this block; clean the data or "
                          "pass nan_policy='propagate'")
     out[:] = np.nan
     out[..., 0] = -1
-    if good.any():
+    if good.any() and p.filters is not None:  # scipy's filters: the find_peaks node's host kernel
+        from welchpeaks.backends.filtered import host_rows
+
+        r = host_rows(p)(psd[good])
+        out[good] = _pack(r.bins, r.power, r.fbins * p.freq_scale(), *(r.measures[n] for n in names))
+    elif good.any():
         bins, power, fbins = select(psd[good], p.k, p.mode, p.min_distance, (p.interp_method, p.interp_alpha),
                                      p.edges)
         out[good] = _pack(bins, power, fbins * p.freq_scale())
@@ -175,11 +190,14 @@ def welch_peaks(x: Any, kw: dict[str, Any]) -> PeakResult:
     length = rows.shape[1]
     p.check_length(length)
     frame, item = p.frame_for(length), dtype.itemsize
+    names = _measure_names(p)
+    fields = 3 + len(names)
     if kw.get("strategy", "auto") == "auto":  # every task runs what the whole batch in memory would
         kw = dict(kw, strategy=ex.for_batch(rows.shape[0], length, dtype).strategy)
     if p.segments is not None or frame * item <= TASK_BYTES or rows.numblocks[1] == 1:
         whole = _bounded_rows(rows[:, :frame], frame, item)
-        out = whole.map_blocks(_peaks_task, kw, new_axis=2, chunks=(whole.chunks[0], (p.k,), (3,)), meta=_meta(3))
+        out = whole.map_blocks(_peaks_task, kw, new_axis=2, chunks=(whole.chunks[0], (p.k,), (fields,)),
+                               meta=_meta(3))
     else:  # long rows across time chunks: partial PSD sums, tree-reduced, then selected
         n_seg = p.n_segments_for(length)
         parts = []
@@ -188,11 +206,14 @@ def welch_peaks(x: Any, kw: dict[str, Any]) -> PeakResult:
             parts.append(piece.map_blocks(_psd_sum_task, kw, s1 - s0, chunks=(piece.chunks[0], (p.n_bins,)),
                                           meta=_meta(2)))
         psd = da.stack(parts).sum(axis=0, split_every=8) / n_seg
-        out = psd.map_blocks(_select_task, kw, new_axis=2, chunks=(psd.chunks[0], (p.k,), (3,)), meta=_meta(3))
+        out = psd.map_blocks(_select_task, kw, new_axis=2, chunks=(psd.chunks[0], (p.k,), (fields,)), meta=_meta(3))
     shape = lead + (p.k,)
     info = dict(p.to_dict(), segments=p.n_segments_for(length), frame=frame, lazy="dask")
+    measures = {n: out[..., 3 + i].reshape(shape) for i, n in enumerate(names)}
+    if "width" in measures and p.fs is not None:
+        measures["width_hz"] = measures["width"] * p.freq_scale()
     return PeakResult(out[..., 0].astype(np.int32).reshape(shape), out[..., 1].astype(dtype).reshape(shape),
-                      out[..., 2].reshape(shape), f"dask ({ex.requested})", info)
+                      out[..., 2].reshape(shape), f"dask ({ex.requested})", info, measures)
 
 
 def track(x: Any, kw: dict[str, Any]) -> TrackResult:

@@ -556,8 +556,8 @@ def welch_peaks(
         ``strategy='auto'`` prices these graphs with the measured cost models and picks as for
         any call (``WelchPeaks(...).explain()`` says why); on this project's 2-core test VM the
         filtered call costs about 3x the fused pass alone. Sources are read in blocks of rows
-        (each signal's analysed frame at once); dask arrays are refused. Calls without filters
-        or measures keep every execution's fast path.
+        (each signal's analysed frame at once); dask arrays give lazy measures too. Calls
+        without filters or measures keep every execution's fast path.
 
     Returns
     -------
@@ -583,10 +583,6 @@ def welch_peaks(
               prominence=prominence, width=width, wlen=wlen, rel_height=rel_height, snr_db=snr_db, measures=measures,
               noise_bins=noise_bins)
     if lazy.is_dask(x):
-        if make_filters(height=height, threshold=threshold, prominence=prominence, width=width, snr_db=snr_db,
-                        measures=measures) is not None:
-            raise ValueError("filters and measures run on arrays and tensors in memory in this version; drop them "
-                             "for dask arrays (or compute the array first)")
         if model is not None or device != "cpu":
             raise ValueError("dask arrays run on the CPU executions in this version; drop model= and device=")
         return lazy.welch_peaks(x, kw)

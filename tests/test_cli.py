@@ -167,3 +167,16 @@ def test_peaks_filters_and_measures(tmp_path):
     bad = CliRunner().invoke(app, ["peaks", str(tmp_path / "x.npy"), "--out", str(tmp_path / "o.csv"),
                                    "--prominence", "1"])
     assert bad.exit_code == 2 and "not available with --out" in bad.output
+
+
+def test_explain_shows_the_filtered_graphs():
+    res = runner.invoke(app, ["explain", "--batch", "64", "--json", "--prominence", "0", "--measures", "snr,width"])
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.output)
+    assert "find_peaks" in info["graph"] and info["params"]["measures"] == ["snr", "width"]
+    assert info["costs"]["numpy"]["graph"][-1] == "find_peaks"
+    assert info["costs"]["fused-cpu"]["graph"] == ["input", "welch_psd", "find_peaks"]
+    table = runner.invoke(app, ["explain", "--batch", "64", "--snr-db", "3"])
+    assert table.exit_code == 0 and "picked" in table.output
+    bad = runner.invoke(app, ["explain", "--measures", "snrr"])
+    assert bad.exit_code != 0 and "'snrr' is unknown" in bad.output

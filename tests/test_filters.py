@@ -219,3 +219,20 @@ def test_rows_on_a_device_stay_there_and_match_the_host(noise_bins):
     bad[5, 7] = np.nan
     with pytest.raises(ValueError, match="signal \\(5,\\)"):
         welchpeaks.welch_peaks(torch.from_numpy(bad).to(dev), **kw)
+
+
+def test_device_rows_over_the_triton_kernel_s_limit_go_to_the_host_kernel():
+    """PSD rows over 8192 bins on a GPU execution: the find_peaks node's device kernel hands
+    them to the host kernel and returns tensors on their device, equal to numpy's."""
+    torch = pytest.importorskip("torch")
+    from welchpeaks.backends.triton_exec import MAX_FIND_PEAKS_N
+
+    n_fft = 2 * MAX_FIND_PEAKS_N
+    x = _rows(np.random.default_rng(9), 2, n_fft + n_fft // 2)
+    kw = dict(n_fft=n_fft, k=4, segments=2, prominence=1e-6, measures=("snr", "width"))
+    got = welchpeaks.welch_peaks(torch.from_numpy(x), strategy="torch", **kw)
+    ref = welchpeaks.welch_peaks(x, strategy="numpy", **kw)
+    assert got.strategy == "torch" and torch.is_tensor(got.measures["snr_db"])
+    np.testing.assert_array_equal(got.bins.numpy(), ref.bins)
+    for name in ("snr_db", "width"):
+        np.testing.assert_allclose(got.measures[name].numpy(), ref.measures[name], rtol=1e-9)

@@ -96,13 +96,14 @@ def test_oracle_10000_random_rows():
 def test_prominences_of_every_peak_on_rows_of_few_levels():
     """The one-sweep prominences (k large against the row) and the per-peak walks (k small):
     scipy's prominences and bases exactly, on rows of 2 to 5 levels (plateaus that are peaks
-    and that are not, equal lows on both sides, plateaus at the ends) and on noise."""
+    and that are not, equal lows on both sides, plateaus at the ends) and on noise. The long
+    rows rank by a threshold with many ties at it (then by insertion) or few (by counting)."""
     rng = np.random.default_rng(5)
     for levels in (2, 3, 5, 1000):
-        for n in (3, 4, 5, 7, 16, 33, 200):
+        for n in (3, 4, 5, 7, 16, 33, 200, 1000):
             x = rng.integers(0, levels, (300, n)).astype(float)
             for k, kw in ((None, {"prominence": (None, None)}), (1, {"prominence": 1.0}),
-                          (2, {"prominence": (None, None), "height": 1.0})):
+                          (2, {"prominence": (None, None), "height": 1.0}), (16, {})):
                 _check_rows(x, welchpeaks.find_peaks(x, k=k, **kw), kw, n if k is None else k)
 
 def test_padded_shapes_tensors_and_edges():

@@ -179,6 +179,9 @@ def _found(got: dict, lead: tuple, k: int | None, need_prom: bool, need_width: b
         fields.update(widths=got["wid"], width_heights=ips[..., 0], left_ips=ips[..., 1], right_ips=ips[..., 2])
     for name, v in fields.items():  # to k slots (k may exceed what a row can hold)
         m = min(slots, v.shape[1])
+        if m == slots == v.shape[1]:
+            fields[name] = v.reshape(lead + (slots,))
+            continue
         if isinstance(v, np.ndarray):
             out = np.full((rows_n, slots), -1 if v.dtype.kind == "i" else np.nan, v.dtype)
         else:

@@ -340,7 +340,7 @@ def find_peaks_rows(x, cfg, out, n_workers):
                np.zeros(n, np.int64), np.empty((n + _BLOCK - 1) // _BLOCK, np.float64),
                np.empty((n + _BLOCK - 1) // _BLOCK, np.float64),
                np.empty(3 * max(n, 2 * cfg[12] + 1), np.float64), np.empty((3, cap + 1), np.float64),
-               np.empty((3, cap + 1), np.int64))
+               np.empty((3, cap + 1), np.int64), np.empty(cap, np.int64))
         for r in range(t * per, min(n_rows, (t + 1) * per)):
             _row(x[r], r, cfg, out, scr)
 
@@ -351,7 +351,8 @@ def _row(row, r, cfg, out, scr):
     infinity is left empty with ``counts[r] = -1``. Scratch ``scr``: candidates' indices,
     heights, keep flags, prominences, bases, ``[width, line, left, right, snr]``, the ranking,
     the distance marks, the block minima and maxima, ``3 max(n, 2 noise_bins + 1)`` floats for
-    the medians, the valleys (``[3, cap + 1]`` floats and indices).
+    the medians (and the ranking's selection), the valleys (``[3, cap + 1]`` floats and
+    indices), the ranking's survivors.
 
     Without ``edges`` and ``wlen``, and with ``k`` over a sixteenth of the row, the prominences
     of all maxima come from one sweep over their valleys (:func:`_all_prominences`); else each
@@ -427,7 +428,7 @@ def _row(row, r, cfg, out, scr):
             m = _compact(m, keep, cand, hts, prom, base, wid)
     # the k highest, ties to the lower index
     kept = min(k, m)
-    _top(hts, m, kept, order)
+    _top(hts, m, kept, order, scr[13], scr[10])
     _write(row, r, cfg, out, scr, kept, floor)
 
 
@@ -526,8 +527,8 @@ def _lazy_top(row, r, m, cfg, scr, floor, swept):
     n = row.shape[0]
     kept = 0
     s = 0
-    want = min(m, 2 * k)
-    _top(hts, m, want, order)
+    want = min(m, k + (k + 3) // 4)
+    _top(hts, m, want, order, scr[13], scr[10])
     while s < m and kept < k:
         e = s + 1  # the group of equal heights order[s:e]
         while True:
@@ -536,7 +537,7 @@ def _lazy_top(row, r, m, cfg, scr, floor, swept):
             if e < want or want == m:
                 break
             want = min(m, 2 * want)  # the group may go on past the visited prefix
-            _top(hts, m, want, order)  # a strict ranking: the first ``s`` stay where they are
+            _top(hts, m, want, order, scr[13], scr[10])  # a strict ranking: the first ``s`` stay where they are
         for g in range(e - 1, s - 1, -1):  # the distance rule, from the later index
             j = order[g]
             p = cand[j]
@@ -571,7 +572,7 @@ def _lazy_top(row, r, m, cfg, scr, floor, swept):
         s = e
         if s == want and want < m and kept < k:
             want = min(m, 2 * want)
-            _top(hts, m, want, order)
+            _top(hts, m, want, order, scr[13], scr[10])
     for g in range(kept):
         order[g] = order[cap + g]
     return kept
@@ -681,18 +682,57 @@ def _by_distance(cand, hts, m, distance, keep, stack):
         keep[j] = state[j] == 1
 
 
+#: survivors of :func:`_top`'s threshold ranked by counting (above: by insertion)
+_COUNTED = 64
+
+
 @njit(**_OPTS)
-def _top(hts, m, kept, order):
+def _top(hts, m, kept, order, sel, tmp):
     """``order[:kept]``: positions of the ``kept`` highest of ``hts[:m]``, highest first, ties to
-    the lower position (an insertion into a sorted prefix: about ``m`` comparisons when ``kept``
-    is small or ``m`` is; a stable sort when ``kept`` is a large part of many)."""
+    the lower position (a strict order: a longer ranking starts with a shorter one).
+
+    A threshold first: the ``kept``-th highest of the maxima of groups of four (a branch-free
+    selection, :func:`_kth`) has at least ``kept`` values at or above it, and on random rows
+    few more; those survivors are gathered without branches into ``sel`` (``m`` slots) and
+    ranked by counting, each one's rank the number that go before it (no data-dependent
+    branch), or by insertion when many tie at the threshold. ``tmp``: ``3 m`` floats. A
+    stable sort when ``kept`` is a large part of many; all survive when the groups are too
+    few for a threshold."""
+    if kept <= 0:
+        return
     if kept * 8 >= m and m > 128:
         srt = np.argsort(-hts[:m], kind="mergesort")
         for s in range(kept):
             order[s] = srt[s]
         return
-    filled = 0
+    ng = m // 4
+    t = -np.inf
+    if ng >= kept and m >= 64:
+        for g in range(ng):
+            b = 4 * g
+            tmp[g] = max(max(hts[b], hts[b + 1]), max(hts[b + 2], hts[b + 3]))
+        t = _kth(tmp, ng, ng - kept)
+    n_sel = 0
     for j in range(m):
+        sel[n_sel] = j
+        n_sel += hts[j] >= t
+    if n_sel <= _COUNTED:
+        vals = tmp[:n_sel]
+        for a in range(n_sel):
+            vals[a] = hts[sel[a]]
+        for a in range(n_sel):
+            v = vals[a]
+            rank = 0
+            for b in range(a):  # earlier positions go first on a tie
+                rank += vals[b] >= v
+            for b in range(a + 1, n_sel):
+                rank += vals[b] > v
+            if rank < kept:
+                order[rank] = sel[a]
+        return
+    filled = 0
+    for a in range(n_sel):
+        j = sel[a]
         v = hts[j]
         if filled == kept and not v > hts[order[kept - 1]]:
             continue  # not above the lowest kept (a tie stays with the lower position)

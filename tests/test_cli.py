@@ -165,8 +165,9 @@ def test_peaks_filters_and_measures(tmp_path):
                     float(want.measures["width_hz"][s, j])) for s in range(2) for j in range(3) if ok[s, j]]
     assert all(float(r["snr_db"]) >= 6 for r in rows) and len(rows) >= 2
     bad = CliRunner().invoke(app, ["peaks", str(tmp_path / "x.npy"), "--out", str(tmp_path / "o.csv"),
-                                   "--prominence", "1"])
-    assert bad.exit_code == 2 and "not available with --out" in bad.output
+                                   "--measures", "snr,loudness"])
+    assert bad.exit_code == 2 and "loudness" in bad.output and "Traceback" not in bad.output
+    assert not (tmp_path / "o.csv").exists() and not (tmp_path / "o.csv.partial").exists()
 
 
 def test_explain_shows_the_filtered_graphs():

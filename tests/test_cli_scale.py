@@ -3,6 +3,7 @@ format holds the same rows, memory-bounded chunks, and an interrupted or killed 
 to an output byte-identical to an uninterrupted run's."""
 
 import importlib
+import json
 import signal
 import subprocess
 import sys
@@ -87,6 +88,41 @@ def test_peaks_out_of_core(recording, tmp_path, strategy, memory):
     ref = welchpeaks.welch_peaks(x, k=4, segments=None, strategy=strategy)
     np.testing.assert_array_equal(df["bin"].to_numpy().reshape(6, 4), ref.bins)
     np.testing.assert_array_equal(df["power"].to_numpy().reshape(6, 4), ref.power)
+
+
+def test_filters_and_measures_out_of_core(recording, tmp_path):
+    """peaks --out and track with filters write the measures as columns, equal to the API's
+    (float32 PSDs: to 1e-5 relative, 1e-4 absolute)."""
+    path, x = recording
+    opts = ["--k", "3", "--prominence", "0", "--measures", "snr,width", "--quiet"]
+    out = tmp_path / "p.csv"
+    res = runner.invoke(app, ["peaks", str(path), "--out", str(out), "--memory", "16MiB", *opts])
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(out)
+    assert list(df.columns) == ["file", "signal", "rank", "bin", "freq", "power", "snr_db", "width", "width_hz"]
+    ref = welchpeaks.welch_peaks(x, k=3, prominence=0, measures=("snr", "width"))
+    ok = ref.bins >= 0
+    assert ok.sum() == 18
+    np.testing.assert_array_equal(df["bin"].to_numpy(), ref.bins[ok])
+    np.testing.assert_allclose(df["snr_db"].to_numpy(), ref.measures["snr_db"][ok], rtol=1e-5, atol=1e-4)  # float32
+    np.testing.assert_allclose(df["width"].to_numpy(), ref.measures["width"][ok], rtol=1e-5, atol=1e-4)
+    assert df["width_hz"].isna().all()  # no sample rate: no width in Hz
+    y = x[3:5, :20_000].copy()
+    np.save(tmp_path / "y.npy", y)
+    out = tmp_path / "t.jsonl"
+    res = runner.invoke(app, ["track", str(tmp_path / "y.npy"), "--out", str(out), "--n-fft", "128",
+                              "--frame-segments", "4", "--fs", "1000", "--snr-db", "3", *opts])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    t = welchpeaks.track(y, n_fft=128, k=3, frame_segments=4, fs=1000.0, prominence=0, snr_db=3,
+                         measures=("snr", "width"))
+    ok = t.bins >= 0
+    assert len(rows) == int(ok.sum()) and set(rows[0]) == {"file", "signal", "time", "rank", "bin", "freq", "power",
+                                                           "snr_db", "width", "width_hz"}
+    snr = np.array([r["snr_db"] for r in rows])
+    np.testing.assert_allclose(snr, t.measures["snr_db"][ok], rtol=1e-5, atol=1e-4)
+    assert snr.min() >= 3.0 and len(rows) > 10
+    np.testing.assert_allclose([r["width_hz"] for r in rows], t.measures["width_hz"][ok], rtol=1e-5, atol=1e-4)
 
 
 def test_interrupted_then_resumed_is_byte_identical(long_recording, tmp_path, monkeypatch):

@@ -79,6 +79,17 @@ def test_filters_and_measures_lazily_equal_in_memory(monkeypatch):
         np.testing.assert_allclose(got.measures[name], v, rtol=1e-9, atol=1e-12)
 
 
+def test_filtered_track_lazily_equals_in_memory():
+    kw = dict(n_fft=64, k=3, frame_segments=4, frame_hop=2, fs=100.0, prominence=0.0, measures=("snr", "width"))
+    mem = welchpeaks.track(X, **kw)
+    r = welchpeaks.track(da.from_array(X, chunks=(4, 2500)), **kw)
+    assert isinstance(r.measures["snr_db"], da.Array) and set(r.measures) == {"snr_db", "width", "width_hz"}
+    got = r.compute()
+    _same(r, mem)
+    for name, v in mem.measures.items():
+        np.testing.assert_array_equal(got.measures[name], v)
+
+
 def test_welch_lazy_equals_scipy():
     import scipy.signal
 

@@ -46,6 +46,50 @@ def test_each_frame_is_welch_peaks_of_that_frame(strategy, dtype, frame_hop):
     np.testing.assert_allclose(r.times, (np.arange(len(r)) * tr.step + tr.frame / 2) / 1000.0)
 
 
+@pytest.mark.parametrize("strategy", ["numpy", "fused-cpu"])
+@pytest.mark.parametrize("frame_hop", [None, 2])
+def test_filters_and_measures_of_each_frame(strategy, frame_hop):
+    """With scipy's filters and the measures, every frame is welch_peaks on that frame alone
+    (overlapping fused-cpu frames too: they are computed whole, not from shared segments); a
+    frame whose peaks are all filtered out is empty; the stream and a source give the same."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 6000))
+    x[1] += 3 * np.sin(2 * np.pi * 0.2 * np.arange(6000))
+    x[0, 3000:] = 0.0  # silent frames: no peak has an SNR of 10 dB
+    kw = dict(n_fft=128, k=4, strategy=strategy, fs=500.0, dtype="float64", prominence=(0.0, None), snr_db=10.0,
+              measures=("snr", "prominence", "width"))
+    r = welchpeaks.track(x, frame_segments=4, frame_hop=frame_hop, **kw)
+    tr = welchpeaks.Tracker(frame_segments=4, frame_hop=frame_hop, **kw)
+    assert set(r.measures) == {"snr_db", "prominence", "width", "width_hz"}
+    for t in range(len(r)):
+        ref = welchpeaks.welch_peaks(x[:, t * tr.step: t * tr.step + tr.frame], segments=4, **kw)
+        np.testing.assert_array_equal(r.bins[:, t], ref.bins)
+        np.testing.assert_array_equal(r.freqs[:, t], ref.freqs)
+        for name, v in ref.measures.items():
+            np.testing.assert_array_equal(r.measures[name][:, t], v, err_msg=name)
+    last = r.bins[0, -1]
+    assert np.all(last == -1) and np.all(np.isnan(r.measures["snr_db"][0, -1]))  # silent: filtered out, no error
+    assert r.bins[1, :, 0].min() >= 0 and np.all(r.measures["snr_db"][1][r.bins[1] >= 0] >= 10.0)
+    stream = welchpeaks.WelchPeakStream(frame_segments=4, frame_hop=frame_hop, **kw)
+    parts = [stream.push(x[:, i:i + 777]) for i in range(0, 6000, 777)] + [stream.flush()]
+    for name in r.measures:
+        np.testing.assert_array_equal(np.concatenate([p.measures[name] for p in parts], axis=-2), r.measures[name])
+    cols = r.long_form()
+    assert list(cols)[-4:] == ["snr_db", "prominence", "width", "width_hz"]
+    assert r.to_csv().splitlines()[0] == "signal,time,rank,bin,freq,power,snr_db,prominence,width,width_hz"
+    assert json.loads(r.to_json())["measures"]["snr_db"][0][-1] == [None] * 4
+
+
+def test_filtered_track_of_a_source_equals_in_memory(tmp_path):
+    x = np.random.default_rng(9).standard_normal((40, 20000)).astype(np.float32)  # 3.2 MB: read in blocks
+    np.save(tmp_path / "x.npy", x)
+    kw = dict(n_fft=256, k=3, frame_segments=4, strategy="fused-cpu", prominence=0.5, measures=("snr",))
+    got = welchpeaks.track(welchpeaks.open_signals(tmp_path / "x.npy"), max_memory=1 << 20, **kw)
+    ref = welchpeaks.track(x, **kw)
+    np.testing.assert_array_equal(got.bins, ref.bins)
+    np.testing.assert_array_equal(got.measures["snr_db"], ref.measures["snr_db"])
+
+
 @pytest.mark.parametrize("detrend", ["constant", "linear", False])
 def test_overlapping_frames_compute_each_segment_once(monkeypatch, detrend):
     """frame_hop < frame_segments under fused-cpu: every segment goes through the fused pass

@@ -32,6 +32,19 @@ def test_welch_peaks_dataset():
     assert abs(float(ds.freq.sel(site="s", sensor=30)[0]) - 125.0) < FS / 256
 
 
+def test_measures_are_variables():
+    kw = dict(k=3, prominence=0.0, measures=("snr", "width"))
+    ds = wpx.welch_peaks(_da(X), dim="time", segments=None, **kw)
+    ref = welchpeaks.welch_peaks(X, fs=FS, segments=None, **kw)
+    for name in ("snr_db", "width", "width_hz"):
+        assert ds[name].dims == ("site", "sensor", "peak")
+        np.testing.assert_array_equal(ds[name].values, ref.measures[name])
+    tr = wpx.track(_da(X), dim="time", frame_segments=8, **kw)
+    ref = welchpeaks.track(X, fs=FS, frame_segments=8, **kw)
+    assert tr.snr_db.dims == ("site", "sensor", "frame", "peak")
+    np.testing.assert_array_equal(tr.snr_db.values, ref.measures["snr_db"])
+
+
 def test_other_dimension_order_and_datetime_track():
     start = np.datetime64("2026-01-01T00:00:00")
     time = start + (T * 1e9).astype("timedelta64[ns]")

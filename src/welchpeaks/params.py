@@ -129,6 +129,8 @@ def _check_scale(window: np.ndarray, n_fft: int, fs: float | None, scaling: str)
 
 #: what ``measures=`` may ask for
 MEASURES = ("snr", "prominence", "width")
+#: a result's name of each measure (``measures``' keys)
+MEASURE_NAMES = {"snr": "snr_db", "prominence": "prominence", "width": "width"}
 
 
 @dataclass(frozen=True)
@@ -261,6 +263,14 @@ class PeakParams:
     def freq_scale(self) -> float:
         """Multiply a (fractional) bin index by this to get Hz (or cycles/sample if fs is None)."""
         return (1.0 if self.fs is None else self.fs) / self.n_fft
+
+    def measure_names(self) -> list[str]:
+        """The per-peak measures a result holds, in order: those ``measures=`` asks for, then
+        ``width_hz`` when the width is asked and ``fs`` is given."""
+        if self.filters is None:
+            return []
+        names = [MEASURE_NAMES[m] for m in self.filters.measures]
+        return names + ["width_hz"] if "width" in names and self.fs is not None else names
 
     def to_dict(self) -> dict[str, Any]:
         window = self.window if isinstance(self.window, (str, tuple)) else "array"

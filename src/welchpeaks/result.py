@@ -102,7 +102,7 @@ class PeakResult:
         def clean(a: np.ndarray) -> Any:
             lst = a.tolist()
             if a.dtype.kind == "f":
-                return _nan_to_none(lst)
+                return _nonfinite_to_none(lst)
             return lst
 
         return {
@@ -142,6 +142,9 @@ class TrackResult:
     params : dict
         The parameters used, with ``frame`` (samples per frame) and ``frame_step`` (samples
         between frame starts).
+    measures : dict
+        The per-peak measures asked for (``measures=``), float64 ``[..., T, k]``, NaN where
+        empty, as in :class:`PeakResult`.
     """
 
     bins: np.ndarray
@@ -150,6 +153,7 @@ class TrackResult:
     times: np.ndarray
     strategy: str
     params: dict[str, Any] = field(default_factory=dict)
+    measures: dict[str, Any] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -167,8 +171,10 @@ class TrackResult:
             return self
         import dask
 
-        bins, power, freqs = dask.compute(self.bins, self.power, self.freqs)
-        return TrackResult(bins, power, freqs, self.times, self.strategy, dict(self.params))
+        names = list(self.measures)
+        bins, power, freqs, *measures = dask.compute(self.bins, self.power, self.freqs,
+                                                     *(self.measures[n] for n in names))
+        return TrackResult(bins, power, freqs, self.times, self.strategy, dict(self.params), dict(zip(names, measures)))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; NaN becomes None."""
@@ -179,8 +185,10 @@ class TrackResult:
             "params": self.params,
             "times": self.times.tolist(),
             "bins": self.bins.tolist(),
-            "power": _nan_to_none(self.power.tolist()),
-            "freqs": _nan_to_none(self.freqs.tolist()),
+            "power": _nonfinite_to_none(self.power.tolist()),
+            "freqs": _nonfinite_to_none(self.freqs.tolist()),
+            **({"measures": {n: _nonfinite_to_none(np.asarray(v).tolist()) for n, v in self.measures.items()}}
+               if self.measures else {}),
         }
 
     def to_json(self, path: str | Path | None = None, indent: int | None = None) -> str:
@@ -189,7 +197,8 @@ class TrackResult:
 
     def long_form(self) -> dict[str, np.ndarray]:
         """Columns of the long form, one entry per filled slot: ``signal`` (row index into the
-        flattened batch), ``time``, ``rank`` (0 = strongest), ``bin``, ``freq``, ``power``."""
+        flattened batch), ``time``, ``rank`` (0 = strongest), ``bin``, ``freq``, ``power``, then
+        the measures."""
         if _lazy(self.bins):
             return self.compute().long_form()
         k = self.bins.shape[-1]
@@ -202,23 +211,25 @@ class TrackResult:
             "bin": bins[signal, frame, rank],
             "freq": self.freqs.reshape(bins.shape)[signal, frame, rank],
             "power": self.power.reshape(bins.shape)[signal, frame, rank],
+            **{n: np.asarray(v).reshape(bins.shape)[signal, frame, rank] for n, v in self.measures.items()},
         }
 
     def to_csv(self, path: str | Path | None = None) -> str:
-        """The long form as CSV text (header ``signal,time,rank,bin,freq,power``); also written
-        to ``path`` when given."""
+        """The long form as CSV text (header ``signal,time,rank,bin,freq,power``, then the
+        measures); also written to ``path`` when given."""
         cols = self.long_form()
-        lines = ["signal,time,rank,bin,freq,power"]
-        lines += [f"{s},{t!r},{r},{b},{f!r},{p!r}" for s, t, r, b, f, p in
-                  zip(*(cols[c].tolist() for c in ("signal", "time", "rank", "bin", "freq", "power")))]
+        names = list(cols)
+        lines = [",".join(names)]
+        lines += [",".join(repr(v) if isinstance(v, float) else str(v) for v in row)
+                  for row in zip(*(cols[c].tolist() for c in names))]
         text = "\n".join(lines) + "\n"
         if path is not None:
             Path(path).write_text(text)
         return text
 
     def to_dataframe(self) -> Any:
-        """The long form as a pandas DataFrame (columns signal, time, rank, bin, freq, power);
-        needs pandas (``pip install pandas``)."""
+        """The long form as a pandas DataFrame (columns signal, time, rank, bin, freq, power, then
+        the measures); needs pandas (``pip install pandas``)."""
         try:
             import pandas as pd
         except ImportError:
@@ -239,10 +250,10 @@ def _json_text(d: dict[str, Any], path: str | Path | None, indent: int | None) -
     return text
 
 
-def _nan_to_none(value: Any) -> Any:
+def _nonfinite_to_none(value: Any) -> Any:
     if isinstance(value, list):
-        return [_nan_to_none(v) for v in value]
-    if isinstance(value, float) and math.isnan(value):
+        return [_nonfinite_to_none(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):  # NaN (empty); an infinite SNR (a zero floor)
         return None
     return value
 

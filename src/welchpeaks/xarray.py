@@ -80,20 +80,21 @@ def _attrs(params: dict[str, Any]) -> dict[str, Any]:
 
 def welch_peaks(da: Any, dim: str = "time", *, fs: float | None = None, **kw: Any) -> Any:
     """The ``k`` strongest peaks of every signal along ``dim``: a Dataset with variables
-    ``freq``, ``power``, ``bin`` over the other dimensions and ``peak``. Keywords are those of
-    :func:`welchpeaks.welch_peaks`."""
+    ``freq``, ``power``, ``bin`` (and the ``measures`` asked for) over the other dimensions and
+    ``peak``. Keywords are those of :func:`welchpeaks.welch_peaks`."""
     xr = _xr()
     data, other, coords, fs = _layout(da, dim, fs)
     r = api.welch_peaks(data, fs=fs, **kw)
     dims = other + ("peak",)
-    return xr.Dataset({"freq": (dims, r.freqs), "power": (dims, r.power), "bin": (dims, r.bins)},
+    return xr.Dataset({"freq": (dims, r.freqs), "power": (dims, r.power), "bin": (dims, r.bins),
+                       **{name: (dims, v) for name, v in r.measures.items()}},
                       coords=dict(coords, peak=np.arange(r.bins.shape[-1])),
                       attrs=dict(_attrs(r.params), strategy=r.strategy, fs=fs if fs is not None else "none"))
 
 
 def track(da: Any, dim: str = "time", *, fs: float | None = None, **kw: Any) -> Any:
-    """Peaks over time along ``dim``: a Dataset with ``freq``, ``power``, ``bin`` over the other
-    dimensions, ``frame`` and ``peak``; the ``frame`` dimension's coordinate ``dim`` holds each
+    """Peaks over time along ``dim``: a Dataset with ``freq``, ``power``, ``bin`` (and the
+    ``measures`` asked for) over the other dimensions, ``frame`` and ``peak``; the ``frame`` dimension's coordinate ``dim`` holds each
     frame's centre in the units of ``da``'s own coordinate (datetime64 stays datetime64).
     Keywords are those of :func:`welchpeaks.track`."""
     xr = _xr()
@@ -110,6 +111,7 @@ def track(da: Any, dim: str = "time", *, fs: float | None = None, **kw: Any) -> 
             frame_coords[dim] = ("frame", float(start) + r.times)
     else:
         frame_coords[dim] = ("frame", centre_samples)
-    return xr.Dataset({"freq": (dims, r.freqs), "power": (dims, r.power), "bin": (dims, r.bins)},
+    return xr.Dataset({"freq": (dims, r.freqs), "power": (dims, r.power), "bin": (dims, r.bins),
+                       **{name: (dims, v) for name, v in r.measures.items()}},
                       coords=dict(coords, peak=np.arange(r.bins.shape[-1]), **frame_coords),
                       attrs=dict(_attrs(r.params), strategy=r.strategy, fs=fs if fs is not None else "none"))

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from welchpeaks.params import MEASURE_NAMES
 from welchpeaks.plan.cache import LruCache
 from welchpeaks.result import PeakResult, TrackResult
 
@@ -86,8 +87,6 @@ def _pack(*arrays: np.ndarray) -> np.ndarray:
 
 def _measure_names(p: Any) -> list[str]:
     """The measures a filtered call returns, in the order tasks pack them after bins, power, freqs."""
-    from welchpeaks.backends.filtered import MEASURE_NAMES
-
     return [MEASURE_NAMES[m] for m in p.filters.measures] if p.filters is not None else []
 
 
@@ -102,7 +101,7 @@ def _track_task(block: np.ndarray, kw: dict[str, Any], first_sample: int) -> np.
     fit_numba_threads()
     tr = _executor("track", kw)
     r = tr.run(np.ascontiguousarray(block), first_sample)
-    return _pack(r.bins, r.power, r.freqs)
+    return _pack(r.bins, r.power, r.freqs, *(r.measures[n] for n in tr.params.measure_names()))
 
 
 def _psd_sum_task(block: np.ndarray, kw: dict[str, Any], n_seg: int) -> np.ndarray:
@@ -228,17 +227,18 @@ def track(x: Any, kw: dict[str, Any]) -> TrackResult:
         raise ValueError(f"track: x has {length} samples but a frame needs {tr.frame}; pass longer signals, a smaller "
                          "n_fft or fewer frame_segments")
     k = tr.params.k
+    names = tr.params.measure_names()
     parts = []
     for t0, t1 in _owned(_starts(rows), tr.step, n_frames):
         piece = rows[:, t0 * tr.step:(t1 - 1) * tr.step + tr.frame]
         piece = _bounded_rows(piece, piece.shape[1], dtype.itemsize)
         parts.append(piece.map_blocks(_track_task, kw, t0 * tr.step, new_axis=(2, 3),
-                                      chunks=(piece.chunks[0], (t1 - t0,), (k,), (3,)), meta=_meta(4)))
+                                      chunks=(piece.chunks[0], (t1 - t0,), (k,), (3 + len(names),)), meta=_meta(4)))
     out = da.concatenate(parts, axis=1)
     shape = lead + (n_frames, k)
     return TrackResult(out[..., 0].astype(np.int32).reshape(shape), out[..., 1].astype(dtype).reshape(shape),
                        out[..., 2].reshape(shape), tr.times(n_frames), f"dask ({tr.peaks.requested})",
-                       dict(tr.info(), lazy="dask"))
+                       dict(tr.info(), lazy="dask"), {n: out[..., 3 + i].reshape(shape) for i, n in enumerate(names)})
 
 
 def welch_sum(x: Any, psd_of: Any, nperseg: int, hop: int, n_bins: int, out_dtype: np.dtype) -> Any:

@@ -56,7 +56,9 @@ class Tracker:
                  strategy: str = "auto", window: Any = "hann", detrend: str | bool = "constant",
                  scaling: str = "density", min_distance: int = 1, nan_policy: str = "raise",
                  dtype: str | None = None, max_memory: int | None = None, interp: str = "auto",
-                 edges: bool = False):
+                 edges: bool = False, height: Any = None, threshold: Any = None, distance: float | None = None,
+                 prominence: Any = None, width: Any = None, wlen: float | None = None, rel_height: float = 0.5,
+                 snr_db: float | None = None, measures: Any = None, noise_bins: int | None = None):
         self.frame_segments = _check_count("frame_segments", frame_segments,
                                            "pass the number of Welch segments per frame (8 by default)")
         self.frame_hop = self.frame_segments if frame_hop is None else _check_count(
@@ -65,7 +67,9 @@ class Tracker:
         self.peaks = WelchPeaks(n_fft=n_fft, k=k, segments=self.frame_segments, hop=hop, fs=fs, mode=mode,
                                 strategy=strategy, window=window, detrend=detrend, scaling=scaling,
                                 min_distance=min_distance, nan_policy="propagate", dtype=dtype, max_memory=max_memory,
-                                interp=interp, edges=edges)
+                                interp=interp, edges=edges, height=height, threshold=threshold, distance=distance,
+                                prominence=prominence, width=width, wlen=wlen, rel_height=rel_height, snr_db=snr_db,
+                                measures=measures, noise_bins=noise_bins)
         self._last: WelchPeaks | None = None
         self._shared_plans: dict[str, SharedFrames] = {}
         if nan_policy not in ("raise", "propagate"):
@@ -111,7 +115,8 @@ class Tracker:
     def empty(self, lead: tuple[int, ...], dtype: np.dtype, first_sample: int = 0) -> TrackResult:
         k = self.params.k
         return TrackResult(np.full(lead + (0, k), -1, np.int32), np.full(lead + (0, k), np.nan, dtype),
-                           np.full(lead + (0, k), np.nan), self.times(0, first_sample), self.strategy, self.info())
+                           np.full(lead + (0, k), np.nan), self.times(0, first_sample), self.strategy, self.info(),
+                           {n: np.full(lead + (0, k), np.nan) for n in self.params.measure_names()})
 
     def __call__(self, x: Any) -> TrackResult:
         if lazy.is_dask(x):
@@ -167,13 +172,15 @@ class Tracker:
                             raise ValueError(f"x has NaN or infinity in row {row}, frame {frame} (samples "
                                              f"{frame * self.step} to {frame * self.step + self.frame - 1}); clean "
                                              "the data or pass nan_policy='propagate'")
-                for f in ("bins", "power", "freqs"):
-                    v = getattr(res, f).reshape(r1 - r0, t1 - t0, k)
+                for f, v in [(f, getattr(res, f)) for f in ("bins", "power", "freqs")] + list(res.measures.items()):
+                    v = v.reshape(r1 - r0, t1 - t0, k)
                     if f not in out:
                         out[f] = torch.empty((rows.shape[0], n_frames, k), dtype=v.dtype, device=v.device)
                     out[f][r0:r1, t0:t1] = v
         out = {f: v.reshape(lead + (n_frames, k)) for f, v in out.items()}
-        return TrackResult(times=self.times(n_frames), strategy=peaks.strategy, params=self.info(), **out)
+        fields = {f: out.pop(f) for f in ("bins", "power", "freqs")}
+        return TrackResult(times=self.times(n_frames), strategy=peaks.strategy, params=self.info(), measures=out,
+                           **fields)
 
     def run(self, arr: np.ndarray, first_sample: int = 0) -> TrackResult:
         """Frames of ``arr [..., samples]`` (float32/float64, validated); ``first_sample``: the
@@ -186,6 +193,7 @@ class Tracker:
         bins = np.empty((n_rows, n_frames, k), np.int32)
         power = np.empty((n_rows, n_frames, k), arr.dtype)
         freqs = np.empty((n_rows, n_frames, k), np.float64)
+        measures = {n: np.empty((n_rows, n_frames, k)) for n in self.params.measure_names()}
         per_frame = self.frame * arr.dtype.itemsize
         frames_per_block = max(1, min(n_frames, BLOCK_BYTES // per_frame))
         rows_per_block = max(1, min(n_rows, BLOCK_BYTES // (per_frame * frames_per_block)))
@@ -209,12 +217,15 @@ class Tracker:
                 bins[r0:r1, t0:t1] = res.bins.reshape(shape)
                 power[r0:r1, t0:t1] = res.power.reshape(shape)
                 freqs[r0:r1, t0:t1] = res.freqs.reshape(shape)
-                empty = np.flatnonzero(res.bins[:, 0] < 0)
+                for n, v in measures.items():
+                    v[r0:r1, t0:t1] = res.measures[n].reshape(shape)
+                empty = np.flatnonzero(res.bins[:, 0] < 0)  # frames with no peak: not finite, or all filtered
                 if empty.size:
                     self._check_frames(view, empty, lead, r0, t0, first_sample, overflow=shared is not None)
-        return TrackResult(bins.reshape(lead + (n_frames, k)), power.reshape(lead + (n_frames, k)),
-                           freqs.reshape(lead + (n_frames, k)), self.times(n_frames, first_sample), self.strategy,
-                           self.info())
+        shape = lead + (n_frames, k)
+        return TrackResult(bins.reshape(shape), power.reshape(shape), freqs.reshape(shape),
+                           self.times(n_frames, first_sample), self.strategy, self.info(),
+                           {n: v.reshape(shape) for n, v in measures.items()})
 
     def part_frames(self, src: SignalSource, part: int) -> Iterator[tuple[int, int, TrackResult]]:
         """``(r0, t0, result)`` for blocks of part ``part`` of a source: rows ``r0..`` and frames
@@ -249,23 +260,27 @@ class Tracker:
         bins = np.empty((src.rows, n_frames, k), np.int32)
         power = np.empty((src.rows, n_frames, k), src.dtype)
         freqs = np.empty((src.rows, n_frames, k), np.float64)
+        measures = {n: np.empty((src.rows, n_frames, k)) for n in self.params.measure_names()}
         base = 0
         for i, part in enumerate(src.parts):
             for r0, t0, res in self.part_frames(src, i):
                 rows, t = slice(base + r0, base + r0 + res.bins.shape[0]), slice(t0, t0 + len(res))
                 bins[rows, t], power[rows, t], freqs[rows, t] = res.bins, res.power, res.freqs
+                for n, v in measures.items():
+                    v[rows, t] = res.measures[n]
             base += part.rows
         info = dict(self.info(), source=src.description)
-        return TrackResult(bins, power, freqs, self.times(n_frames), self.strategy, info)
+        return TrackResult(bins, power, freqs, self.times(n_frames), self.strategy, info, measures)
 
     def _shared(self, peaks: WelchPeaks, dtype: np.dtype) -> SharedFrames | None:
         """The fused pass computing each segment once (:class:`SharedFrames`) when frames overlap
-        and the executor is fused-cpu on a power-of-two n_fft; else None (frames run whole)."""
+        and the executor is fused-cpu on a power-of-two n_fft without filters; else None (frames
+        run whole)."""
         from welchpeaks.backends.fused_cpu import SharedFrames, is_pow2
 
         forced = peaks.planner.forced
         if self.frame_hop >= self.frame_segments or forced is None or forced.name != "fused-cpu" \
-                or not is_pow2(self.params.n_fft):
+                or not is_pow2(self.params.n_fft) or self.params.filters is not None:
             return None
         compute = peaks.planner.compute_dtype(dtype)
         if compute.name not in self._shared_plans:
@@ -309,7 +324,10 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
           frame_hop: int | None = None, k: int = 16, mode: str = "peaks", window: Any = "hann",
           detrend: str | bool = "constant", scaling: str = "density", min_distance: int = 1,
           strategy: str = "auto", nan_policy: str = "raise", dtype: str | None = None,
-          max_memory: int | None = None, interp: str = "auto", edges: bool = False) -> TrackResult:
+          max_memory: int | None = None, interp: str = "auto", edges: bool = False, height: Any = None,
+          threshold: Any = None, distance: float | None = None, prominence: Any = None, width: Any = None,
+          wlen: float | None = None, rel_height: float = 0.5, snr_db: float | None = None, measures: Any = None,
+          noise_bins: int | None = None) -> TrackResult:
     """Peaks over time: the ``k`` strongest peaks of every frame of every signal.
 
     A frame is ``frame_segments`` Welch segments of ``n_fft`` samples, ``hop`` apart; frames
@@ -327,6 +345,9 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
         64 MiB); its sample rate is used when ``fs`` is None.
     fs, n_fft, hop, k, mode, window, detrend, scaling, min_distance, strategy, dtype, max_memory, interp, edges
         As in :func:`welch_peaks`.
+    height, threshold, distance, prominence, width, wlen, rel_height, snr_db, measures, noise_bins
+        scipy's filters, the SNR minimum and the per-peak measures, as in :func:`welch_peaks`,
+        on each frame's PSD (a frame whose peaks are all filtered out has empty slots).
     frame_segments : int
         Welch segments averaged per frame.
     frame_hop : int, optional
@@ -337,8 +358,8 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
     Returns
     -------
     TrackResult
-        ``bins``, ``power``, ``freqs`` of shape ``[..., T, k]`` and ``times`` ``[T]`` (frame
-        centres, seconds with ``fs``, else samples).
+        ``bins``, ``power``, ``freqs`` (and the ``measures`` asked for) of shape ``[..., T, k]``
+        and ``times`` ``[T]`` (frame centres, seconds with ``fs``, else samples).
 
     Examples
     --------
@@ -354,7 +375,9 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
         fs = x.fs
     kw = dict(n_fft=n_fft, k=k, hop=hop, frame_segments=frame_segments, frame_hop=frame_hop, fs=fs, mode=mode,
               strategy=strategy, window=window, detrend=detrend, scaling=scaling, min_distance=min_distance,
-              nan_policy=nan_policy, dtype=dtype, max_memory=max_memory, interp=interp, edges=edges)
+              nan_policy=nan_policy, dtype=dtype, max_memory=max_memory, interp=interp, edges=edges, height=height,
+              threshold=threshold, distance=distance, prominence=prominence, width=width, wlen=wlen,
+              rel_height=rel_height, snr_db=snr_db, measures=measures, noise_bins=noise_bins)
     if lazy.is_dask(x):
         return lazy.track(x, kw)
     return Tracker(**kw)(x)

@@ -17,11 +17,8 @@ from typing import Any, Callable
 import numpy as np
 
 from welchpeaks.ir import Graph, Node
-from welchpeaks.params import PeakParams
+from welchpeaks.params import MEASURE_NAMES, PeakParams
 from welchpeaks.result import RowPeaks
-
-#: result.measures' names of what ``measures=`` asks for
-MEASURE_NAMES = {"snr": "snr_db", "prominence": "prominence", "width": "width"}
 
 
 def _limits(p: PeakParams) -> dict[str, Any]:

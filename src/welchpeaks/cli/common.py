@@ -64,3 +64,12 @@ def finish_background_calibration() -> None:
     if calibrate.measuring():
         err.print("finishing the one-time measurement of this machine (about a minute; cached for next time) ...")
         calibrate.wait_background()
+
+
+def filter_options(height: Optional[float], prominence: Optional[float], snr_db: Optional[float],
+                   measures: Optional[str]) -> dict:
+    """The filter and measure options given (``--measures`` a comma-separated list), as
+    ``welch_peaks``' keywords; those not given are left out."""
+    names = [m.strip() for m in measures.split(",") if m.strip()] if measures else None
+    given = dict(height=height, prominence=prominence, snr_db=snr_db, measures=names)
+    return {name: v for name, v in given.items() if v is not None}

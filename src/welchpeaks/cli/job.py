@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -29,6 +30,7 @@ import numpy as np
 from welchpeaks.files import write_atomic
 
 FORMATS = (".parquet", ".zarr", ".csv", ".jsonl")
+#: the columns of every job of a kind; the measures asked for (``measures=``) follow them
 COLUMNS = {"peaks": ("file", "signal", "rank", "bin", "freq", "power"),
            "track": ("file", "signal", "time", "rank", "bin", "freq", "power")}
 MANIFEST_VERSION = 1
@@ -115,7 +117,18 @@ def compute_unit(spec: dict[str, Any], unit: Unit, data: np.ndarray | None = Non
         cols["time"] = times[rest[0]]
     cols.update(rank=rest[-1].astype(np.int32), bin=bins[bins >= 0].astype(np.int32),
                 freq=freqs[bins >= 0].astype(np.float64), power=power[bins >= 0].astype(np.float64))
+    for name in spec["measures"]:  # width_hz is NaN for a source without a sample rate
+        cols[name] = np.asarray(res.measures.get(name, np.full(bins.shape, np.nan)), np.float64)[bins >= 0]
     return cols
+
+
+def measure_columns(kind: str, kw: dict[str, Any]) -> list[str]:
+    """The measures' columns of a job (after :data:`COLUMNS`): those ``measures=`` asks for, and
+    ``width_hz`` after ``width``."""
+    from welchpeaks.api import Tracker, WelchPeaks
+
+    names = (WelchPeaks if kind == "peaks" else Tracker)(**kw).params.measure_names()
+    return [n for n in names if n != "width_hz"] + (["width_hz"] if "width" in names else [])
 
 
 def plan_units(kind: str, sources: list[Any], kw: list[dict[str, Any]], budget: int) -> list[Unit]:
@@ -180,7 +193,10 @@ class Job:
         for src in sources:
             index.append(list(range(n, n + len(src.parts))))
             n += len(src.parts)
-        self.spec = {"kind": kind, "sources": paths, "kw": kw, "file_index": index, "budget": self.budget}
+        measures = measure_columns(kind, kw[0]) if kw else []
+        self.column_names = COLUMNS[kind] + tuple(measures)
+        self.spec = {"kind": kind, "sources": paths, "kw": kw, "file_index": index, "budget": self.budget,
+                     "measures": measures}
         self.names = names
         self.stage = staging_dir(out)
         self.key = _fingerprint(kind, paths, sources, kw, self.budget, out)
@@ -220,7 +236,7 @@ class Job:
             return None
         try:
             with np.load(path, allow_pickle=False) as z:
-                cols = {c: z["c_" + c] for c in COLUMNS[self.kind]}
+                cols = {c: z["c_" + c] for c in self.column_names}
             if len({len(v) for v in cols.values()}) != 1:
                 raise ValueError("columns of different lengths")
         except Exception:
@@ -277,21 +293,22 @@ class Job:
 
     def _rows(self, cols: dict[str, np.ndarray]) -> Iterator[list[Any]]:
         names = self.names
-        lists = [cols[c].tolist() for c in COLUMNS[self.kind]]
+        lists = [cols[c].tolist() for c in self.column_names]
         for row in zip(*lists):
             yield [names[row[0]], *row[1:]]
 
     def _write_csv(self, tmp: Path) -> None:
         with open(tmp, "w", newline="") as fh:
-            fh.write(",".join(COLUMNS[self.kind]) + "\n")
+            fh.write(",".join(self.column_names) + "\n")
             for cols in self.columns():
                 fh.writelines(",".join(_csv_cell(v) for v in row) + "\n" for row in self._rows(cols))
 
     def _write_jsonl(self, tmp: Path) -> None:
-        keys = COLUMNS[self.kind]
+        keys = self.column_names
+        finite = lambda v: None if isinstance(v, float) and not math.isfinite(v) else v  # noqa: E731 (JSON has no NaN)
         with open(tmp, "w") as fh:
             for cols in self.columns():
-                fh.writelines(json.dumps(dict(zip(keys, row))) + "\n" for row in self._rows(cols))
+                fh.writelines(json.dumps(dict(zip(keys, map(finite, row)))) + "\n" for row in self._rows(cols))
 
     def _write_parquet(self, tmp: Path) -> None:
         try:
@@ -302,14 +319,14 @@ class Job:
         writer = None
         try:
             for cols in self.columns():
-                arrays = {c: cols[c] for c in COLUMNS[self.kind]}
+                arrays = {c: cols[c] for c in self.column_names}
                 arrays["file"] = pa.DictionaryArray.from_arrays(cols["file"], pa.array(self.names))
                 table = pa.table(arrays)
                 if writer is None:
                     writer = pq.ParquetWriter(str(tmp), table.schema)
                 writer.write_table(table)
             if writer is None:  # no peak at all: an empty table with the columns
-                writer = pq.ParquetWriter(str(tmp), pa.schema([(c, pa.float64()) for c in COLUMNS[self.kind]]))
+                writer = pq.ParquetWriter(str(tmp), pa.schema([(c, pa.float64()) for c in self.column_names]))
         finally:
             if writer is not None:
                 writer.close()
@@ -327,7 +344,7 @@ class Job:
             arrays = {}
             at = 0
             for cols in self.columns():
-                for c in COLUMNS[self.kind]:
+                for c in self.column_names:
                     if c not in arrays:
                         arrays[c] = group.create_array(c, shape=(total,), dtype=cols[c].dtype,
                                                        chunks=(max(1, min(total, 1 << 20)),))

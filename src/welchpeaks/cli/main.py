@@ -14,7 +14,8 @@ import typer
 from rich.table import Table
 
 from welchpeaks.cli import scale
-from welchpeaks.cli.common import app_options, check_output, console, err, finish_background_calibration, write_output
+from welchpeaks.cli.common import (app_options, check_output, console, err, filter_options, finish_background_calibration,
+                                   write_output)
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.common import write_json as _write_json
 
@@ -95,16 +96,12 @@ def peaks(
     from welchpeaks import welch_peaks
     from welchpeaks.loaders import SignalFileError, load_signals
 
-    names = [m.strip() for m in measures.split(",") if m.strip()] if measures else None
-    detail = dict(height=height, prominence=prominence, snr_db=snr_db, measures=names)
+    detail = filter_options(height, prominence, snr_db, measures)
     if out is not None:
         if json_path is not None or csv_path is not None or model is not None or device != "cpu" or layout is not None:
             _fail("--out writes the results itself; drop --json/--csv/--model/--device/--layout")
-        if any(v is not None for v in detail.values()):
-            _fail("--height, --prominence, --snr-db and --measures are not available with --out in this version; "
-                  "drop them, or run without --out")
         kw = dict(n_fft=n_fft, k=k, hop=hop, segments=_parse_segments(segments), mode=mode, min_distance=min_distance,
-                  strategy=strategy, nan_policy=nan_policy, precision=precision, interp=interp, edges=edges)
+                  strategy=strategy, nan_policy=nan_policy, precision=precision, interp=interp, edges=edges, **detail)
         scale.run_job("peaks", [str(f) for f in files], kw, fs, out, memory, workers, scheduler, quiet)
         return
     check_output(json_path, "--json")
@@ -596,10 +593,9 @@ def explain(
     filters or measures: the graphs that end in scipy's find_peaks selection)."""
     import welchpeaks
 
-    names = [m.strip() for m in measures.split(",") if m.strip()] if measures else None
     try:
         wp = welchpeaks.WelchPeaks(n_fft=n_fft, k=k, segments=_parse_segments(segments), mode=mode, device=device,
-                                   dtype=dtype, height=height, prominence=prominence, snr_db=snr_db, measures=names)
+                                   dtype=dtype, **filter_options(height, prominence, snr_db, measures))
         seg = wp.params.segments or 1
         info = wp.explain(batch=batch, length=wp.params.frame_length(seg))
     except (ValueError, TypeError) as exc:

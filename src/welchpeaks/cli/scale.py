@@ -12,7 +12,7 @@ from typing import Any, Optional
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from welchpeaks.cli.common import check_output, console, err, finish_background_calibration
+from welchpeaks.cli.common import check_output, console, err, filter_options, finish_background_calibration
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.job import Job, JobError, Unit, bytes_of, staging_dir
 
@@ -131,7 +131,8 @@ def track(
     files: list[str] = typer.Argument(..., help="Sources: .npy, .zarr, file.h5:/dataset, .wav/.flac/.ogg, a folder "
                                                 "or a glob of sound files."),
     out: Path = typer.Option(..., "--out", help="Results, written as chunks finish: .parquet, .zarr, .csv or .jsonl "
-                                               "(one row per peak: file, signal, time, rank, bin, freq, power)."),
+                                               "(one row per peak: file, signal, time, rank, bin, freq, power, then "
+                                               "the --measures)."),
     k: int = typer.Option(16, "--k", help="Peaks per frame."),
     n_fft: int = typer.Option(256, "--n-fft", help="Segment length."),
     hop: Optional[int] = typer.Option(None, "--hop", help="Samples between segments [default: n_fft/2]."),
@@ -144,6 +145,11 @@ def track(
     interp: str = typer.Option("auto", "--interp", help="Sub-bin frequency estimator: auto, window, power-parabola, "
                                                         "log-parabola or none (docs/accuracy.md)."),
     edges: bool = typer.Option(False, "--edges", help="Let DC and Nyquist be peaks (they never are by default)."),
+    height: Optional[float] = typer.Option(None, "--height", help="Least PSD value of a peak (scipy's height)."),
+    prominence: Optional[float] = typer.Option(None, "--prominence", help="Least prominence (scipy's, PSD units)."),
+    snr_db: Optional[float] = typer.Option(None, "--snr-db", help="Least SNR in dB over the frame's median PSD."),
+    measures: Optional[str] = typer.Option(None, "--measures", help="Per-peak measures, written as columns: some of "
+                                                                    "snr,prominence,width."),
     strategy: str = typer.Option("auto", "--strategy", help="auto or an execution (welchpeaks strategies)."),
     nan_policy: str = typer.Option("raise", "--nan-policy", help="raise, or propagate (empty frames)."),
     memory: str = typer.Option("1GB", "--memory", help="Memory bound of the run (samples in flight)."),
@@ -154,5 +160,6 @@ def track(
     """Peaks over time of every signal in FILES, in bounded memory, resumable: run the same
     command again after an interruption and it continues where it stopped."""
     kw = dict(n_fft=n_fft, k=k, hop=hop, frame_segments=frame_segments, frame_hop=frame_hop, mode=mode,
-              min_distance=min_distance, strategy=strategy, nan_policy=nan_policy, interp=interp, edges=edges)
+              min_distance=min_distance, strategy=strategy, nan_policy=nan_policy, interp=interp, edges=edges,
+              **filter_options(height, prominence, snr_db, measures))
     run_job("track", files, kw, fs, out, memory, workers, scheduler, quiet)

@@ -26,40 +26,52 @@ _BIG = np.finfo(np.float64).max
 
 
 @njit(**_OPTS)
-def _local_maxima(row, edges, cand):
+def _local_maxima(row, edges, cand, hts):
     """Indices of local maxima of ``row`` into ``cand`` (ascending); a plateau counts once, at its
     middle (the lower of two), and only when both its ends drop. With ``edges`` the first and last
-    samples count when they exceed their one neighbour. Returns the count.
+    samples count when they exceed their one neighbour; their heights into ``hts``. Returns the
+    count and whether the row is finite (when it is not, the maxima mean nothing).
 
     A first pass without branches keeps every sample above its left neighbour and not below its
     right one (a write per sample, the count advanced by the test: nothing for random data to
-    mispredict); a second resolves the few kept samples that start a plateau."""
+    mispredict), checking finiteness and noting equal neighbours on the way; only then does a
+    second pass resolve the kept samples that start a plateau."""
     n = row.shape[0]
     m = 0
     if edges and n >= 2 and row[0] > row[1]:
         cand[m] = 0
+        hts[m] = row[0]
         m += 1
     first = m
+    finite = (abs(row[0]) <= _BIG) & (abs(row[n - 1]) <= _BIG)  # False for NaN too
+    flat = False
     for i in range(1, n - 1):
+        v = row[i]
+        finite &= abs(v) <= _BIG
+        flat |= v == row[i + 1]
         cand[m] = i
-        m += (row[i - 1] < row[i]) & (row[i] >= row[i + 1])
-    w = first
-    for c in range(first, m):
-        i = cand[c]
-        if row[i + 1] == row[i]:  # a plateau: a peak only where it ends with a drop, at its middle
-            ahead = i + 1
-            while ahead < n - 1 and row[ahead] == row[i]:
-                ahead += 1
-            if not row[ahead] < row[i]:
-                continue
-            i = (i + ahead - 1) // 2
-        cand[w] = i
-        w += 1
-    m = w
+        hts[m] = v
+        m += (row[i - 1] < v) & (v >= row[i + 1])
+    if flat:
+        w = first
+        for c in range(first, m):
+            i = cand[c]
+            if row[i + 1] == row[i]:  # a plateau: a peak only where it ends with a drop, at its middle
+                ahead = i + 1
+                while ahead < n - 1 and row[ahead] == row[i]:
+                    ahead += 1
+                if not row[ahead] < row[i]:
+                    continue
+                i = (i + ahead - 1) // 2
+            cand[w] = i
+            hts[w] = row[i]
+            w += 1
+        m = w
     if edges and n >= 2 and row[n - 1] > row[n - 2]:
         cand[m] = n - 1
+        hts[m] = row[n - 1]
         m += 1
-    return m
+    return m, finite
 
 
 @njit(**_OPTS)
@@ -361,9 +373,16 @@ def _row(row, r, cfg, out, scr):
     need_prom, need_width, k, snr_min, noise_bins, need_snr = cfg[8], cfg[9], cfg[10], cfg[11], cfg[12], cfg[13]
     cand, hts, keep, prom, base, wid, order = scr[0], scr[1], scr[2], scr[3], scr[4], scr[5], scr[6]
     n = row.shape[0]
-    finite = True
-    for i in range(n):
-        finite &= abs(row[i]) <= _BIG  # False for NaN too; an and-reduction that vectorises
+    # every prominence from one sweep over the valleys (about 30 ns per maximum here), unless k is
+    # small against the row: then the few visited peaks' walks are cheaper (measured: even at n = 16 k)
+    swept = need_prom and not edges and cfg[6] < 2 and n < 16 * k
+    if swept:
+        finite = True
+        for i in range(n):
+            finite &= abs(row[i]) <= _BIG  # False for NaN too; an and-reduction that vectorises
+        m = _maxima_and_valleys(row, cand, scr[11], scr[12]) if finite else 0
+    else:
+        m, finite = _local_maxima(row, edges, cand, hts)
     if not finite:
         _write(row, r, cfg, out, scr, 0, 0.0)
         out[8][r] = -1
@@ -372,17 +391,11 @@ def _row(row, r, cfg, out, scr):
     floor = np.nan  # the row's median when the SNR needs it
     if (has_snr or need_snr) and noise_bins < 1:
         floor = _median_of(row, scr[10])
-    # every prominence from one sweep over the valleys (about 30 ns per maximum here), unless k is
-    # small against the row: then the few visited peaks' walks are cheaper (measured: even at n = 16 k)
-    swept = need_prom and not edges and cfg[6] < 2 and n < 16 * k
-    if swept:
-        m = _maxima_and_valleys(row, cand, scr[11], scr[12])
-    else:
-        m = _local_maxima(row, edges, cand)
     for j in range(m):
-        hts[j] = row[cand[j]]
         keep[j] = True
-    if swept:
+    if swept:  # (the scan of every other row writes the heights)
+        for j in range(m):
+            hts[j] = row[cand[j]]
         _all_prominences(m, hts, scr[11], scr[12], prom, base)
     # height
     if h_lim[0] == h_lim[0] or h_lim[1] == h_lim[1]:

@@ -393,7 +393,7 @@ def _row(row, r, cfg, out, scr):
         floor = _median_of(row, scr[10])
     for j in range(m):
         keep[j] = True
-    if swept:  # (the scan of every other row writes the heights)
+    if swept:  # (otherwise the scan has written the heights)
         for j in range(m):
             hts[j] = row[cand[j]]
         _all_prominences(m, hts, scr[11], scr[12], prom, base)

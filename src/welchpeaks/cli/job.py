@@ -117,14 +117,14 @@ def compute_unit(spec: dict[str, Any], unit: Unit, data: np.ndarray | None = Non
         cols["time"] = times[rest[0]]
     cols.update(rank=rest[-1].astype(np.int32), bin=bins[bins >= 0].astype(np.int32),
                 freq=freqs[bins >= 0].astype(np.float64), power=power[bins >= 0].astype(np.float64))
-    for name in spec["measures"]:  # width_hz is NaN for a source without a sample rate
+    for name in spec["measures"]:
         cols[name] = np.asarray(res.measures.get(name, np.full(bins.shape, np.nan)), np.float64)[bins >= 0]
     return cols
 
 
 def measure_columns(kind: str, kw: dict[str, Any]) -> list[str]:
-    """The measures' columns of a job (after :data:`COLUMNS`): those ``measures=`` asks for, and
-    ``width_hz`` after ``width``."""
+    """The measures' columns of a job (after :data:`COLUMNS`): those ``measures=`` asks for,
+    then ``width_hz`` when the width is asked (NaN for a source without a sample rate)."""
     from welchpeaks.api import Tracker, WelchPeaks
 
     names = (WelchPeaks if kind == "peaks" else Tracker)(**kw).params.measure_names()

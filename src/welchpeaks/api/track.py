@@ -303,8 +303,10 @@ class Tracker:
         """Frames left empty (``empty``: indices into ``frames [rows, T, frame]``, row-major) hold
         NaN or infinity (an error naming the first under ``nan_policy='raise'``), or, with
         ``overflow``, may have a power that overflowed the compute precision (always an error)."""
+        if not overflow and self.nan_policy != "raise":  # empty frames are the caller's to keep
+            return
         n_t = frames.shape[1]
-        finite = np.array([np.isfinite(frames[i // n_t, i % n_t]).all() for i in empty])
+        finite = np.isfinite(frames[empty // n_t, empty % n_t]).all(axis=-1)  # at most the block's frames
         where = lambda i: (r0 + int(i) // n_t, t0 + int(i) % n_t)  # noqa: E731
         if overflow and finite.any():
             row, frame = where(empty[np.argmax(finite)])

@@ -695,7 +695,7 @@ def _by_distance(cand, hts, m, distance, keep, stack):
         keep[j] = state[j] == 1
 
 
-#: survivors of :func:`_top`'s threshold ranked by counting (above: by insertion)
+#: survivors of :func:`_top`'s threshold ranked by counting (more, or no threshold: by insertion)
 _COUNTED = 64
 
 
@@ -709,8 +709,8 @@ def _top(hts, m, kept, order, sel, tmp):
     few more; those survivors are gathered without branches into ``sel`` (``m`` slots) and
     ranked by counting, each one's rank the number that go before it (no data-dependent
     branch), or by insertion when many tie at the threshold. ``tmp``: ``3 m`` floats. A
-    stable sort when ``kept`` is a large part of many; all survive when the groups are too
-    few for a threshold."""
+    stable sort when ``kept`` is a large part of many; an insertion of all when the groups are
+    too few for a threshold (rows of few maxima: measured faster there than counting)."""
     if kept <= 0:
         return
     if kept * 8 >= m and m > 128:
@@ -729,7 +729,7 @@ def _top(hts, m, kept, order, sel, tmp):
     for j in range(m):
         sel[n_sel] = j
         n_sel += hts[j] >= t
-    if n_sel <= _COUNTED:
+    if n_sel <= _COUNTED and t > -np.inf:  # (few values without a threshold: insertion is faster)
         vals = tmp[:n_sel]
         for a in range(n_sel):
             vals[a] = hts[sel[a]]
@@ -760,9 +760,12 @@ def _top(hts, m, kept, order, sel, tmp):
 
 @njit(**_OPTS)
 def _compact(m, keep, cand, hts, prom, base, wid):
-    """Drop the candidates not kept (in order); all kept again. Returns the new count."""
+    """Drop the candidates not kept (in order); all kept again. Returns the new count. The
+    kept prefix stays where it is (a filter that drops nothing copies nothing)."""
     w = 0
-    for j in range(m):
+    while w < m and keep[w]:
+        w += 1
+    for j in range(w + 1, m):
         if keep[j]:
             cand[w] = cand[j]
             hts[w] = hts[j]

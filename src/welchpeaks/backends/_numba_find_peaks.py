@@ -189,7 +189,7 @@ def _block_extrema(row, bmin, bmax):
         bmax[b] = hi
 
 
-@njit(**_OPTS)
+@njit(inline="always", **_OPTS)
 def _lowest_left(row, bmin, bmax, p, stop):
     """(value, index) of the lowest sample left of ``p`` (from ``p`` down) before a sample
     higher than ``row[p]`` or below ``stop``; of equal lows the first met (scipy's walk).
@@ -226,7 +226,7 @@ def _lowest_left(row, bmin, bmax, p, stop):
     return low, at
 
 
-@njit(**_OPTS)
+@njit(inline="always", **_OPTS)
 def _lowest_right(row, bmin, bmax, p, stop):
     """:func:`_lowest_left` to the right of ``p``, up to ``stop``."""
     top = row[p]
@@ -258,7 +258,7 @@ def _lowest_right(row, bmin, bmax, p, stop):
     return low, at
 
 
-@njit(**_OPTS)
+@njit(inline="always", **_OPTS)
 def _prominence(row, bmin, bmax, p, wlen):
     """(prominence, left base, right base) of the peak at ``p`` (``wlen`` < 2: no window), as
     ``scipy.signal.peak_prominences``; a peak at an edge is measured on its one side."""

@@ -272,6 +272,13 @@ class PeakParams:
         names = [MEASURE_NAMES[m] for m in self.filters.measures]
         return names + ["width_hz"] if "width" in names and self.fs is not None else names
 
+    def with_derived(self, measures: dict[str, Any]) -> dict[str, Any]:
+        """``measures`` as the kernels give them (:data:`MEASURE_NAMES`' values), with those
+        derived from them: ``width_hz`` from ``width`` when ``fs`` is given."""
+        if "width" in measures and self.fs is not None:
+            return dict(measures, width_hz=measures["width"] * self.freq_scale())
+        return measures
+
     def to_dict(self) -> dict[str, Any]:
         window = self.window if isinstance(self.window, (str, tuple)) else "array"
         return {

@@ -73,12 +73,8 @@ class PeakResult:
         are computed together, in one pass over the data; otherwise the result itself."""
         if not _lazy(self.bins):
             return self
-        import dask
-
-        names = list(self.measures)
-        bins, power, freqs, *measures = dask.compute(self.bins, self.power, self.freqs,
-                                                     *(self.measures[n] for n in names))
-        return PeakResult(bins, power, freqs, self.strategy, dict(self.params), dict(zip(names, measures)))
+        bins, power, freqs, measures = _compute_together(self.bins, self.power, self.freqs, self.measures)
+        return PeakResult(bins, power, freqs, self.strategy, dict(self.params), measures)
 
     def numpy(self) -> PeakResult:
         """This result with host (NumPy) arrays (tensors on a GPU are copied back, dask arrays
@@ -169,12 +165,8 @@ class TrackResult:
         computed together, in one pass over the data; otherwise the result itself."""
         if not _lazy(self.bins):
             return self
-        import dask
-
-        names = list(self.measures)
-        bins, power, freqs, *measures = dask.compute(self.bins, self.power, self.freqs,
-                                                     *(self.measures[n] for n in names))
-        return TrackResult(bins, power, freqs, self.times, self.strategy, dict(self.params), dict(zip(names, measures)))
+        bins, power, freqs, measures = _compute_together(self.bins, self.power, self.freqs, self.measures)
+        return TrackResult(bins, power, freqs, self.times, self.strategy, dict(self.params), measures)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; NaN becomes None."""
@@ -241,6 +233,15 @@ class TrackResult:
 def _lazy(a: Any) -> bool:
     """True for a dask array (duck-typed: dask is never imported for this)."""
     return type(a).__module__.startswith("dask.")
+
+
+def _compute_together(bins: Any, power: Any, freqs: Any, measures: dict[str, Any]) -> tuple:
+    """Dask-backed peaks and their measures computed in one pass over the data."""
+    import dask
+
+    names = list(measures)
+    bins, power, freqs, *values = dask.compute(bins, power, freqs, *(measures[n] for n in names))
+    return bins, power, freqs, dict(zip(names, values))
 
 
 def _json_text(d: dict[str, Any], path: str | Path | None, indent: int | None) -> str:

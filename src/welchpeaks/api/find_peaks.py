@@ -178,10 +178,10 @@ def _found(got: dict, lead: tuple, k: int | None, need_prom: bool, need_width: b
         ips = got["ips"]
         fields.update(widths=got["wid"], width_heights=ips[..., 0], left_ips=ips[..., 1], right_ips=ips[..., 2])
     for name, v in fields.items():  # to k slots (k may exceed what a row can hold)
-        m = min(slots, v.shape[1])
-        if m == slots == v.shape[1]:
+        if v.shape[1] == slots:  # the kernel's own arrays, no copy
             fields[name] = v.reshape(lead + (slots,))
             continue
+        m = min(slots, v.shape[1])
         if isinstance(v, np.ndarray):
             out = np.full((rows_n, slots), -1 if v.dtype.kind == "i" else np.nan, v.dtype)
         else:

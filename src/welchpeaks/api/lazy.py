@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from welchpeaks.params import MEASURE_NAMES
 from welchpeaks.plan.cache import LruCache
 from welchpeaks.result import PeakResult, TrackResult
 
@@ -85,16 +84,11 @@ def _pack(*arrays: np.ndarray) -> np.ndarray:
     return np.stack([a.astype(np.float64) for a in arrays], axis=-1)
 
 
-def _measure_names(p: Any) -> list[str]:
-    """The measures a filtered call returns, in the order tasks pack them after bins, power, freqs."""
-    return [MEASURE_NAMES[m] for m in p.filters.measures] if p.filters is not None else []
-
-
 def _peaks_task(block: np.ndarray, kw: dict[str, Any]) -> np.ndarray:
     fit_numba_threads()
     ex = _executor("peaks", kw)
     r = ex(block)
-    return _pack(r.bins, r.power, r.freqs, *(r.measures[n] for n in _measure_names(ex.params)))
+    return _pack(r.bins, r.power, r.freqs, *(r.measures[n] for n in ex.params.measure_names()))
 
 
 def _track_task(block: np.ndarray, kw: dict[str, Any], first_sample: int) -> np.ndarray:
@@ -118,7 +112,7 @@ def _select_task(psd: np.ndarray, kw: dict[str, Any]) -> np.ndarray:
     from welchpeaks.backends.numpy_exec import select
 
     p = _executor("peaks", kw).params
-    names = _measure_names(p)
+    names = p.measure_names()
     out = np.empty(psd.shape[:1] + (p.k, 3 + len(names)))
     good = np.isfinite(psd).all(axis=1)
     if p.nan_policy == "raise" and not good.all():
@@ -130,7 +124,8 @@ def _select_task(psd: np.ndarray, kw: dict[str, Any]) -> np.ndarray:
         from welchpeaks.backends.filtered import host_rows
 
         r = host_rows(p)(psd[good])
-        out[good] = _pack(r.bins, r.power, r.fbins * p.freq_scale(), *(r.measures[n] for n in names))
+        measures = p.with_derived(r.measures)
+        out[good] = _pack(r.bins, r.power, r.fbins * p.freq_scale(), *(measures[n] for n in names))
     elif good.any():
         bins, power, fbins = select(psd[good], p.k, p.mode, p.min_distance, (p.interp_method, p.interp_alpha),
                                      p.edges)
@@ -189,7 +184,7 @@ def welch_peaks(x: Any, kw: dict[str, Any]) -> PeakResult:
     length = rows.shape[1]
     p.check_length(length)
     frame, item = p.frame_for(length), dtype.itemsize
-    names = _measure_names(p)
+    names = p.measure_names()  # packed after bins, power and freqs
     fields = 3 + len(names)
     if kw.get("strategy", "auto") == "auto":  # every task runs what the whole batch in memory would
         kw = dict(kw, strategy=ex.for_batch(rows.shape[0], length, dtype).strategy)
@@ -209,8 +204,6 @@ def welch_peaks(x: Any, kw: dict[str, Any]) -> PeakResult:
     shape = lead + (p.k,)
     info = dict(p.to_dict(), segments=p.n_segments_for(length), frame=frame, lazy="dask")
     measures = {n: out[..., 3 + i].reshape(shape) for i, n in enumerate(names)}
-    if "width" in measures and p.fs is not None:
-        measures["width_hz"] = measures["width"] * p.freq_scale()
     return PeakResult(out[..., 0].astype(np.int32).reshape(shape), out[..., 1].astype(dtype).reshape(shape),
                       out[..., 2].reshape(shape), f"dask ({ex.requested})", info, measures)
 

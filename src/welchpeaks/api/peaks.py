@@ -400,9 +400,7 @@ class WelchPeaks:
                                  f"is computed in {call.compute.name} but does not fit {in_dtype.name}, the precision "
                                  f"of x (results come back in it); pass x as float64 or scale it down")
         shape = lead + (p.k,)
-        measures = {n: v.reshape(shape) for n, v in measures.items()}
-        if "width" in measures and p.fs is not None:
-            measures["width_hz"] = measures["width"] * p.freq_scale()
+        measures = p.with_derived({n: v.reshape(shape) for n, v in measures.items()})
         info = p.to_dict()
         info.update(segments=call.n_seg, frame=call.frame, compute_dtype=call.compute.name)
         if call.layout is not None:

@@ -91,7 +91,7 @@ def _check_fused(x, p, segments, precision):
         k: v for k, v in p.to_dict().items() if k in ("n_fft", "k", "hop", "detrend", "mode", "min_distance")},
         segments=segments)
     psd = reference_psd(x, p, segments if segments is not None else p.n_segments_for(x.shape[1]))
-    bins, _, fbins = reference_peaks(psd, p.k, p.mode, p.min_distance, (p.interp_method, p.interp_alpha), p.edges)
+    bins, _, fbins = reference_peaks(psd, p.k, p.mode, p.min_distance, p.interp_spec, p.edges)
     ok = got.bins >= 0
     at = np.take_along_axis(psd, np.where(ok, got.bins, 0), 1)
     rtol = PRECISION_RTOL[precision]

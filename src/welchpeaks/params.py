@@ -223,6 +223,12 @@ class PeakParams:
         return float("-inf") if self.edges else float("inf")
 
     @property
+    def interp_spec(self) -> tuple[str, float, int]:
+        """The resolved estimator as :func:`welchpeaks.estimators.interp_offset` takes it:
+        ``(method, alpha, n_fft)``."""
+        return self.interp_method, self.interp_alpha, self.n_fft
+
+    @property
     def interp_code(self) -> int:
         """The resolved estimator as the kernels spell it (:data:`INTERP_CODES`)."""
         return INTERP_CODES[self.interp_method]

@@ -136,19 +136,19 @@ def thin(p: np.ndarray, candidates: list[int], min_distance: int) -> list[int]:
     return kept
 
 
-def refine(p: np.ndarray, j: int, method: str = "log-parabola", alpha: float = 0.5) -> float:
+def refine(p: np.ndarray, j: int, method: str = "log-parabola", alpha: float = 0.5, n_fft: int | None = None) -> float:
     """Fractional bin of the peak at ``j`` by the estimator ``method`` (:func:`interp_offset`)
     from the power at ``j-1, j, j+1``. Returns ``j`` at the edges (a neighbour is missing)."""
     if j <= 0 or j >= len(p) - 1:
         return float(j)
-    return j + float(interp_offset(p[j - 1], p[j], p[j + 1], method, alpha))
+    return j + float(interp_offset(p[j - 1], p[j], p[j + 1], method, alpha, n_fft, j=j))
 
 
 def select_row(p: np.ndarray, k: int, mode: str, min_distance: int = 1,
-               interp: tuple[str, float] = ("log-parabola", 0.5), edges: bool = True
+               interp: tuple = ("log-parabola", 0.5), edges: bool = True
                ) -> tuple[list[int], list[float]]:
     """Selected bins (strongest first, at most ``k``) and their fractional bins for one PSD row
-    (``interp``: the resolved estimator, ``(method, alpha)``; ``edges``: DC and Nyquist may be
+    (``interp``: the resolved estimator, ``(method, alpha, n_fft)``; ``edges``: DC and Nyquist may be
     peaks)."""
     if mode == "bins":
         chosen = strongest_first(p, list(range(len(p))))[:k]
@@ -160,7 +160,7 @@ def select_row(p: np.ndarray, k: int, mode: str, min_distance: int = 1,
 
 
 def reference_peaks(
-    psd: np.ndarray, k: int, mode: str, min_distance: int = 1, interp: tuple[str, float] = ("log-parabola", 0.5),
+    psd: np.ndarray, k: int, mode: str, min_distance: int = 1, interp: tuple = ("log-parabola", 0.5),
     edges: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Apply :func:`select_row` to every row of ``psd`` ``[rows, n_bins]``.
@@ -195,5 +195,4 @@ def reference_welch_peaks(x2d: np.ndarray, params: PeakParams) -> tuple[np.ndarr
         scaling=params.scaling,
         fs=1.0 if params.fs is None else params.fs,
     )
-    return reference_peaks(psd, params.k, params.mode, params.min_distance,
-                           (params.interp_method, params.interp_alpha), params.edges)
+    return reference_peaks(psd, params.k, params.mode, params.min_distance, params.interp_spec, params.edges)

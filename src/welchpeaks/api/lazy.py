@@ -127,7 +127,7 @@ def _select_task(psd: np.ndarray, kw: dict[str, Any]) -> np.ndarray:
         measures = p.with_derived(r.measures)
         out[good] = _pack(r.bins, r.power, r.fbins * p.freq_scale(), *(measures[n] for n in names))
     elif good.any():
-        bins, power, fbins = select(psd[good], p.k, p.mode, p.min_distance, (p.interp_method, p.interp_alpha),
+        bins, power, fbins = select(psd[good], p.k, p.mode, p.min_distance, p.interp_spec,
                                      p.edges)
         out[good] = _pack(bins, power, fbins * p.freq_scale())
     return out

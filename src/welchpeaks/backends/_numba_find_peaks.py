@@ -298,7 +298,7 @@ def _width(row, p, prominence, left_base, right_base, rel_height):
 
 #: ``cfg`` of :func:`find_peaks_rows`: what to find (a tuple, so one signature serves every caller)
 CFG_FIELDS = ("edges", "h_lim", "t_lim", "distance", "p_lim", "w_lim", "wlen", "rel_height", "need_prom",
-              "need_width", "k", "snr_min", "noise_bins", "need_snr", "interp", "alpha")
+              "need_width", "k", "snr_min", "noise_bins", "need_snr", "interp", "alpha", "n_fft")
 #: ``out`` of :func:`find_peaks_rows`
 OUT_FIELDS = ("idx", "h", "prom", "base", "width", "ips", "snr", "fbin", "counts")
 _OPEN = np.array([np.nan, np.nan])
@@ -306,13 +306,13 @@ _OPEN = np.array([np.nan, np.nan])
 
 def config(*, edges=False, h_lim=_OPEN, t_lim=_OPEN, distance=0, p_lim=_OPEN, w_lim=_OPEN, wlen=-1, rel_height=0.5,
            need_prom=False, need_width=False, k=1, snr_min=np.nan, noise_bins=0, need_snr=False, interp=-1,
-           alpha=0.5) -> tuple:
+           alpha=0.5, n_fft=0) -> tuple:
     """``cfg`` of :func:`find_peaks_rows` (:data:`CFG_FIELDS`), each field in the one type the
     kernel is compiled for."""
     lim = lambda v: np.ascontiguousarray(v, np.float64).reshape(2)  # noqa: E731
     return (bool(edges), lim(h_lim), lim(t_lim), int(distance), lim(p_lim), lim(w_lim), int(wlen), float(rel_height),
             bool(need_prom), bool(need_width), int(k), float(snr_min), int(noise_bins), bool(need_snr), int(interp),
-            float(alpha))
+            float(alpha), int(n_fft))
 
 
 def outputs(rows: int, k: int, need_prom: bool, need_width: bool, need_snr: bool, refine: bool) -> tuple:
@@ -335,7 +335,8 @@ def find_peaks_rows(x, cfg, out, n_workers):
     those; ``k`` slots; for spectra: ``snr_min`` (dB, NaN: none: applied after scipy's filters,
     before the ``k`` highest), ``noise_bins`` (< 1: the noise floor is the row's median, else
     the median over +-``noise_bins`` samples, edges repeated), ``need_snr``; ``interp`` (an
-    :data:`~welchpeaks.params.INTERP_CODES` code, -1: none) and ``alpha``: the sub-bin offset.
+    :data:`~welchpeaks.params.INTERP_CODES` code, -1: none), ``alpha`` and ``n_fft``: the sub-bin
+    offset (``_numba_kernels._offset``).
 
     ``out`` (:data:`OUT_FIELDS`), ``[rows, k]`` ranked by height, -1 / NaN where empty: index,
     height, prominence and bases ``[rows, k, 2]`` (with ``need_prom``), width and ``[rows, k,
@@ -596,8 +597,7 @@ def _write(row, r, cfg, out, scr, kept, floor):
     """Row ``r`` of ``out`` from the ``kept`` candidates at ``order[:kept]``; the rest empty. The
     SNR (unless the SNR filter measured it) and the refined positions are computed here, for
     the peaks written only."""
-    need_prom, need_width, k, snr_min, noise_bins, need_snr, interp, alpha = (cfg[8], cfg[9], cfg[10], cfg[11],
-                                                                               cfg[12], cfg[13], cfg[14], cfg[15])
+    need_prom, need_width, k, snr_min, noise_bins, need_snr, interp, alpha, n_fft = cfg[8:17]
     cand, hts, prom, base, wid, order = scr[0], scr[1], scr[3], scr[4], scr[5], scr[6]
     out_idx, out_h, out_prom, out_base, out_width, out_ips, out_snr, out_fbin, counts = out
     n = row.shape[0]
@@ -620,7 +620,7 @@ def _write(row, r, cfg, out, scr, kept, floor):
                 out_snr[r, s] = wid[j, 4] if snr_min == snr_min else _snr_db(row, p, floor, noise_bins, scr[10])
             if interp >= 0:
                 if 0 < p < n - 1:
-                    out_fbin[r, s] = p + _offset(row[p - 1], row[p], row[p + 1], interp, alpha)
+                    out_fbin[r, s] = p + _offset(row[p - 1], row[p], row[p + 1], interp, alpha, p, n_fft)
                 else:  # DC and Nyquist are not refined
                     out_fbin[r, s] = float(p)
         else:

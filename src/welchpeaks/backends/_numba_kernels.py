@@ -27,7 +27,7 @@ from welchpeaks.numba_base import LANES, butterfly_lanes, worker_rows
 from welchpeaks.numba_base import OPTS as _OPTS
 
 from welchpeaks.params import DETREND_CODES, INTERP_CODES, MODE_CODES
-from welchpeaks.estimators import ZERO_BELOW
+from welchpeaks.estimators import IMAGE_C_MAX, IMAGE_GATE, IMAGE_MIN_DIST, ZERO_BELOW
 
 MODE_BINS = MODE_CODES["bins"]
 MODE_PEAKS = MODE_CODES["peaks"]
@@ -180,6 +180,29 @@ def _refine_f32(prow, idx, count, n_bins, out_fbin, r, abd):
         out_fbin[r, c] = j + 0.5 * float((la - lc) / den) if ok else float(j)
 
 
+@njit(**_OPTS)
+def _refine_hann(prow, idx, count, n_bins, out_fbin, r, abd, flag, n_fft):
+    """The Hann estimator (:func:`_offset`) of the ``count`` peaks at bins ``idx[:count]``: one
+    branch-free pass (SIMD where LLVM can) for the offsets and :func:`_image_gate`, then the
+    real-tone correction for the few peaks that pass it (noiseless tones; ``flag``: scratch)."""
+    _gather3(prow, idx, count, abd)
+    gated = False
+    for c in range(count):
+        j = idx[c]
+        sa, sb, sc, d = _hann_ratio(abd[3 * c], abd[3 * c + 1], abd[3 * c + 2])
+        inner = (j > 0) & (j < n_bins - 1)
+        g = inner & _image_gate(sa, sb, sc, d, j, n_fft)
+        flag[c] = g
+        gated |= g
+        out_fbin[r, c] = j + min(0.5, max(-0.5, d)) if inner else float(j)
+    if gated:
+        for c in range(count):
+            if flag[c]:
+                j = idx[c]
+                sa, sb, sc, d = _hann_ratio(abd[3 * c], abd[3 * c + 1], abd[3 * c + 2])
+                out_fbin[r, c] = j + min(0.5, max(-0.5, _real_tone_hann(sa, sb, sc, d, float(j), n_fft)))
+
+
 @njit(**_INL)
 def _insert_desc(vals, idx, count, cap, p, j):
     """Insert (p, j) into the descending list vals/idx of ``count`` (<= cap) entries.
@@ -202,11 +225,78 @@ def _insert_desc(vals, idx, count, cap, p, j):
     return count
 
 
+@njit(**_OPTS)
+def _hann_b(x, u, e):
+    """The periodic Hann window's response ``x`` bins from a bin, over ``sin(pi x)`` and up to a
+    linear phase (``u = pi / n_fft``, ``e = exp(i u)``)."""
+    return 0.5 / math.sin(u * x) - 0.25 * e / math.sin(u * (x + 1.0)) - 0.25 * e.conjugate() / math.sin(u * (x - 1.0))
+
+
 @njit(**_INL)
-def _offset(a, b, c, interp, alpha):
+def _hann_ratio(a, b, c):
+    """The Hann estimator's magnitudes and offset ``(sa, sb, sc, d)`` from the powers ``a, b, c``
+    (float64; a neighbour under ``ZERO_BELOW`` of the peak is zero; ``d`` not yet clipped)."""
+    a = float(a) if a > b * ZERO_BELOW else 0.0
+    c = float(c) if c > b * ZERO_BELOW else 0.0
+    sa, sb, sc = math.sqrt(a), math.sqrt(float(b)), math.sqrt(c)
+    den = sa + 2.0 * sb + sc
+    return sa, sb, sc, (2.0 * (sc - sa) / den if den > 0.0 else 0.0)
+
+
+@njit(**_INL)
+def _image_gate(sa, sb, sc, d, j, n_fft):
+    """Whether :func:`_real_tone_hann` may move the Hann offset ``d`` of a peak at bin ``j``
+    (1 <= j <= n_fft / 2 - 1): no division, no modulo, so the noisy peaks that fail it cost a
+    few multiplications."""
+    f2 = 2.0 * (j + d)  # in (0, n_fft) for such bins
+    dist = min(f2, n_fft - f2)
+    num = (2.0 * sc - sb) * (sb + sa) - (sb - 2.0 * sa) * (sb + sc)  # the ratios' disagreement
+    return ((sa > 0.0) & (sc > 0.0) & (d != 0.0) & (dist >= IMAGE_MIN_DIST)
+            & (abs(num) * math.pi * dist * (dist * dist - 1.0) < IMAGE_GATE * (sb + sc) * (sb + sa)))
+
+
+@njit(**_OPTS)
+def _real_tone_hann(sa, sb, sc, d, j, n_fft):
+    """:func:`welchpeaks.estimators.real_tone_hann` of one peak that passed
+    :func:`_image_gate`: the Hann offset ``d`` corrected for a real tone's image, or ``d``."""
+    r1 = sc / sb
+    rm = sa / sb
+    resid = (2.0 * r1 - 1.0) / (1.0 + r1) - (1.0 - 2.0 * rm) / (1.0 + rm)
+    u = math.pi / n_fft
+    e = complex(math.cos(u), math.sin(u))
+    tone_m, tone_0, tone_1 = _hann_b(-1.0 - d, u, e), _hann_b(-d, u, e), _hann_b(1.0 - d, u, e)
+    beta_0 = _hann_b(2.0 * j + d, u, e) / tone_0
+    b0 = abs(beta_0)
+    rho_0 = b0
+    rho_m = (_hann_b(2.0 * j - 1.0 + d, u, e) / tone_m * beta_0.conjugate()).real / b0
+    rho_1 = (_hann_b(2.0 * j + 1.0 + d, u, e) / tone_1 * beta_0.conjugate()).real / b0
+    wm, w0, w1 = abs(tone_m), abs(tone_0), abs(tone_1)  # the tone alone: the window's finite length
+    d_tone = 2.0 * (w1 - wm) / (wm + 2.0 * w0 + w1)
+    resid -= (2.0 * w1 - w0) / (w0 + w1) - (w0 - 2.0 * wm) / (w0 + wm)
+    g_resid = 3.0 * r1 * (rho_1 - rho_0) / (1.0 + r1) ** 2 + 3.0 * rm * (rho_m - rho_0) / (1.0 + rm) ** 2
+    share = resid / g_resid
+    if not abs(share) <= IMAGE_C_MAX:
+        return d
+    g_d = ((2.0 - d) * sc * rho_1 - (2.0 + d) * sa * rho_m - 2.0 * d * sb * rho_0) / (sa + 2.0 * sb + sc)
+    return 2.0 * d - d_tone - share * g_d
+
+
+@njit(**_OPTS)
+def _hann_offset(a, b, c, j, n_fft):
+    """The Hann estimator's offset of one peak at bin ``j``, corrected for a real tone's image
+    where :func:`_image_gate` lets it (not inlined: the kernels compile faster)."""
+    sa, sb, sc, d = _hann_ratio(a, b, c)
+    if _image_gate(sa, sb, sc, d, j, n_fft):
+        d = _real_tone_hann(sa, sb, sc, d, float(j), n_fft)
+    return d
+
+
+@njit(**_INL)
+def _offset(a, b, c, interp, alpha, j, n_fft):
     """:func:`welchpeaks.estimators.interp_offset` of one peak, in float64: the offset in bins
     from the power ``a, b, c`` at bins j-1, j, j+1 by the estimator ``interp``
-    (:data:`~welchpeaks.params.INTERP_CODES`; ``alpha``: the power parabola's exponent)."""
+    (:data:`~welchpeaks.params.INTERP_CODES`; ``alpha``: the power parabola's exponent; ``j``
+    and ``n_fft``: the Hann estimator's correction for a real tone's image)."""
     a, b, c = float(a), float(b), float(c)
     a = a if a > b * ZERO_BELOW else 0.0  # rounding, not power
     c = c if c > b * ZERO_BELOW else 0.0
@@ -223,10 +313,7 @@ def _offset(a, b, c, interp, alpha):
         if den < 0.0:
             d = 0.5 * (pa - pc) / den
     elif interp == INTERP_HANN:
-        sa, sb, sc = math.sqrt(a), math.sqrt(b), math.sqrt(c)
-        den = sa + 2.0 * sb + sc
-        if den > 0.0:
-            d = 2.0 * (sc - sa) / den
+        d = _hann_offset(a, b, c, j, n_fft)
     elif interp == INTERP_BOXCAR:
         sa, sb, sc = math.sqrt(a), math.sqrt(b), math.sqrt(c)
         if sc >= sa:
@@ -237,12 +324,12 @@ def _offset(a, b, c, interp, alpha):
 
 
 @njit(**_INL)
-def _refine(a, b, c, j, n_bins, interp, alpha):
+def _refine(a, b, c, j, n_bins, interp, alpha, n_fft):
     """Fractional bin of the peak at bin ``j`` of power ``b`` between ``a`` and ``c``
     (:func:`_offset`; unrefined at the edges)."""
     if j <= 0 or j >= n_bins - 1:
         return float(j)
-    return j + _offset(a, b, c, interp, alpha)
+    return j + _offset(a, b, c, interp, alpha, j, n_fft)
 
 
 @njit(**_INL)
@@ -334,8 +421,8 @@ def _select_scalar(prow, n_bins, k, mode, min_distance, vals, idx, cand):
 
 
 @njit(**_INL)
-def select_into(prow, n_bins, k, mode, min_distance, interp, alpha, vals, idx, cand, top, out_bins, out_power, out_fbin,
-                r):
+def select_into(prow, n_bins, k, mode, min_distance, interp, alpha, n_fft, vals, idx, cand, top, out_bins, out_power,
+                out_fbin, r):
     """Select from one PSD row into row ``r`` of the outputs (already filled with -1 / NaN).
 
     ``prow`` has ``n_bins + 2`` entries: the PSD at ``1..n_bins`` between two sentinels (-inf:
@@ -361,10 +448,12 @@ def select_into(prow, n_bins, k, mode, min_distance, interp, alpha, vals, idx, c
         _refine_f32(prow, idx, count, n_bins, out_fbin, r, vals)
     elif _is_float32_array(prow) and interp == INTERP_POWER:
         _refine_power_f32(prow, idx, count, n_bins, out_fbin, r, vals, alpha)
+    elif interp == INTERP_HANN:
+        _refine_hann(prow, idx, count, n_bins, out_fbin, r, vals, top, n_fft)
     else:
         for c in range(count):
             j = idx[c]
-            out_fbin[r, c] = _refine(prow[j], prow[j + 1], prow[j + 2], j, n_bins, interp, alpha)
+            out_fbin[r, c] = _refine(prow[j], prow[j + 1], prow[j + 2], j, n_bins, interp, alpha, n_fft)
 
 
 @njit(**_INL)
@@ -762,7 +851,7 @@ def fused_pow2(
                 if chk != 0.0:  # flagged like a non-finite row; the API tells the two apart
                     bad[r] = True
                     continue
-                select_into(prow, n_bins, k, mode, min_distance, interp, alpha, tv, ti, tc, tt, out_bins, out_power,
+                select_into(prow, n_bins, k, mode, min_distance, interp, alpha, n_fft, tv, ti, tc, tt, out_bins, out_power,
                             out_fbin, r)
 
 
@@ -785,7 +874,7 @@ def window_segments(segs_in, window, detrend, segs):
 
 @njit(parallel=True, **_OPTS)
 def power_select_spectrum(
-    spec, n_rows, scale, k, mode, min_distance, interp, alpha, edge, psd, vals, idx, cand, top, bad, out_bins,
+    spec, n_rows, scale, k, mode, min_distance, interp, alpha, n_fft, edge, psd, vals, idx, cand, top, bad, out_bins,
     out_power, out_fbin
 ):
     """Average ``|spec|**2`` over segments, scale, and select, one row per iteration. A row whose
@@ -816,7 +905,7 @@ def power_select_spectrum(
             bad[r] = check != 0.0
             if bad[r]:
                 continue
-            select_into(prow, n_bins, k, mode, min_distance, interp, alpha, tv, ti, tc, tt, out_bins, out_power,
+            select_into(prow, n_bins, k, mode, min_distance, interp, alpha, n_fft, tv, ti, tc, tt, out_bins, out_power,
                         out_fbin, r)
 
 
@@ -825,7 +914,7 @@ def power_select_spectrum(
 
 @njit(parallel=True, **_OPTS)
 def frames_select(
-    seg_power, seg_bad, frame_segments, frame_hop, n_frames, scale, k, mode, min_distance, interp, alpha, edge,
+    seg_power, seg_bad, frame_segments, frame_hop, n_frames, scale, k, mode, min_distance, interp, alpha, n_fft, edge,
     psd, vals, idx, cand, top, bad, out_bins, out_power, out_fbin
 ):
     """Frames of overlapping segments: ``seg_power [rows, S, n_bins]`` holds each segment's
@@ -868,5 +957,5 @@ def frames_select(
             if chk != 0.0:
                 bad[j] = True
                 continue
-            select_into(prow, n_bins, k, mode, min_distance, interp, alpha, tv, ti, tc, tt, out_bins, out_power,
+            select_into(prow, n_bins, k, mode, min_distance, interp, alpha, n_fft, tv, ti, tc, tt, out_bins, out_power,
                         out_fbin, j)

@@ -192,7 +192,10 @@ def _offset(a, b, c, INTERP: tl.constexpr, ALPHA: tl.constexpr):
     """:func:`welchpeaks.estimators.interp_offset` in the kernel, elementwise: the offset in bins
     of a peak of power ``b`` between ``a`` and ``c`` by the estimator ``INTERP``
     (:data:`welchpeaks.params.INTERP_CODES`; ``ALPHA``: the power parabola's exponent). A
-    neighbour under ``1e-12`` of the peak (``ZERO_BELOW``) counts as zero, as everywhere."""
+    neighbour under ``1e-12`` of the peak (``ZERO_BELOW``) counts as zero, as everywhere. The
+    Hann estimator is not corrected for a real tone's image here (``real_tone_hann``): it moves
+    a tone by under 1e-5 bins (n_fft 256, tones 10 bins from DC), below the float32 refinement's
+    precision, and would cost every candidate lane (each bin's offset is computed) ten sines."""
     zero = tl.zeros_like(b)
     # lanes that are no peak (padding at -inf, +inf beside the edges) give unused offsets: keep
     # them finite (for a peak, a <= b and c <= b already)

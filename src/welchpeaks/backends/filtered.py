@@ -39,7 +39,8 @@ def host_rows(p: PeakParams) -> Callable[[np.ndarray], RowPeaks]:
     lim = _limits(p)
     need_snr = "snr" in f.measures
     cfg = kern.config(**lim, edges=p.edges, k=p.k, snr_min=np.nan if f.snr_db is None else f.snr_db,
-                      noise_bins=f.noise_bins or 0, need_snr=need_snr, interp=p.interp_code, alpha=p.interp_alpha)
+                      noise_bins=f.noise_bins or 0, need_snr=need_snr, interp=p.interp_code, alpha=p.interp_alpha,
+                      n_fft=p.n_fft)
 
     def run(psd: np.ndarray) -> RowPeaks:
         x = np.ascontiguousarray(psd, np.float64)
@@ -94,7 +95,7 @@ def device_rows(p: PeakParams) -> Callable[[Any], RowPeaks]:
             out = {n: None if v is None else torch.gather(v, 1, order) for n, v in out.items()}
         ok = ok & ~bad[:, None]
         nan = torch.full_like(psd[:, :1], float("nan"))
-        fb = torch.where(ok, refine_t(psd, at, ok, (p.interp_method, p.interp_alpha)), nan)
+        fb = torch.where(ok, refine_t(psd, at, ok, p.interp_spec), nan)
         return RowPeaks(torch.where(ok, at, torch.full_like(at, -1)).to(torch.int32),
                         torch.where(ok, torch.gather(psd, 1, at), nan), fb, bad.nonzero()[:, 0].cpu().numpy(),
                         {MEASURE_NAMES[m]: torch.where(ok, out[m], nan) for m in f.measures})

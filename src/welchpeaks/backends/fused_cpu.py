@@ -198,8 +198,7 @@ class SharedFrames:
         with KERNEL_LOCK:
             _kernels().frames_select(power.reshape(n_rows, n_seg, p.n_bins), seg_bad.reshape(n_rows, n_seg), fs, fh,
                                      n_frames, self.scale, p.k, p.mode_code, p.min_distance, p.interp_code,
-                                     p.interp_alpha, p.edge_sentinel, *self.select, bad, bins,
-                                     out, fbin)
+                                     p.interp_alpha, p.n_fft, p.edge_sentinel, *self.select, bad, bins, out, fbin)
         return RowPeaks(bins, out, fbin, np.flatnonzero(bad))
 
 
@@ -221,9 +220,8 @@ class SpectrumSelect:
         bad = np.empty(rows, np.bool_)
         with KERNEL_LOCK:
             _kernels().power_select_spectrum(spec, rows, self.scale[: spec.shape[2]], p.k, p.mode_code,
-                                             p.min_distance, p.interp_code, p.interp_alpha, p.edge_sentinel,
-                                             *self.select, bad,
-                                             bins, power, fbin)
+                                             p.min_distance, p.interp_code, p.interp_alpha, p.n_fft,
+                                             p.edge_sentinel, *self.select, bad, bins, power, fbin)
         return RowPeaks(bins, power, fbin, np.flatnonzero(bad))
 
 

@@ -59,17 +59,17 @@ def _thin(p: np.ndarray, cand: np.ndarray, min_distance: int) -> np.ndarray:
     return kept
 
 
-def _refine(p: np.ndarray, bins: np.ndarray, valid: np.ndarray, interp: tuple[str, float]) -> np.ndarray:
-    """Fractional bins of the peaks at ``bins``: the reference's estimator (in float64) from the
-    power around each, unrefined at the edges."""
+def _refine(p: np.ndarray, bins: np.ndarray, valid: np.ndarray, interp: tuple) -> np.ndarray:
+    """Fractional bins of the peaks at ``bins``: the reference's estimator ``interp`` (``(method,
+    alpha, n_fft)``, in float64) from the power around each, unrefined at the edges."""
     nb = p.shape[1]
     j = np.clip(bins, 1, nb - 2)
     a, b, c = (np.take_along_axis(p, j + d, -1) for d in (-1, 0, 1))
     inner = valid & (bins > 0) & (bins < nb - 1)
-    return bins + np.where(inner, interp_offset(a, b, c, *interp), 0.0)
+    return bins + np.where(inner, interp_offset(a, b, c, *interp, j=j), 0.0)
 
 
-def select(psd: np.ndarray, k: int, mode: str, min_distance: int, interp: tuple[str, float] = ("log-parabola", 0.5),
+def select(psd: np.ndarray, k: int, mode: str, min_distance: int, interp: tuple = ("log-parabola", 0.5),
            edges: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised selection over rows of finite ``psd``; same results as the per-row reference."""
     rows, nb = psd.shape
@@ -149,7 +149,7 @@ def _segment_mean(node: Node, graph: Graph):
 
 
 def select_rows(psd: np.ndarray, k: int, mode: str, min_distance: int,
-                interp: tuple[str, float] = ("log-parabola", 0.5), edges: bool = True) -> RowPeaks:
+                interp: tuple = ("log-parabola", 0.5), edges: bool = True) -> RowPeaks:
     """:func:`select` on PSD rows, rows holding NaN or infinity left empty and reported."""
     finite = np.isfinite(psd).all(axis=1)
     bad_rows = np.flatnonzero(~finite)

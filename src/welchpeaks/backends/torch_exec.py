@@ -19,7 +19,7 @@ from welchpeaks.backends import Execution, filtered, register
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.ir.run import constant_value
 from welchpeaks.result import RowPeaks
-from welchpeaks.estimators import ZERO_BELOW
+from welchpeaks.estimators import ZERO_BELOW, real_tone_hann
 
 NAME = "torch"
 GPU_EXTRA = "pip install 'welchpeaks[gpu]'"
@@ -46,9 +46,10 @@ def as_tensor(x: Any, dtype: Any):
     return t.to(torch_dtype(dtype))
 
 
-def offset_t(a, b, c, method: str, alpha: float):
+def offset_t(a, b, c, method: str, alpha: float, n_fft: int | None = None, *, j=None):
     """:func:`welchpeaks.estimators.interp_offset` on float64 tensors (the same formulas, the same
-    treatment of neighbours under :data:`~welchpeaks.estimators.ZERO_BELOW` and of zeros)."""
+    treatment of neighbours under :data:`~welchpeaks.estimators.ZERO_BELOW` and of zeros, the
+    same real-tone correction of the Hann estimator given ``n_fft`` and the bins ``j``)."""
     torch = import_torch()
     zero = torch.zeros_like(b)
     a, c = (torch.where(v > b * ZERO_BELOW, v, zero) for v in (a, c))
@@ -70,6 +71,8 @@ def offset_t(a, b, c, method: str, alpha: float):
         if method == "hann":
             den = sa + 2.0 * sb + sc
             d = torch.where(den > 0, 2.0 * (sc - sa) / torch.where(den > 0, den, one), zero)
+            if n_fft is not None and j is not None:
+                d = real_tone_hann(sa, sb, sc, d, j.double(), n_fft, xp=torch)
         else:  # boxcar
             with_c = torch.where(sb + sc > 0, sc / torch.where(sb + sc > 0, sb + sc, one), zero)
             with_a = torch.where(sb + sa > 0, -sa / torch.where(sb + sa > 0, sb + sa, one), zero)
@@ -77,18 +80,18 @@ def offset_t(a, b, c, method: str, alpha: float):
     return d.clamp(-0.5, 0.5)
 
 
-def refine_t(psd, bins, valid, interp: tuple[str, float]):
-    """Fractional bins of the peaks at ``bins`` by the resolved estimator ``interp``, unrefined
-    at the edges."""
+def refine_t(psd, bins, valid, interp: tuple):
+    """Fractional bins of the peaks at ``bins`` by the resolved estimator ``interp`` (``(method,
+    alpha, n_fft)``), unrefined at the edges."""
     torch = import_torch()
     nb = psd.shape[1]
     j = bins.clamp(1, nb - 2)
     a, b, c = (torch.gather(psd, 1, j + d).double() for d in (-1, 0, 1))
     inner = valid & (bins > 0) & (bins < nb - 1)
-    return bins.double() + torch.where(inner, offset_t(a, b, c, *interp), torch.zeros_like(b))
+    return bins.double() + torch.where(inner, offset_t(a, b, c, *interp, j=j), torch.zeros_like(b))
 
 
-def select_t(psd, k: int, mode: str, min_distance: int, interp: tuple[str, float] = ("log-parabola", 0.5),
+def select_t(psd, k: int, mode: str, min_distance: int, interp: tuple = ("log-parabola", 0.5),
              edges: bool = True):
     """bins (int32, -1 empty), power (NaN empty) and fractional bins of ``psd`` ``[rows, n_bins]``."""
     torch = import_torch()
@@ -190,7 +193,7 @@ def _mul(node: Node, graph: Graph):
     return lambda a, b: a * scale(a.device)
 
 
-def select_rows_t(psd, k: int, mode: str, min_distance: int, interp: tuple[str, float] = ("log-parabola", 0.5),
+def select_rows_t(psd, k: int, mode: str, min_distance: int, interp: tuple = ("log-parabola", 0.5),
                   edges: bool = True):
     """:func:`select_t` on PSD rows, rows holding NaN or infinity left empty and reported."""
     torch = import_torch()

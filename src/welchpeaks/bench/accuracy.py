@@ -71,7 +71,7 @@ def run(n_fft: int = 256, trials: int = 1000, dtype: str = "float64", seed: int 
                 rows = np.arange(trials)
                 a, b, c = p[rows, j - 1], p[rows, j], p[rows, j + 1]
                 for name, (method, alpha) in ests.items():
-                    err = j + interp_offset(a, b, c, method, alpha) - f
+                    err = j + interp_offset(a, b, c, method, alpha, n_fft, j=j) - f
                     cells.append({
                         "window": wname, "segments": seg, "snr_db": snr_db, "interp": name, "method": method,
                         "alpha": alpha if method == "power-parabola" else None,

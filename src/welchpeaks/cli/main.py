@@ -196,7 +196,7 @@ def _estimator_errors(x: np.ndarray, res: Any, true: np.ndarray, fs: float, n_ff
     window = welchpeaks.WelchPeaks(n_fft=n_fft).params.window_array
     for name in ("auto", "power-parabola", "log-parabola", "none"):
         method, alpha = resolve_interp(name, window)
-        err = np.abs(j + interp_offset(a, b, c, method, alpha) - target)[use]
+        err = np.abs(j + interp_offset(a, b, c, method, alpha, n_fft, j=jj) - target)[use]
         label = f"{name} ({method})" if name == "auto" else name
         parts.append(f"{label} {np.median(err):.4f}")
     console.print("frequency error by sub-bin estimator, median over "

@@ -255,9 +255,9 @@ class Graph:
         return self._add(Op.segment_mean, (x,), n.shape[:-2] + n.shape[-1:], n.dtype)
 
     def topk(self, x: int, k: int, mode: str = "peaks", min_distance: int = 1, *,
-             interp: tuple[str, float] = ("log-parabola", 0.5), edges: bool = True, params: Any = None) -> int:
+             interp: tuple = ("log-parabola", 0.5), edges: bool = True, params: Any = None) -> int:
         """The k strongest bins (``'bins'``) or local maxima (``'peaks'``) of PSD rows ``[R, bins]``,
-        peaks refined by the resolved estimator ``interp`` (``(method, alpha)``); DC and Nyquist
+        peaks refined by the resolved estimator ``interp`` (``(method, alpha, n_fft)``); DC and Nyquist
         may be peaks with ``edges``."""
         n = self._rank(x, (2,), "topk")
         if k < 1 or mode not in ("peaks", "bins") or min_distance < 1:
@@ -350,7 +350,7 @@ def welch_chain_graph(params: Any, rows: int, length: int, n_segments: int, dtyp
     if params.filters is not None:  # scipy's filters: the find_peaks selection
         return g.set_outputs([g.find_peaks(psd, params)])
     return g.set_outputs([g.topk(psd, params.k, params.mode, params.min_distance,
-                                 interp=(params.interp_method, params.interp_alpha), edges=params.edges,
+                                 interp=params.interp_spec, edges=params.edges,
                                  params=params)])
 
 

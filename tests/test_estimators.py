@@ -130,3 +130,8 @@ def test_bench_accuracy_cli(tmp_path):
     assert all(c["worst_bins"] < 1e-6 for c in noiseless)  # the target, the real tone's image corrected
     assert all(c["crb_bins"] > 0 for c in cells if c["snr_db"] is not None)
     assert data["targets"] and "### hann" in md.read_text()
+    # the reference: the padded PSD's maximum, far closer than the plain bin (error up to 0.5)
+    ref = [c for c in cells if c["interp"] == "psd-max"]
+    assert len(ref) == 4 * 3 * 4  # windows x segments x SNRs
+    assert all(c["rmse_bins"] < 0.05 for c in ref if c["snr_db"] in (None, 40.0))
+    assert all(t["reference"] > 0 for t in data["targets"] if "20 dB" in t["target"])

@@ -597,7 +597,8 @@ def _write(row, r, cfg, out, scr, kept, floor):
     """Row ``r`` of ``out`` from the ``kept`` candidates at ``order[:kept]``; the rest empty. The
     SNR (unless the SNR filter measured it) and the refined positions are computed here, for
     the peaks written only."""
-    need_prom, need_width, k, snr_min, noise_bins, need_snr, interp, alpha, n_fft = cfg[8:17]
+    need_prom, need_width, k, snr_min, noise_bins, need_snr, interp, alpha, n_fft = (
+        cfg[8], cfg[9], cfg[10], cfg[11], cfg[12], cfg[13], cfg[14], cfg[15], cfg[16])
     cand, hts, prom, base, wid, order = scr[0], scr[1], scr[3], scr[4], scr[5], scr[6]
     out_idx, out_h, out_prom, out_base, out_width, out_ips, out_snr, out_fbin, counts = out
     n = row.shape[0]

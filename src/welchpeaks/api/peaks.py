@@ -520,7 +520,8 @@ def welch_peaks(
     interp : {'auto', 'window', 'power-parabola', 'log-parabola', 'none'}
         How a peak's frequency is refined from the PSD at its bin and its two neighbours.
         ``'window'``: the window's exact estimator (the periodic Hann window's 3-point
-        magnitude ratio, exact for one tone; the boxcar's); ``'power-parabola'``: a parabola
+        magnitude ratio, exact for one tone, with a real tone's negative-frequency image
+        removed where the peak is clean enough to see it; the boxcar's); ``'power-parabola'``: a parabola
         through ``psd ** alpha``, ``alpha`` fitted to the window; ``'log-parabola'``: through
         the log-power (earlier versions; biased by up to 1.6e-2 bins with Hann); ``'none'``:
         the bin. ``'auto'`` (default): the window's estimator where it has one, else the power

@@ -346,6 +346,8 @@ def cost_model_for(device: str, calibrate: bool = True, wait: bool = True) -> Ba
         model = cal.load(device)
         if model is not None:
             set_cost_model(model, device)
+            if calibrate and cal.should_remeasure(model):
+                cal.start_background(device, replacing=model)
             return model
     if not calibrate or device != "cpu":
         return None

@@ -553,6 +553,20 @@ def test_a_quick_model_measured_under_load_is_measured_again_in_the_background(m
         assert calibrate.load("cpu").meta["remeasures"] == meta.get("remeasures", 0) + 1
 
 
+def test_the_pick_says_when_its_model_was_measured_under_load():
+    from helpers import synthetic_cpu_model
+    from welchpeaks.plan.cost import set_cost_model
+
+    x = np.random.default_rng(9).standard_normal((8, 384))
+    for busy, said in ((1.5, True), (0.2, False)):
+        m = synthetic_cpu_model()
+        m.meta["foreign_load"] = busy
+        set_cost_model(m)
+        wp = welchpeaks.WelchPeaks()
+        wp(x)
+        assert ("1.5 cores busy" in wp._last_call.why) == said
+
+
 def test_calibrate_says_when_other_processes_loaded_the_machine(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 

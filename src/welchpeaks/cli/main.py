@@ -706,8 +706,8 @@ def calibrate(
         f"round trip {model.roundtrip_ns:,.0f} ns, memory {model.memory_bw:.1f} GB/s, {model.threads} threads; "
         f"cached in {path}"
     )
-    if cal.loaded(model):
-        err.print(f"[yellow]other processes kept {model.meta['foreign_load']:g} cores busy while measuring: the model "
+    if model.under_load() is not None:
+        err.print(f"[yellow]other processes kept {model.under_load():g} cores busy while measuring: the model "
                   "may price every execution too high; run `welchpeaks calibrate` again when the machine is idle[/]")
 
 

@@ -44,10 +44,8 @@ class CalibrationNotice(UserWarning):
     """Said once when the picker measures a quick cost model because none was cached."""
 
 
-#: other processes' average busy cores while a model was measured above which its times are
-#: suspect (they run slower on a shared machine): a quick model is measured again, in the
-#: background, by a later process, at most :data:`MAX_REMEASURES` times; ``calibrate`` says so
-FOREIGN_LOAD_MAX = 0.5
+#: a quick model measured under other processes' load (``BackendCostModel.under_load``) is
+#: measured again, in the background, by a later process, at most this many times
 MAX_REMEASURES = 3
 
 
@@ -74,11 +72,6 @@ def foreign_load(start: tuple[float, float, float] | None, end: tuple[float, flo
         return None
     return round(max(0.0, ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2])), 2)
 
-
-def loaded(model: BackendCostModel) -> bool:
-    """Whether ``model`` was measured while other processes kept the machine busy."""
-    v = model.meta.get("foreign_load")
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v >= FOREIGN_LOAD_MAX
 
 
 #: a cost model's JSON is a few tens of kB; a larger file in the cache's place is not read
@@ -188,7 +181,7 @@ def start_background(device: str = "cpu", replacing: BackendCostModel | None = N
         else:
             warnings.warn(
                 f"welchpeaks: the cached {device} cost model was measured while other processes kept "
-                f"{replacing.meta['foreign_load']:g} cores busy, which slows what it times; measuring it again in the "
+                f"{replacing.under_load():g} cores busy, which slows what it times; measuring it again in the "
                 "background (the cached one serves meanwhile). `welchpeaks calibrate` on an idle machine settles it.",
                 CalibrationNotice, stacklevel=4)
         tries = int(replacing.meta.get("remeasures", 0)) + 1 if replacing is not None else 0
@@ -219,7 +212,7 @@ def should_remeasure(model: BackendCostModel) -> bool:
     picker's own) measured under other processes' load, tried fewer than
     :data:`MAX_REMEASURES` times. A full one is the user's (``welchpeaks calibrate`` warns)."""
     tries = model.meta.get("remeasures", 0)
-    return (model.meta.get("quick") is True and loaded(model)
+    return (model.meta.get("quick") is True and model.under_load() is not None
             and isinstance(tries, int) and not isinstance(tries, bool) and 0 <= tries < MAX_REMEASURES)
 
 

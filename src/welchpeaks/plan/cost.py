@@ -66,6 +66,9 @@ class LogLogTable:
 
 #: the host's elementwise steps of the Welch chain, priced by their traffic times a measured factor
 ELEMENTWISE_OPS = frozenset({Op.window, Op.power, Op.segment_mean, Op.mul})
+#: other processes' average busy cores while a model was measured from which its times are
+#: suspect (:meth:`BackendCostModel.under_load`): work runs slower on a shared machine
+FOREIGN_LOAD_MAX = 0.5
 #: find_peaks' cost over the plain selection's where no ``find_peaks`` curve was measured (the
 #: numba kernel with prominence and SNR against the peaks selection, 129-bin rows, 2-vCPU VM)
 FIND_PEAKS_OVER_SELECT = 3.0
@@ -149,6 +152,14 @@ class BackendCostModel:
         if "find_peaks" in self.tables:
             return max(self.tables["find_peaks"](n_bins, rows), 1.0)
         return FIND_PEAKS_OVER_SELECT * self.select_ns(n_bins, 16, rows, "peaks")
+
+    def under_load(self) -> float | None:
+        """The cores other processes kept busy while this model was measured (``meta``'s
+        ``foreign_load``, recorded by the calibration), when :data:`FOREIGN_LOAD_MAX` or more:
+        its times are then likely too high. None otherwise or when unknown."""
+        v = self.meta.get("foreign_load")
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= FOREIGN_LOAD_MAX
+        return float(v) if ok else None
 
     def gate(self) -> IoFusionGate:
         return IoFusionGate(self.dispatch_ns, self.roundtrip_ns, self.memory_bw, self.h2d_bw, self.d2h_bw,

@@ -148,6 +148,9 @@ def pick_for(params: PeakParams, n_seg: int, batch: int, length: int, compute: A
     else:
         choice = min(finite, key=finite.get)
         why = f"auto: lowest predicted time on {device} ({resolved.status} cost model)"
+        if resolved.under_load() is not None:
+            why += (f"; that model was measured while other processes kept {resolved.under_load():g} cores busy, "
+                    "so its times may be high (`welchpeaks calibrate` on an idle machine)")
     if os.environ.get("WELCHPEAKS_TRACE", "") not in ("", "0"):
         log.warning("pick %s for batch %d, n_fft %d, k %d, %d segments, %s (%s): %s", choice, batch, params.n_fft,
                     params.k, n_seg, params.mode, why, {n: round(v) for n, v in finite.items()})

@@ -553,6 +553,42 @@ def test_a_quick_model_measured_under_load_is_measured_again_in_the_background(m
         assert calibrate.load("cpu").meta["remeasures"] == meta.get("remeasures", 0) + 1
 
 
+@pytest.mark.parametrize("quick, has_curve, compiled, completes", [
+    (True, False, True, True),
+    (True, False, False, False),  # not compiled in this process: measuring would compile it
+    (True, True, True, False),  # the curve is there
+    (False, False, True, False),  # a full model of an older format: the user's; calibrate refreshes it
+])
+def test_a_quick_model_gains_the_find_peaks_curve_once_the_kernel_is_compiled(quick, has_curve, compiled, completes,
+                                                                              monkeypatch):
+    """The quick measurement does not compile the find_peaks kernel, so its node was priced at
+    3x NumPy's selection (3 to 16 times too high); a filtered call's pick, once the kernel is
+    compiled, measures its curve in the background and caches the completed model."""
+    from helpers import synthetic_cpu_model
+    from welchpeaks.plan.cost import LogLogTable, cost_model_for, set_cost_model
+
+    curve = LogLogTable([33.0, 513.0], [1.0, 1024.0], [[1e3, 1e6], [1e4, 1e7]])
+    m = synthetic_cpu_model()
+    m.meta["quick"] = quick
+    if has_curve:
+        m.tables["find_peaks"] = curve
+    monkeypatch.setattr(calibrate, "_BACKGROUND", {})
+    monkeypatch.setattr(calibrate, "_find_peaks_compiled", lambda: compiled)
+    monkeypatch.setattr(calibrate, "_find_peaks_curve", lambda grid, reps, rng, tick: curve)
+    set_cost_model(m)
+    x = np.random.default_rng(10).standard_normal((4, 384))
+    before = m.find_peaks_ns(129, 8192)
+    welchpeaks.welch_peaks(x, prominence=0.0)  # auto: the pick
+    assert ("cpu:find_peaks" in calibrate._BACKGROUND) == completes
+    if completes:
+        calibrate._BACKGROUND["cpu:find_peaks"].join()
+        now = cost_model_for("cpu")
+        assert now is not m and "find_peaks" in now.tables and now.find_peaks_ns(129, 8192) != before
+        assert "find_peaks" in calibrate.load("cpu").tables  # cached
+    else:
+        assert cost_model_for("cpu") is m
+
+
 def test_the_pick_says_when_its_model_was_measured_under_load():
     from helpers import synthetic_cpu_model
     from welchpeaks.plan.cost import set_cost_model

@@ -147,8 +147,9 @@ class BackendCostModel:
         """scipy's filters on PSD rows (the ``find_peaks`` node): the ``find_peaks`` curve
         (measured with ``prominence=0`` and the SNR measure, k 16, by ``welchpeaks calibrate``),
         or, in a quick model (a first run's background measurement, which does not compile the
-        find_peaks kernel) or one measured before that curve existed,
-        :data:`FIND_PEAKS_OVER_SELECT` times the plain selection."""
+        find_peaks kernel, until a filtered call has compiled it and the model is completed:
+        :func:`welchpeaks.plan.calibrate.complete_background`) or one measured before that
+        curve existed, :data:`FIND_PEAKS_OVER_SELECT` times the plain selection."""
         if "find_peaks" in self.tables:
             return max(self.tables["find_peaks"](n_bins, rows), 1.0)
         return FIND_PEAKS_OVER_SELECT * self.select_ns(n_bins, 16, rows, "peaks")

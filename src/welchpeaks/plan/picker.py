@@ -23,6 +23,7 @@ import numpy as np
 from welchpeaks import backends
 from welchpeaks.ir import Graph, welch_chain_graph
 from welchpeaks.params import PeakParams, make_params
+from welchpeaks.plan import calibrate
 from welchpeaks.plan.cache import LruCache
 from welchpeaks.plan.cost import BackendCostModel, cost_breakdown, cost_model_for, default_cuda_model
 from welchpeaks.plan.fusion import fuse
@@ -131,6 +132,8 @@ def pick_for(params: PeakParams, n_seg: int, batch: int, length: int, compute: A
     breakdowns returned are shared, so callers must not modify them.
     """
     resolved = _model(device, model)
+    if params.filters is not None and device == "cpu" and model is None:
+        calibrate.complete_background(resolved)  # a quick model gains the find_peaks curve once it is compiled
     key = (params, n_seg, batch, length, np.dtype(compute).name, device, legacy_mode(), budget)
     hit = _PICKS.get(key)
     if hit is not None and hit[0] is resolved:

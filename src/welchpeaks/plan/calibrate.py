@@ -73,7 +73,6 @@ def foreign_load(start: tuple[float, float, float] | None, end: tuple[float, flo
     return round(max(0.0, ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2])), 2)
 
 
-
 #: a cost model's JSON is a few tens of kB; a larger file in the cache's place is not read
 MAX_CACHE_BYTES = 1 << 20
 
@@ -240,12 +239,15 @@ def _complete_and_cache(model: BackendCostModel, device: str) -> None:
     try:
         grid = QUICK_GRID
         table = _find_peaks_curve(grid, grid["repeats"], np.random.default_rng(0), lambda what: None)
-        done = dataclasses.replace(model, tables={**model.tables, "find_peaks": table}, meta=dict(model.meta))
-        save(done)
     except Exception as exc:  # the model stays as it was: priced by the fallback
         warnings.warn(f"welchpeaks: measuring the find_peaks kernel for the {device} cost model failed ({exc})",
                       stacklevel=2)
         return
+    done = dataclasses.replace(model, tables={**model.tables, "find_peaks": table}, meta=dict(model.meta))
+    try:
+        save(done)
+    except OSError as exc:
+        warnings.warn(f"welchpeaks: could not cache the cost model ({exc})", stacklevel=2)
     set_cost_model(done, device)
 
 

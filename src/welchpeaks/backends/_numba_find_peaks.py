@@ -19,7 +19,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from welchpeaks.backends._numba_kernels import _offset
+from welchpeaks.backends._numba_kernels import INTERP_HANN, _hann_ratio, _image_gate, _offset, _real_tone_hann
 
 _OPTS = dict(cache=True, nogil=True, boundscheck=False)
 _BIG = np.finfo(np.float64).max
@@ -621,7 +621,13 @@ def _write(row, r, cfg, out, scr, kept, floor):
                 out_snr[r, s] = wid[j, 4] if snr_min == snr_min else _snr_db(row, p, floor, noise_bins, scr[10])
             if interp >= 0:
                 if 0 < p < n - 1:
-                    out_fbin[r, s] = p + _offset(row[p - 1], row[p], row[p + 1], interp, alpha, p, n_fft)
+                    if interp == INTERP_HANN:  # the image's test inline, its correction only where it passes
+                        sa, sb, sc, d = _hann_ratio(row[p - 1], row[p], row[p + 1])
+                        if _image_gate(sa, sb, sc, d, p, n_fft):
+                            d = _real_tone_hann(sa, sb, sc, d, float(p), n_fft)
+                        out_fbin[r, s] = p + min(0.5, max(-0.5, d))
+                    else:
+                        out_fbin[r, s] = p + _offset(row[p - 1], row[p], row[p + 1], interp, alpha, p, n_fft)
                 else:  # DC and Nyquist are not refined
                     out_fbin[r, s] = float(p)
         else:

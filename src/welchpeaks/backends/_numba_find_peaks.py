@@ -19,7 +19,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from welchpeaks.backends._numba_kernels import INTERP_HANN, _hann_ratio, _image_gate, _offset, _real_tone_hann
+from welchpeaks.backends._numba_kernels import INTERP_HANN, _offset, hann_corrected
 
 _OPTS = dict(cache=True, nogil=True, boundscheck=False)
 _BIG = np.finfo(np.float64).max
@@ -622,10 +622,8 @@ def _write(row, r, cfg, out, scr, kept, floor):
             if interp >= 0:
                 if 0 < p < n - 1:
                     if interp == INTERP_HANN:  # the image's test inline, its correction only where it passes
-                        sa, sb, sc, d = _hann_ratio(row[p - 1], row[p], row[p + 1])
-                        if _image_gate(sa, sb, sc, d, p, n_fft):
-                            d = _real_tone_hann(sa, sb, sc, d, float(p), n_fft)
-                        out_fbin[r, s] = p + min(0.5, max(-0.5, d))
+                        out_fbin[r, s] = p + min(0.5, max(-0.5, hann_corrected(row[p - 1], row[p], row[p + 1], p,
+                                                                                n_fft)))
                     else:
                         out_fbin[r, s] = p + _offset(row[p - 1], row[p], row[p + 1], interp, alpha, p, n_fft)
                 else:  # DC and Nyquist are not refined

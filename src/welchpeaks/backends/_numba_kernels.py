@@ -281,14 +281,22 @@ def _real_tone_hann(sa, sb, sc, d, j, n_fft):
     return 2.0 * d - d_tone - share * g_d
 
 
-@njit(**_OPTS)
-def _hann_offset(a, b, c, j, n_fft):
-    """The Hann estimator's offset of one peak at bin ``j``, corrected for a real tone's image
-    where :func:`_image_gate` lets it (not inlined: the kernels compile faster)."""
+@njit(**_INL)
+def hann_corrected(a, b, c, j, n_fft):
+    """The Hann estimator's offset (not clipped) of one peak at bin ``j`` of power ``b`` between
+    ``a`` and ``c``, corrected for a real tone's image where :func:`_image_gate` lets it: the
+    test inline, the correction called."""
     sa, sb, sc, d = _hann_ratio(a, b, c)
     if _image_gate(sa, sb, sc, d, j, n_fft):
         d = _real_tone_hann(sa, sb, sc, d, float(j), n_fft)
     return d
+
+
+@njit(**_OPTS)
+def _hann_offset(a, b, c, j, n_fft):
+    """:func:`hann_corrected` behind a call, for :func:`_offset`, which every kernel inlines (the
+    kernels compile 4 s faster; their selection refines Hann peaks in :func:`_refine_hann`)."""
+    return hann_corrected(a, b, c, j, n_fft)
 
 
 @njit(**_INL)

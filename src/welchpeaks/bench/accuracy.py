@@ -125,18 +125,14 @@ def targets(res64: dict[str, Any], res32: dict[str, Any] | None = None) -> list[
                     "met": worst <= 1e-3})
     for w in WINDOWS:
         for seg in (2, 8):
-            auto = [c for c in res64["cells"] if c["window"] == w and c["segments"] == seg and c["snr_db"] == 20.0
-                    and c["interp"] == "auto"]
-            logp = [c for c in res64["cells"] if c["window"] == w and c["segments"] == seg and c["snr_db"] == 20.0
-                    and c["interp"] == "log-parabola"]
-            ref = [c for c in res64["cells"] if c["window"] == w and c["segments"] == seg and c["snr_db"] == 20.0
-                   and c["interp"] == "psd-max"]
-            if auto and logp:
-                ratio = logp[0]["rmse_bins"] / auto[0]["rmse_bins"]
+            at20 = {c["interp"]: c["rmse_bins"] for c in res64["cells"]
+                    if c["window"] == w and c["segments"] == seg and c["snr_db"] == 20.0}
+            if "auto" in at20 and "log-parabola" in at20:
+                ratio = at20["log-parabola"] / at20["auto"]
                 out.append({"target": f"20 dB, {w}, {seg} segments: log-parabola RMSE / auto RMSE >= 5",
                             "measured": ratio, "met": ratio >= 5,
                             # the same ratio for the padded PSD's maximum: what refining the peak can reach
-                            "reference": logp[0]["rmse_bins"] / ref[0]["rmse_bins"] if ref else None})
+                            "reference": at20["log-parabola"] / at20["psd-max"] if "psd-max" in at20 else None})
     return out
 
 

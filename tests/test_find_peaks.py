@@ -223,3 +223,21 @@ def test_triton_kernel_matches_scipy_and_the_numba_kernel():
     bad[1, 4] = float("inf")
     with pytest.raises(ValueError, match="row 1"):
         welchpeaks.find_peaks(bad)
+
+
+def test_block_extrema_from_the_maxima_pass():
+    """The block minima and maxima that the local-maxima pass computes on its way equal numpy's
+    per block, for every length around the block size (the last block short, or one sample)."""
+    from welchpeaks.backends import _numba_find_peaks as kern
+
+    rng = np.random.default_rng(3)
+    b = kern._BLOCK
+    for n in list(range(1, 3 * b + 3)) + [1025]:
+        row = rng.standard_normal(n)
+        nb = (n + b - 1) // b
+        bmin, bmax = np.full(nb, np.nan), np.full(nb, np.nan)
+        cand, hts = np.empty(n // 2 + 2, np.int64), np.empty(n // 2 + 2)
+        kern._local_maxima(row, False, cand, hts, True, bmin, bmax)
+        padded = np.concatenate([row, np.full(nb * b - n, np.nan)]).reshape(nb, b)
+        np.testing.assert_array_equal(bmin, np.nanmin(padded, axis=1))
+        np.testing.assert_array_equal(bmax, np.nanmax(padded, axis=1))

@@ -26,16 +26,20 @@ _BIG = np.finfo(np.float64).max
 
 
 @njit(**_OPTS)
-def _local_maxima(row, edges, cand, hts):
+def _local_maxima(row, edges, cand, hts, blocks, bmin, bmax):
     """Indices of local maxima of ``row`` into ``cand`` (ascending); a plateau counts once, at its
     middle (the lower of two), and only when both its ends drop. With ``edges`` the first and last
     samples count when they exceed their one neighbour; their heights into ``hts``. Returns the
-    count and whether the row is finite (when it is not, the maxima mean nothing).
+    count and whether the row is finite (when it is not, the maxima mean nothing). With
+    ``blocks``, also the block extrema of :func:`_block_extrema` into ``bmin`` and ``bmax``.
 
     A first pass without branches keeps every sample above its left neighbour and not below its
     right one (a write per sample, the count advanced by the test: nothing for random data to
     mispredict), checking finiteness and noting equal neighbours on the way; only then does a
-    second pass resolve the kept samples that start a plateau."""
+    second pass resolve the kept samples that start a plateau. The block extrema come from the
+    same pass (measured: distance + prominence over 8192 rows of 1025 on one thread 50 -> 48 ms,
+    against a pass of their own), compiled apart for each value of ``blocks`` (pass it as a
+    constant: a flag read in the loop cost more than the pass it saves)."""
     n = row.shape[0]
     m = 0
     if edges and n >= 2 and row[0] > row[1]:
@@ -45,6 +49,7 @@ def _local_maxima(row, edges, cand, hts):
     first = m
     finite = (abs(row[0]) <= _BIG) & (abs(row[n - 1]) <= _BIG)  # False for NaN too
     flat = False
+    lo = hi = row[0]  # the extrema of the current block
     for i in range(1, n - 1):
         v = row[i]
         finite &= abs(v) <= _BIG
@@ -52,6 +57,23 @@ def _local_maxima(row, edges, cand, hts):
         cand[m] = i
         hts[m] = v
         m += (row[i - 1] < v) & (v >= row[i + 1])
+        if blocks:
+            if i % _BLOCK == 0:
+                bmin[i // _BLOCK - 1] = lo
+                bmax[i // _BLOCK - 1] = hi
+                lo = v
+                hi = v
+            else:
+                lo = min(lo, v)
+                hi = max(hi, v)
+    if blocks:
+        if n < 3:
+            _block_extrema(row, bmin, bmax)
+        elif (n - 1) % _BLOCK == 0:  # the last sample starts a block of its own
+            bmin[(n - 2) // _BLOCK], bmax[(n - 2) // _BLOCK] = lo, hi
+            bmin[(n - 1) // _BLOCK] = bmax[(n - 1) // _BLOCK] = row[n - 1]
+        else:
+            bmin[(n - 1) // _BLOCK], bmax[(n - 1) // _BLOCK] = min(lo, row[n - 1]), max(hi, row[n - 1])
     if flat:
         w = first
         for c in range(first, m):
@@ -383,7 +405,10 @@ def _row(row, r, cfg, out, scr):
             finite &= abs(row[i]) <= _BIG  # False for NaN too; an and-reduction that vectorises
         m = _maxima_and_valleys(row, cand, scr[11], scr[12]) if finite else 0
     else:
-        m, finite = _local_maxima(row, edges, cand, hts)
+        if need_prom:  # (a constant flag each: the loop compiled with and without the blocks)
+            m, finite = _local_maxima(row, edges, cand, hts, True, scr[8], scr[9])
+        else:
+            m, finite = _local_maxima(row, edges, cand, hts, False, scr[8], scr[9])
     if not finite:
         _write(row, r, cfg, out, scr, 0, 0.0)
         out[8][r] = -1
@@ -412,8 +437,6 @@ def _row(row, r, cfg, out, scr):
             keep[j] = not ((t_lim[0] == t_lim[0] and not t_lim[0] <= min(dl, dr)) or
                            (t_lim[1] == t_lim[1] and not max(dl, dr) <= t_lim[1]))
         m = _compact(m, keep, cand, hts, prom, base, wid)
-    if need_prom and not swept:
-        _block_extrema(row, scr[8], scr[9])
     if swept and distance <= 1 and (p_lim[0] == p_lim[0] or p_lim[1] == p_lim[1]):  # no distance: filter now
         for j in range(m):
             keep[j] = _passes(prom[j], p_lim)

@@ -38,6 +38,10 @@ def window_response(window: np.ndarray, nu: np.ndarray) -> np.ndarray:
     return np.abs(np.exp(-2j * np.pi * np.outer(np.atleast_1d(nu), n) / len(window)) @ w) ** 2
 
 
+#: a resolved estimator as the executions pass it: ``(method, alpha)``, or ``(method, alpha,
+#: n_fft)`` for the Hann estimator's real-tone correction (``PeakParams.interp_spec``)
+InterpSpec = tuple[str, float] | tuple[str, float, int]
+
 #: the real-tone correction of the Hann estimator (:func:`real_tone_hann`) is tried only where
 #: the two one-sided ratios disagree by less than ``IMAGE_GATE / (pi D (D^2 - 1))``: ten times what
 #: an image ``D`` bins away can cause (so noisy peaks, whose ratios disagree far more, skip it)

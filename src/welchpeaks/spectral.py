@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from welchpeaks.estimators import interp_offset
+from welchpeaks.estimators import InterpSpec, interp_offset
 from welchpeaks.params import PeakParams, one_sided_scale  # noqa: F401  (part of the reference)
 
 
@@ -145,7 +145,7 @@ def refine(p: np.ndarray, j: int, method: str = "log-parabola", alpha: float = 0
 
 
 def select_row(p: np.ndarray, k: int, mode: str, min_distance: int = 1,
-               interp: tuple = ("log-parabola", 0.5), edges: bool = True
+               interp: InterpSpec = ("log-parabola", 0.5), edges: bool = True
                ) -> tuple[list[int], list[float]]:
     """Selected bins (strongest first, at most ``k``) and their fractional bins for one PSD row
     (``interp``: the resolved estimator, ``(method, alpha, n_fft)``; ``edges``: DC and Nyquist may be
@@ -160,7 +160,7 @@ def select_row(p: np.ndarray, k: int, mode: str, min_distance: int = 1,
 
 
 def reference_peaks(
-    psd: np.ndarray, k: int, mode: str, min_distance: int = 1, interp: tuple = ("log-parabola", 0.5),
+    psd: np.ndarray, k: int, mode: str, min_distance: int = 1, interp: InterpSpec = ("log-parabola", 0.5),
     edges: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Apply :func:`select_row` to every row of ``psd`` ``[rows, n_bins]``.

@@ -16,7 +16,7 @@ from welchpeaks.backends import Execution, filtered, register
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.ir.run import constant_value, identity_input
 from welchpeaks.result import RowPeaks
-from welchpeaks.estimators import interp_offset
+from welchpeaks.estimators import InterpSpec, interp_offset
 from welchpeaks.spectral import detrend_segments, segment_view
 
 NAME = "numpy"
@@ -59,7 +59,7 @@ def _thin(p: np.ndarray, cand: np.ndarray, min_distance: int) -> np.ndarray:
     return kept
 
 
-def _refine(p: np.ndarray, bins: np.ndarray, valid: np.ndarray, interp: tuple) -> np.ndarray:
+def _refine(p: np.ndarray, bins: np.ndarray, valid: np.ndarray, interp: InterpSpec) -> np.ndarray:
     """Fractional bins of the peaks at ``bins``: the reference's estimator ``interp`` (``(method,
     alpha, n_fft)``, in float64) from the power around each, unrefined at the edges."""
     nb = p.shape[1]
@@ -69,7 +69,7 @@ def _refine(p: np.ndarray, bins: np.ndarray, valid: np.ndarray, interp: tuple) -
     return bins + np.where(inner, interp_offset(a, b, c, *interp, j=j), 0.0)
 
 
-def select(psd: np.ndarray, k: int, mode: str, min_distance: int, interp: tuple = ("log-parabola", 0.5),
+def select(psd: np.ndarray, k: int, mode: str, min_distance: int, interp: InterpSpec = ("log-parabola", 0.5),
            edges: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised selection over rows of finite ``psd``; same results as the per-row reference."""
     rows, nb = psd.shape
@@ -149,7 +149,7 @@ def _segment_mean(node: Node, graph: Graph):
 
 
 def select_rows(psd: np.ndarray, k: int, mode: str, min_distance: int,
-                interp: tuple = ("log-parabola", 0.5), edges: bool = True) -> RowPeaks:
+                interp: InterpSpec = ("log-parabola", 0.5), edges: bool = True) -> RowPeaks:
     """:func:`select` on PSD rows, rows holding NaN or infinity left empty and reported."""
     finite = np.isfinite(psd).all(axis=1)
     bad_rows = np.flatnonzero(~finite)

@@ -19,7 +19,7 @@ from welchpeaks.backends import Execution, filtered, register
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.ir.run import constant_value
 from welchpeaks.result import RowPeaks
-from welchpeaks.estimators import ZERO_BELOW, real_tone_hann
+from welchpeaks.estimators import ZERO_BELOW, InterpSpec, real_tone_hann
 
 NAME = "torch"
 GPU_EXTRA = "pip install 'welchpeaks[gpu]'"
@@ -80,7 +80,7 @@ def offset_t(a, b, c, method: str, alpha: float, n_fft: int | None = None, *, j=
     return d.clamp(-0.5, 0.5)
 
 
-def refine_t(psd, bins, valid, interp: tuple):
+def refine_t(psd, bins, valid, interp: InterpSpec):
     """Fractional bins of the peaks at ``bins`` by the resolved estimator ``interp`` (``(method,
     alpha, n_fft)``), unrefined at the edges."""
     torch = import_torch()
@@ -91,7 +91,7 @@ def refine_t(psd, bins, valid, interp: tuple):
     return bins.double() + torch.where(inner, offset_t(a, b, c, *interp, j=j), torch.zeros_like(b))
 
 
-def select_t(psd, k: int, mode: str, min_distance: int, interp: tuple = ("log-parabola", 0.5),
+def select_t(psd, k: int, mode: str, min_distance: int, interp: InterpSpec = ("log-parabola", 0.5),
              edges: bool = True):
     """bins (int32, -1 empty), power (NaN empty) and fractional bins of ``psd`` ``[rows, n_bins]``."""
     torch = import_torch()
@@ -193,7 +193,7 @@ def _mul(node: Node, graph: Graph):
     return lambda a, b: a * scale(a.device)
 
 
-def select_rows_t(psd, k: int, mode: str, min_distance: int, interp: tuple = ("log-parabola", 0.5),
+def select_rows_t(psd, k: int, mode: str, min_distance: int, interp: InterpSpec = ("log-parabola", 0.5),
                   edges: bool = True):
     """:func:`select_t` on PSD rows, rows holding NaN or infinity left empty and reported."""
     torch = import_torch()

@@ -23,6 +23,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from welchpeaks.estimators import InterpSpec
+
 
 class DType(enum.Enum):
     """Element types, with their size in bytes."""
@@ -255,7 +257,7 @@ class Graph:
         return self._add(Op.segment_mean, (x,), n.shape[:-2] + n.shape[-1:], n.dtype)
 
     def topk(self, x: int, k: int, mode: str = "peaks", min_distance: int = 1, *,
-             interp: tuple = ("log-parabola", 0.5), edges: bool = True, params: Any = None) -> int:
+             interp: InterpSpec = ("log-parabola", 0.5), edges: bool = True, params: Any = None) -> int:
         """The k strongest bins (``'bins'``) or local maxima (``'peaks'``) of PSD rows ``[R, bins]``,
         peaks refined by the resolved estimator ``interp`` (``(method, alpha, n_fft)``); DC and Nyquist
         may be peaks with ``edges``."""

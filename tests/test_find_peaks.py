@@ -175,13 +175,21 @@ def test_bench_find_peaks_cli(tmp_path):
 
 def test_k_highest_decided_lazily_equal_all_filtered_then_cut():
     """With a small k the kernel decides distance, prominence and width from the highest peak
-    down and stops at k; that must be exactly filtering every peak and keeping the k highest
-    (k=None takes that path), ties in height included (quantized rows)."""
+    down and stops at k, the candidates listed from the block index a tier of heights at a
+    time (unless neighbours are equal); that must be exactly filtering every peak and keeping
+    the k highest (k=None takes that path), ties in height included (quantized rows, and rows
+    of four levels without equal neighbours), edges too."""
     rng = np.random.default_rng(77)
-    for quantized in (False, True):
-        x = np.round(rng.standard_normal((300, 600)) * (3 if quantized else 1e3)) / 3
+    # no two neighbours equal, yet few levels: many equal heights ranked from the block index
+    steps = np.cumsum(rng.integers(1, 4, (300, 600)), axis=1) % 4
+    for rows in ("distinct", "quantized", "levels"):
+        if rows == "levels":
+            x = steps.astype(float)
+        else:
+            x = np.round(rng.standard_normal((300, 600)) * (3 if rows == "quantized" else 1e3)) / 3
         for kw in ({"distance": 4}, {"distance": 9, "prominence": 0.5}, {"prominence": (0.2, None), "width": 1.5},
-                   {"distance": 3, "width": (None, None), "wlen": 40}):
+                   {"distance": 3, "width": (None, None), "wlen": 40}, {"height": 0.5, "threshold": 0.2},
+                   {"edges": True, "distance": 5, "prominence": 0.1}, {}):
             every = welchpeaks.find_peaks(x, k=None, **kw)
             for k in (1, 5, 17):
                 few = welchpeaks.find_peaks(x, k=k, **kw)
@@ -225,19 +233,40 @@ def test_triton_kernel_matches_scipy_and_the_numba_kernel():
         welchpeaks.find_peaks(bad)
 
 
-def test_block_extrema_from_the_maxima_pass():
-    """The block minima and maxima that the local-maxima pass computes on its way equal numpy's
-    per block, for every length around the block size (the last block short, or one sample)."""
+def test_block_index_of_a_row():
+    """The block index (16-lane vector blocks inside, sample by sample at the ends) equals
+    numpy's per block: least and greatest sample, highest local maximum and the maxima as
+    bits (edges counted only with edges=True), for every length around the block size and a
+    long row; NaN, infinity and equal neighbours anywhere are flagged."""
     from welchpeaks.backends import _numba_find_peaks as kern
+    from welchpeaks.backends import _simd
 
     rng = np.random.default_rng(3)
     b = kern._BLOCK
-    for n in list(range(1, 3 * b + 3)) + [1025]:
-        row = rng.standard_normal(n)
+    for n in list(range(1, 4 * b + 3)) + [1025]:
         nb = (n + b - 1) // b
-        bmin, bmax = np.full(nb, np.nan), np.full(nb, np.nan)
-        cand, hts = np.empty(n // 2 + 2, np.int64), np.empty(n // 2 + 2)
-        kern._local_maxima(row, False, cand, hts, True, bmin, bmax)
-        padded = np.concatenate([row, np.full(nb * b - n, np.nan)]).reshape(nb, b)
-        np.testing.assert_array_equal(bmin, np.nanmin(padded, axis=1))
-        np.testing.assert_array_equal(bmax, np.nanmax(padded, axis=1))
+        for edges in (False, True):
+            row = rng.standard_normal(n)
+            out = np.full(nb, np.nan), np.full(nb, np.nan), np.full(nb, np.nan), np.full(nb, -7, np.int64)
+            assert kern._scan_blocks(row, edges, *out) == 0
+            peak = np.zeros(n, bool)
+            peak[1:-1] = (row[:-2] < row[1:-1]) & (row[1:-1] >= row[2:])
+            if edges and n >= 2:
+                peak[0], peak[-1] = row[0] > row[1], row[-1] > row[-2]
+            pad = nb * b - n
+            blocks = np.concatenate([row, np.full(pad, np.nan)]).reshape(nb, b)
+            peaks = np.concatenate([np.where(peak, row, -np.inf), np.full(pad, -np.inf)]).reshape(nb, b)
+            bits = (np.concatenate([peak, np.zeros(pad, bool)]).reshape(nb, b) << np.arange(b)).sum(axis=1)
+            np.testing.assert_array_equal(out[0], np.nanmin(blocks, axis=1))
+            np.testing.assert_array_equal(out[1], np.nanmax(blocks, axis=1))
+            np.testing.assert_array_equal(out[2], peaks.max(axis=1))
+            np.testing.assert_array_equal(out[3], bits)
+            for bad in (np.nan, np.inf, -np.inf):
+                spoilt = row.copy()
+                spoilt[rng.integers(n)] = bad
+                assert kern._scan_blocks(spoilt, edges, *out) & _simd.NOT_FINITE
+            if n >= 2:
+                equal = row.copy()
+                i = rng.integers(n - 1)
+                equal[i + 1] = equal[i]
+                assert kern._scan_blocks(equal, edges, *out) == _simd.EQUAL_NEIGHBOURS

@@ -1,0 +1,170 @@
+"""Vector primitives over 16 consecutive float64 samples, for the numba kernels.
+
+LLVM does not vectorise the block reductions and masks of the find_peaks kernel when they are
+written as numba loops (a minimum carried through a loop, a bit set per sample), so these are
+written as LLVM vector code through :func:`numba.extending.intrinsic`: 16-lane loads, compares,
+selects and reduction trees, which LLVM lowers to whatever the CPU has (AVX-512, AVX2 or SSE2).
+
+Every operation is exact IEEE arithmetic without fast-math flags: a minimum is
+``a if a < b else b`` (what ``minpd`` computes), so NaN gives a defined (meaningless) value
+rather than poison, and callers check finiteness from the flags instead.
+
+Callers guarantee the loads are in bounds: :func:`scan16` reads ``row[o - 1 : o + 17]``,
+:func:`range_bits16` ``row[o : o + 16]``. ``row`` must be C-contiguous float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+#: samples per vector
+WIDTH = 16
+
+_F64 = ir.DoubleType()
+_I64 = ir.IntType(64)
+_I32 = ir.IntType(32)
+_VEC = ir.VectorType(_F64, WIDTH)
+_MASK_INT = ir.IntType(WIDTH)
+_BIG = float(np.finfo(np.float64).max)
+
+#: ``scan16`` flags: the block holds NaN or infinity; two neighbouring samples are equal
+NOT_FINITE = 1
+EQUAL_NEIGHBOURS = 2
+
+
+def _load(builder, ary, o, shift):
+    """``row[o + shift : o + shift + 16]`` as a vector (unaligned)."""
+    p = builder.gep(ary.data, [builder.add(o, ir.Constant(_I64, shift))])
+    return builder.load(builder.bitcast(p, _VEC.as_pointer()), align=8)
+
+
+def _splat(builder, x):
+    v = builder.insert_element(ir.Constant(_VEC, ir.Undefined), x, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, ir.Constant(_VEC, ir.Undefined), ir.Constant(ir.VectorType(_I32, WIDTH),
+                                                                                  [0] * WIDTH))
+
+
+def _reduce(builder, op, vec):
+    """The least (``op`` '<') or greatest ('>') lane, by halving: ``a if a op b else b``."""
+    w = WIDTH
+    while w > 1:
+        h = w // 2
+        lo = builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(_I32, h), list(range(h))))
+        hi = builder.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(_I32, h), list(range(h, w))))
+        vec = builder.select(builder.fcmp_ordered(op, lo, hi), lo, hi)
+        w = h
+    return builder.extract_element(vec, ir.Constant(_I32, 0))
+
+
+def _bits(builder, mask):
+    """A ``<16 x i1>`` mask as an int64, lane ``j`` in bit ``j``."""
+    return builder.zext(builder.bitcast(mask, _MASK_INT), _I64)
+
+
+def _contiguous_f64(row) -> bool:
+    return isinstance(row, types.Array) and row.ndim == 1 and row.layout == "C" and row.dtype == types.float64
+
+
+@intrinsic
+def scan16(typingctx, row, o):
+    """``(least, greatest, highest local maximum or -inf, local-maxima bits, flags)`` of
+    ``row[o : o + 16]``, where a local maximum is a sample above its left neighbour and not
+    below its right one (a plateau's first sample); ``flags``: :data:`NOT_FINITE`,
+    :data:`EQUAL_NEIGHBOURS` (``row[i] == row[i + 1]`` for some ``i`` in the block). Needs
+    ``1 <= o`` and ``o + 17 <= len(row)``."""
+    if not _contiguous_f64(row):
+        return None
+    sig = types.Tuple((types.float64, types.float64, types.float64, types.int64, types.int64))(row, types.int64)
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        left, mid, right = (_load(builder, ary, args[1], s) for s in (-1, 0, 1))
+        peak = builder.and_(builder.fcmp_ordered('<', left, mid), builder.fcmp_ordered('>=', mid, right))
+        peaks = builder.select(peak, mid, ir.Constant(_VEC, [float("-inf")] * WIDTH))
+        fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC]), f"llvm.fabs.v{WIDTH}f64")
+        finite = builder.fcmp_ordered('<=', builder.call(fabs, [mid]), ir.Constant(_VEC, [_BIG] * WIDTH))
+        equal = builder.fcmp_ordered('==', mid, right)
+        all_lanes = ir.Constant(_MASK_INT, (1 << WIDTH) - 1)
+        not_finite = builder.icmp_unsigned('!=', builder.bitcast(finite, _MASK_INT), all_lanes)
+        any_equal = builder.icmp_unsigned('!=', builder.bitcast(equal, _MASK_INT), ir.Constant(_MASK_INT, 0))
+        flags = builder.or_(builder.mul(builder.zext(not_finite, _I64), ir.Constant(_I64, NOT_FINITE)),
+                            builder.mul(builder.zext(any_equal, _I64), ir.Constant(_I64, EQUAL_NEIGHBOURS)))
+        out = [_reduce(builder, '<', mid), _reduce(builder, '>', mid), _reduce(builder, '>', peaks),
+               _bits(builder, peak), flags]
+        return context.make_tuple(builder, sig.return_type, out)
+
+    return sig, codegen
+
+
+@intrinsic
+def range_bits16(typingctx, row, o, lo, hi):
+    """Bits ``j`` of ``row[o : o + 16]`` with ``lo <= row[o + j] < hi``. Needs
+    ``o + 16 <= len(row)``."""
+    if not _contiguous_f64(row):
+        return None
+    sig = types.int64(row, types.int64, types.float64, types.float64)
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        v = _load(builder, ary, args[1], 0)
+        inside = builder.and_(builder.fcmp_ordered('>=', v, _splat(builder, args[2])),
+                              builder.fcmp_ordered('<', v, _splat(builder, args[3])))
+        return _bits(builder, inside)
+
+    return sig, codegen
+
+
+@intrinsic
+def above_bits16(typingctx, row, o, top):
+    """Bits ``j`` of ``row[o : o + 16]`` with ``row[o + j] > top``. Needs ``o + 16 <= len(row)``."""
+    if not _contiguous_f64(row):
+        return None
+    sig = types.int64(row, types.int64, types.float64)
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        return _bits(builder, builder.fcmp_ordered('>', _load(builder, ary, args[1], 0), _splat(builder, args[2])))
+
+    return sig, codegen
+
+
+@intrinsic
+def low16(typingctx, row, o, lanes):
+    """``(least, bits of the lanes holding it)`` of ``row[o + j]`` over the lanes ``j`` set in
+    ``lanes`` (+inf and 0 when none). Needs ``o + 16 <= len(row)``."""
+    if not _contiguous_f64(row):
+        return None
+    sig = types.Tuple((types.float64, types.int64))(row, types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        v = _load(builder, ary, args[1], 0)
+        mask = builder.bitcast(builder.trunc(args[2], _MASK_INT), ir.VectorType(ir.IntType(1), WIDTH))
+        low = _reduce(builder, '<', builder.select(mask, v, ir.Constant(_VEC, [float("inf")] * WIDTH)))
+        at = builder.and_(builder.fcmp_ordered('==', v, _splat(builder, low)), mask)
+        return context.make_tuple(builder, sig.return_type, [low, _bits(builder, at)])
+
+    return sig, codegen
+
+
+def _bit_count(builder, name, x):
+    """``llvm.ctlz`` / ``llvm.cttz`` of an int64 (``x`` not zero)."""
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64, ir.IntType(1)]), f"llvm.{name}.i64")
+    return builder.call(fn, [x, ir.Constant(ir.IntType(1), 1)])
+
+
+@intrinsic
+def highest_bit(typingctx, x):
+    """The index of the highest set bit of ``x`` (``x`` not zero)."""
+    return types.int64(types.int64), lambda context, builder, sig, args: builder.sub(
+        ir.Constant(_I64, 63), _bit_count(builder, "ctlz", args[0]))
+
+
+@intrinsic
+def trailing_zeros(typingctx, x):
+    """The index of the lowest set bit of ``x`` (``x`` not zero)."""
+    return types.int64(types.int64), lambda context, builder, sig, args: _bit_count(builder, "cttz", args[0])

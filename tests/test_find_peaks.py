@@ -270,3 +270,21 @@ def test_block_index_of_a_row():
                 i = rng.integers(n - 1)
                 equal[i + 1] = equal[i]
                 assert kern._scan_blocks(equal, edges, *out) == _simd.EQUAL_NEIGHBOURS
+
+
+def test_tier_ranking_in_lanes_and_loops():
+    """A tier's ranking (in vector lanes up to 32 candidates, by counting or a stable sort
+    beyond) is numpy's stable descending order, ties to the lower position, wherever the tier
+    starts; the rest of ``order`` is left alone."""
+    from welchpeaks.backends import _numba_find_peaks as kern
+
+    rng = np.random.default_rng(11)
+    for size in list(range(1, 40)) + [64, 65, 90]:
+        for levels in (3, 1000):
+            m0 = int(rng.integers(0, 20))
+            hts = rng.integers(0, levels, m0 + size + 40).astype(float)
+            order = np.full(hts.size, -5, np.int64)
+            kern._rank_tier(hts, m0, m0 + size, order)
+            want = m0 + np.argsort(-hts[m0:m0 + size], kind="stable")
+            np.testing.assert_array_equal(order[m0:m0 + size], want)
+            assert (order[:m0] == -5).all() and (order[m0 + size:] == -5).all()

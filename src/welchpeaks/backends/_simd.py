@@ -133,6 +133,23 @@ def above_bits16(typingctx, row, o, top):
 
 
 @intrinsic
+def compare_bits16(typingctx, row, o, v):
+    """``(above, equal)``: bits ``j`` of ``row[o : o + 16]`` with ``row[o + j] > v``, and with
+    ``row[o + j] == v``. Needs ``o + 16 <= len(row)``."""
+    if not _contiguous_f64(row):
+        return None
+    sig = types.UniTuple(types.int64, 2)(row, types.int64, types.float64)
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        x, vv = _load(builder, ary, args[1], 0), _splat(builder, args[2])
+        return context.make_tuple(builder, sig.return_type, [_bits(builder, builder.fcmp_ordered('>', x, vv)),
+                                                            _bits(builder, builder.fcmp_ordered('==', x, vv))])
+
+    return sig, codegen
+
+
+@intrinsic
 def low16(typingctx, row, o, lanes):
     """``(least, bits of the lanes holding it)`` of ``row[o + j]`` over the lanes ``j`` set in
     ``lanes`` (+inf and 0 when none). Needs ``o + 16 <= len(row)``."""
@@ -152,7 +169,10 @@ def low16(typingctx, row, o, lanes):
 
 
 def _bit_count(builder, name, x):
-    """``llvm.ctlz`` / ``llvm.cttz`` of an int64 (``x`` not zero)."""
+    """``llvm.ctlz`` / ``llvm.cttz`` (``x`` not zero) / ``llvm.ctpop`` of an int64."""
+    if name == "ctpop":
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
+        return builder.call(fn, [x])
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64, ir.IntType(1)]), f"llvm.{name}.i64")
     return builder.call(fn, [x, ir.Constant(ir.IntType(1), 1)])
 
@@ -168,3 +188,9 @@ def highest_bit(typingctx, x):
 def trailing_zeros(typingctx, x):
     """The index of the lowest set bit of ``x`` (``x`` not zero)."""
     return types.int64(types.int64), lambda context, builder, sig, args: _bit_count(builder, "cttz", args[0])
+
+
+@intrinsic
+def popcount(typingctx, x):
+    """The number of set bits of ``x``."""
+    return types.int64(types.int64), lambda context, builder, sig, args: _bit_count(builder, "ctpop", args[0])

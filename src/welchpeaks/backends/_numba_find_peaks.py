@@ -478,10 +478,13 @@ def find_peaks_rows(x, cfg, out, n_workers):
     height, prominence and bases ``[rows, k, 2]`` (with ``need_prom``), width and ``[rows, k,
     3]`` (line height, left and right positions; with ``need_width``), SNR in dB (with
     ``need_snr``), refined position (with ``interp >= 0``); unused outputs may be empty.
-    ``counts``: peaks kept per row (-1: the row is not finite). Rows go to ``n_workers`` tasks
-    in contiguous runs, each with its own scratch."""
+    ``counts``: peaks kept per row (-1: the row is not finite). ``n_workers`` tasks, each with
+    its own scratch, take runs of rows from a shared counter."""
     n_rows, n = x.shape
-    per = (n_rows + n_workers - 1) // n_workers
+    # rows are taken a run at a time from a shared counter: a worker whose core is busy with
+    # something else takes fewer (a fixed split waits for the slowest)
+    run = max(1, min(64, n_rows // (8 * n_workers)))
+    next_row = np.zeros(1, np.int64)
     for t in prange(n_workers):
         cap = n // 2 + 2
         scr = (np.empty(cap, np.int64), np.empty(cap, np.float64), np.empty(cap, np.bool_), np.empty(cap, np.float64),
@@ -492,8 +495,12 @@ def find_peaks_rows(x, cfg, out, n_workers):
                np.empty((3, cap + 1), np.int64), np.empty(cap, np.int64),
                np.empty((n + _BLOCK - 1) // _BLOCK, np.float64), np.empty((n + _BLOCK - 1) // _BLOCK, np.int64),
                np.full(1, np.nan))  # (the last row's first threshold: _block_threshold)
-        for r in range(t * per, min(n_rows, (t + 1) * per)):
-            _row(x[r], r, cfg, out, scr)
+        while True:
+            first = _simd.fetch_add(next_row, run)
+            if first >= n_rows:
+                break
+            for r in range(first, min(n_rows, first + run)):
+                _row(x[r], r, cfg, out, scr)
 
 
 @njit(**_OPTS)

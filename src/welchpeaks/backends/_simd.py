@@ -194,3 +194,17 @@ def trailing_zeros(typingctx, x):
 def popcount(typingctx, x):
     """The number of set bits of ``x``."""
     return types.int64(types.int64), lambda context, builder, sig, args: _bit_count(builder, "ctpop", args[0])
+
+
+@intrinsic
+def fetch_add(typingctx, counter, step):
+    """Atomically ``counter[0] += step``; returns the value before (int64 array)."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64 and counter.layout == "C"):
+        return None
+    sig = types.int64(counter, types.int64)
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        return builder.atomic_rmw("add", ary.data, args[1], "monotonic")
+
+    return sig, codegen

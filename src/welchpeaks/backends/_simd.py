@@ -9,8 +9,12 @@ Every operation is exact IEEE arithmetic without fast-math flags: a minimum is
 ``a if a < b else b`` (what ``minpd`` computes), so NaN gives a defined (meaningless) value
 rather than poison, and callers check finiteness from the flags instead.
 
-Callers guarantee the loads are in bounds: :func:`scan16` reads ``row[o - 1 : o + 17]``,
-:func:`range_bits16` ``row[o : o + 16]``. ``row`` must be C-contiguous float64.
+Callers guarantee the loads are in bounds: :func:`scan16` reads ``row[o - 1 : o + 17]``, the
+others ``row[o : o + 16]``. ``row`` must be C-contiguous float64 (typing fails otherwise).
+
+numba's on-disk cache keys a kernel on its own source file only: after editing this module,
+clear the cached kernels that use it (``backends/__pycache__/_numba_find_peaks.*``) or they
+keep the old code. (An install rewrites every file, so users are not exposed.)
 """
 
 from __future__ import annotations

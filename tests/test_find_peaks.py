@@ -288,3 +288,12 @@ def test_tier_ranking_in_lanes_and_loops():
             want = m0 + np.argsort(-hts[m0:m0 + size], kind="stable")
             np.testing.assert_array_equal(order[m0:m0 + size], want)
             assert (order[:m0] == -5).all() and (order[m0 + size:] == -5).all()
+
+
+def test_long_rows_small_k():
+    """Rows of 50,000 samples (3,125 blocks: the tier threshold by selection, not counting)
+    with a few peaks asked: scipy's, then the k highest."""
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((3, 50_000)) ** 2
+    for k, kw in ((1, {}), (5, {"distance": 3, "prominence": 0.5}), (40, {"prominence": (1.0, None), "wlen": 300})):
+        _check_rows(x, welchpeaks.find_peaks(x, k=k, **kw), kw, k)

@@ -818,7 +818,7 @@ def _next_tier(row, cfg, scr, m, want, t_hi, from_blocks):
     bpk, bbits = scr[14], scr[15]
     n = row.shape[0]
     nb = bpk.shape[0]
-    t = _block_threshold(bpk, want, scr[16], m == 0) if want < nb else -np.inf
+    t = _block_threshold(bpk, want, scr[16], m == 0, scr[10]) if want < nb else -np.inf
     m0 = m
     for b in range(nb):
         if not bpk[b] >= t:
@@ -845,15 +845,16 @@ def _next_tier(row, cfg, scr, m, want, t_hi, from_blocks):
 
 
 @njit(inline="always", **_OPTS)
-def _block_threshold(bpk, want, last, first_tier):
+def _block_threshold(bpk, want, last, first_tier, tmp):
     """A threshold with at least ``want`` of the blocks' highest maxima ``bpk`` at or above it.
 
     For a first tier the last row's first threshold (``last[0]``) when between ``want`` and
     half as many again are at or above it: rows of a batch are alike, and a count is cheap.
-    Else the ``want``-th highest (kept in ``last`` for a first tier), by counting for each
-    block the blocks above it: ``nb`` short loops that vectorise, where a selection's
-    data-dependent partitions cost more on these few values (measured: 8192 rows of 65
-    blocks, the selection 6.6 ms on one thread)."""
+    Else the ``want``-th highest (kept in ``last`` for a first tier): up to
+    :data:`_COUNTED_BLOCKS` blocks by counting for each block the blocks above it (``nb`` short loops that vectorise,
+    where a selection's data-dependent partitions cost more on these few values; measured:
+    8192 rows of 65 blocks, the selection 6.6 ms on one thread), beyond by selection
+    (:func:`_kth` in ``tmp``, ``3 nb`` floats: counting grows as ``nb`` squared)."""
     nb = bpk.shape[0]
     guess = last[0]
     if first_tier and guess == guess:
@@ -862,6 +863,12 @@ def _block_threshold(bpk, want, last, first_tier):
             above += bpk[b] >= guess
         if want <= above <= want + want // 2:
             return guess
+    if nb > _COUNTED_BLOCKS:
+        tmp[:nb] = bpk
+        t = _kth(tmp, nb, nb - want)
+        if first_tier:
+            last[0] = t
+        return t
     t = np.inf
     for b in range(nb):
         v = bpk[b]
@@ -1016,6 +1023,9 @@ def _by_distance(cand, hts, m, distance, keep, stack):
 
 #: survivors of :func:`_top`'s threshold ranked by counting (more, or no threshold: by insertion)
 _COUNTED = 64
+#: blocks up to which :func:`_block_threshold` selects by counting (beyond: quickselect; 256
+#: rows of 50,000 samples, k 5, distance and prominence, one thread: 108 ms counting, 11 ms)
+_COUNTED_BLOCKS = 128
 
 
 @njit(**_OPTS)

@@ -245,7 +245,7 @@ def _step_left(high, low, o, lanes, top):
     over the lanes after that one and the last lane holding it (the first met walking left;
     ``(inf, -1)`` when no lane is left): ``(least, its index, end lane)``. ``high`` and
     ``low`` are a row twice, or the blocks' maxima and minima."""
-    higher = _simd.above_bits16(high, o, top) & lanes
+    higher = _simd.compare_bits16(high, o, top)[0] & lanes
     end = -1
     if higher != 0:
         end = _simd.highest_bit(higher)
@@ -260,7 +260,7 @@ def _step_left(high, low, o, lanes, top):
 def _step_right(high, low, o, lanes, top):
     """:func:`_step_left` walking right: the lowest lane above ``top`` ends it, the first lane
     holding the least before it."""
-    higher = _simd.above_bits16(high, o, top) & lanes
+    higher = _simd.compare_bits16(high, o, top)[0] & lanes
     end = -1
     if higher != 0:
         end = _simd.trailing_zeros(higher)
@@ -851,10 +851,11 @@ def _block_threshold(bpk, want, last, first_tier, tmp):
     For a first tier the last row's first threshold (``last[0]``) when between ``want`` and
     half as many again are at or above it: rows of a batch are alike, and a count is cheap.
     Else the ``want``-th highest (kept in ``last`` for a first tier): up to
-    :data:`_COUNTED_BLOCKS` blocks by counting for each block the blocks above it (``nb`` short loops that vectorise,
-    where a selection's data-dependent partitions cost more on these few values; measured:
-    8192 rows of 65 blocks, the selection 6.6 ms on one thread), beyond by selection
-    (:func:`_kth` in ``tmp``, ``3 nb`` floats: counting grows as ``nb`` squared)."""
+    :data:`_COUNTED_BLOCKS` blocks by counting for each block the blocks above it (``nb``
+    short loops that vectorise, where a selection's data-dependent partitions cost more on
+    these few values; measured: 8192 rows of 65 blocks, the selection 6.6 ms on one thread),
+    beyond by selection (:func:`_kth` in ``tmp``, ``3 nb`` floats: counting grows as ``nb``
+    squared)."""
     nb = bpk.shape[0]
     guess = last[0]
     if first_tier and guess == guess:
@@ -866,17 +867,15 @@ def _block_threshold(bpk, want, last, first_tier, tmp):
     if nb > _COUNTED_BLOCKS:
         tmp[:nb] = bpk
         t = _kth(tmp, nb, nb - want)
-        if first_tier:
-            last[0] = t
-        return t
-    t = np.inf
-    for b in range(nb):
-        v = bpk[b]
-        higher = 0
-        for c in range(nb):
-            higher += bpk[c] > v
-        if higher < want and v < t:  # the least value with fewer than want above it
-            t = v
+    else:
+        t = np.inf
+        for b in range(nb):
+            v = bpk[b]
+            higher = 0
+            for c in range(nb):
+                higher += bpk[c] > v
+            if higher < want and v < t:  # the least value with fewer than want above it
+                t = v
     if first_tier:
         last[0] = t
     return t

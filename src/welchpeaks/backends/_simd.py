@@ -123,23 +123,10 @@ def range_bits16(typingctx, row, o, lo, hi):
 
 
 @intrinsic
-def above_bits16(typingctx, row, o, top):
-    """Bits ``j`` of ``row[o : o + 16]`` with ``row[o + j] > top``. Needs ``o + 16 <= len(row)``."""
-    if not _contiguous_f64(row):
-        return None
-    sig = types.int64(row, types.int64, types.float64)
-
-    def codegen(context, builder, sig, args):
-        ary = context.make_array(sig.args[0])(context, builder, args[0])
-        return _bits(builder, builder.fcmp_ordered('>', _load(builder, ary, args[1], 0), _splat(builder, args[2])))
-
-    return sig, codegen
-
-
-@intrinsic
 def compare_bits16(typingctx, row, o, v):
     """``(above, equal)``: bits ``j`` of ``row[o : o + 16]`` with ``row[o + j] > v``, and with
-    ``row[o + j] == v``. Needs ``o + 16 <= len(row)``."""
+    ``row[o + j] == v`` (a caller that takes one half leaves LLVM the other to drop). Needs
+    ``o + 16 <= len(row)``."""
     if not _contiguous_f64(row):
         return None
     sig = types.UniTuple(types.int64, 2)(row, types.int64, types.float64)
@@ -174,11 +161,10 @@ def low16(typingctx, row, o, lanes):
 
 def _bit_count(builder, name, x):
     """``llvm.ctlz`` / ``llvm.cttz`` (``x`` not zero) / ``llvm.ctpop`` of an int64."""
-    if name == "ctpop":
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
-        return builder.call(fn, [x])
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64, ir.IntType(1)]), f"llvm.{name}.i64")
-    return builder.call(fn, [x, ir.Constant(ir.IntType(1), 1)])
+    args = [x] if name == "ctpop" else [x, ir.Constant(ir.IntType(1), 1)]  # (zero in: poison, for ctlz/cttz)
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [a.type for a in args]),
+                                        f"llvm.{name}.i64")
+    return builder.call(fn, args)
 
 
 @intrinsic

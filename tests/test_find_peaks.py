@@ -297,3 +297,26 @@ def test_long_rows_small_k():
     x = rng.standard_normal((3, 50_000)) ** 2
     for k, kw in ((1, {}), (5, {"distance": 3, "prominence": 0.5}), (40, {"prominence": (1.0, None), "wlen": 300})):
         _check_rows(x, welchpeaks.find_peaks(x, k=k, **kw), kw, k)
+
+
+def test_row_median_by_bracket_and_by_selection():
+    """The SNR's noise floor is ``np.median`` of the row, exactly: rows of 64 to 192 values try
+    a bracket from a sample (it misses on sorted rows, rows of few levels and some random
+    ones, and then a selection decides), other lengths go to the selection directly."""
+    from numba import njit
+
+    from welchpeaks.backends import _numba_find_peaks as kern
+
+    @njit
+    def medians(rows):
+        tmp = np.empty(3 * rows.shape[1])
+        out = np.empty(rows.shape[0])
+        for r in range(rows.shape[0]):
+            out[r] = kern._median_of(rows[r], tmp)
+        return out
+
+    rng = np.random.default_rng(12)
+    for n in (1, 2, 3, 63, 64, 65, 100, 129, 130, 192, 193, 300):
+        for rows in (rng.standard_normal((60, n)), rng.integers(0, 3, (60, n)).astype(float),
+                     np.sort(rng.standard_normal((60, n)), axis=1), rng.chisquare(4, (60, n))):
+            np.testing.assert_array_equal(medians(np.ascontiguousarray(rows)), np.median(rows, axis=1))

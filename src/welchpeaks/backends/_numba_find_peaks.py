@@ -171,6 +171,66 @@ def _all_prominences(m, hts, fv, iv, prom, base):
         top += 1
         st_h[top], st_low[top], st_at[top] = h, low, at
 
+#: up to this many maxima (one int64 of bits, the sign bit unused) :func:`_lanes_prominences`
+#: and :func:`_top` work in lanes
+_LANE_MAXIMA = 63
+#: how :func:`_lazy_top` gets a visited peak's prominence: a walk, all known, in lanes
+_PROM_WALK, _PROM_KNOWN, _PROM_LANES = 0, 1, 2
+
+
+@njit(**_OPTS)
+def _higher_bits(hts, m, h):
+    """Bits ``j < m`` (``m <= _LANE_MAXIMA``) of ``hts[j] > h`` and of ``hts[j] == h``, 16 lanes
+    at a time (``hts`` holds whole vectors: at least ``m`` rounded up to 16)."""
+    above = 0
+    equal = 0
+    for o in range(0, m, _BLOCK):
+        a, e = _simd.compare_bits16(hts, o, h)
+        above |= a << o
+        equal |= e << o
+    valid = (1 << m) - 1
+    return above & valid, equal & valid
+
+
+@njit(**_OPTS)
+def _lanes_prominences(m, hts, fv, iv, prom, base):
+    """:func:`_all_prominences` in lanes (``m <= _LANE_MAXIMA``), by :func:`_lane_prominence`."""
+    for j in range(m):
+        prom[j], base[j, 0], base[j, 1] = _lane_prominence(j, m, hts, fv, iv)
+
+
+@njit(**_OPTS)
+def _lane_prominence(j, m, hts, fv, iv):
+    """``(prominence, left base, right base)`` of maximum ``j`` of ``m <= _LANE_MAXIMA``, from
+    the valleys of :func:`_maxima_and_valleys`, as :func:`_all_prominences` gives them: the
+    walks from ``j`` end at the nearest strictly higher maxima on each side (the highest and
+    lowest set bit around ``j`` of one compare of all heights), and the lowest valley between
+    is a least over lanes of the valleys in that range, 16 at a time (:func:`_simd.low16`): no
+    branch on the data but the ranges' lengths (measured: 8192 PSD rows of 129 bins, ~33 maxima
+    each, one thread: 8.0 ms for the sweep's, 4.6 ms). ``hts`` and ``fv[0]`` hold whole vectors
+    (``m + 1`` valleys rounded up to 16)."""
+    lows, firsts, lasts = fv[0], iv[0], iv[1]
+    h = hts[j]
+    above = _higher_bits(hts, m, h)[0]
+    left = above & ((1 << j) - 1)
+    first = _simd.highest_bit(left) + 1 if left != 0 else 0  # valleys first..j
+    right = above >> (j + 1)
+    last = j + 1 + _simd.trailing_zeros(right) if right != 0 else m  # valleys j+1..last
+    low_l, at_l = np.inf, j
+    for o in range(j - j % _BLOCK, first - first % _BLOCK - 1, -_BLOCK):  # from the peak: the first met
+        least, at = _simd.low16(lows, o, _lanes(max(first, o) - o, min(j, o + _BLOCK - 1) - o))
+        lower = least < low_l
+        low_l = least if lower else low_l
+        at_l = o + _simd.highest_bit(at | 1) if lower else at_l
+    low_r, at_r = np.inf, j + 1
+    for o in range((j + 1) - (j + 1) % _BLOCK, last + 1, _BLOCK):
+        least, at = _simd.low16(lows, o, _lanes(max(j + 1, o) - o, min(last, o + _BLOCK - 1) - o))
+        lower = least < low_r
+        low_r = least if lower else low_r
+        at_r = o + _simd.trailing_zeros(at | (1 << _BLOCK)) if lower else at_r
+    return h - max(low_l, low_r), lasts[at_l], firsts[at_r]
+
+
 #: samples per block of the prominence walks' block extrema
 _BLOCK = _simd.WIDTH
 _ALL_LANES = (1 << _BLOCK) - 1
@@ -487,11 +547,12 @@ def find_peaks_rows(x, cfg, out, n_workers):
     next_row = np.zeros(1, np.int64)
     for t in prange(n_workers):
         cap = n // 2 + 2
-        scr = (np.empty(cap, np.int64), np.empty(cap, np.float64), np.empty(cap, np.bool_), np.empty(cap, np.float64),
+        scr = (np.empty(cap, np.int64), np.empty(cap + _BLOCK, np.float64), np.empty(cap, np.bool_),
+               np.empty(cap, np.float64),
                np.empty((cap, 2), np.int64), np.empty((cap, 5), np.float64), np.empty(2 * cap, np.int64),
                np.zeros(n, np.int64), np.empty((n + _BLOCK - 1) // _BLOCK, np.float64),
                np.empty((n + _BLOCK - 1) // _BLOCK, np.float64),
-               np.empty(3 * max(n, 2 * cfg[12] + 1), np.float64), np.empty((3, cap + 1), np.float64),
+               np.empty(3 * max(n, 2 * cfg[12] + 1), np.float64), np.empty((3, cap + 1 + _BLOCK), np.float64),
                np.empty((3, cap + 1), np.int64), np.empty(cap, np.int64),
                np.empty((n + _BLOCK - 1) // _BLOCK, np.float64), np.empty((n + _BLOCK - 1) // _BLOCK, np.int64),
                np.full(1, np.nan))  # (the last row's first threshold: _block_threshold)
@@ -514,8 +575,10 @@ def _row(row, r, cfg, out, scr):
     the last row's first threshold.
 
     Without ``edges`` and ``wlen``, and with ``k`` over a sixteenth of the row, the prominences
-    of all maxima come from one sweep over their valleys (:func:`_all_prominences`); else each
-    peak's is walked when it is visited. With ``k`` small against the row's blocks, the
+    come from the valleys between maxima: up to :data:`_LANE_MAXIMA` maxima each visited one's
+    in lanes (:func:`_lane_prominence`; all of them first when a height or threshold filter
+    may drop some), more by one sweep over all (:func:`_all_prominences`); else each peak's
+    is walked when it is visited. With ``k`` small against the row's blocks, the
     candidates come from the block index (:func:`_scan_blocks`) a tier of heights at a time,
     and only the highest are ever listed (unless neighbours are equal: then every maximum is
     listed, :func:`_local_maxima`, which resolves plateaus).
@@ -555,10 +618,13 @@ def _row(row, r, cfg, out, scr):
     if finite:
         if (has_snr or need_snr) and noise_bins < 1:
             floor = _median_of(row, scr[10])
+        # few maxima and no filter that drops some first: each visited one's prominence in lanes
+        lazy = swept and m <= _LANE_MAXIMA and not (_bounded(cfg[1]) or _bounded(cfg[2]))
         if not from_blocks:
-            m = _prefilter(row, cfg, scr, m, swept)
-        if from_blocks or has_snr or ((distance > 1 or need_width or (need_prom and not swept)) and k < m):
-            kept = _lazy_top(row, r, m, cfg, scr, floor, swept, from_blocks)  # from the highest
+            m = _prefilter(row, cfg, scr, m, swept, lazy)
+        if from_blocks or has_snr or lazy or ((distance > 1 or need_width or (need_prom and not swept)) and k < m):
+            mode = _PROM_LANES if lazy else _PROM_KNOWN if swept else _PROM_WALK
+            kept = _lazy_top(row, r, m, cfg, scr, floor, mode, from_blocks)  # from the highest
         else:
             kept = _filter_all(row, cfg, scr, m, swept)
     _write(row, r, cfg, out, scr, kept, floor)
@@ -567,10 +633,10 @@ def _row(row, r, cfg, out, scr):
 
 
 @njit(inline="always", **_OPTS)
-def _prefilter(row, cfg, scr, m, swept):
-    """The ``m`` listed maxima of a row: their heights (``swept``: and all prominences, from
-    the valleys), then the height and threshold filters, and without distance the prominence
-    filter when the prominences are known. Returns the count left."""
+def _prefilter(row, cfg, scr, m, swept, lazy):
+    """The ``m`` listed maxima of a row: their heights (``swept``: and, unless ``lazy``, all
+    prominences, from the valleys), then the height and threshold filters, and without
+    distance the prominence filter when the prominences are known. Returns the count left."""
     h_lim, t_lim, distance, p_lim = cfg[1], cfg[2], cfg[3], cfg[4]
     cand, hts, keep, prom, base, wid = scr[0], scr[1], scr[2], scr[3], scr[4], scr[5]
     for j in range(m):
@@ -578,16 +644,20 @@ def _prefilter(row, cfg, scr, m, swept):
     if swept:  # (otherwise the scan has written the heights)
         for j in range(m):
             hts[j] = row[cand[j]]
-        _all_prominences(m, hts, scr[11], scr[12], prom, base)
-    if h_lim[0] == h_lim[0] or h_lim[1] == h_lim[1]:
+        if m <= _LANE_MAXIMA:
+            if not lazy:
+                _lanes_prominences(m, hts, scr[11], scr[12], prom, base)
+        else:
+            _all_prominences(m, hts, scr[11], scr[12], prom, base)
+    if _bounded(h_lim):
         for j in range(m):
             keep[j] = _passes(hts[j], h_lim)
         m = _compact(m, keep, cand, hts, prom, base, wid)
-    if t_lim[0] == t_lim[0] or t_lim[1] == t_lim[1]:
+    if _bounded(t_lim):
         for j in range(m):
             keep[j] = _passes_threshold(row, cand[j], t_lim)
         m = _compact(m, keep, cand, hts, prom, base, wid)
-    if swept and distance <= 1 and (p_lim[0] == p_lim[0] or p_lim[1] == p_lim[1]):  # no distance: filter now
+    if swept and not lazy and distance <= 1 and _bounded(p_lim):  # no distance: filter now
         for j in range(m):
             keep[j] = _passes(prom[j], p_lim)
         m = _compact(m, keep, cand, hts, prom, base, wid)
@@ -608,20 +678,26 @@ def _filter_all(row, cfg, scr, m, swept):
         if not swept:
             for j in range(m):
                 prom[j], base[j, 0], base[j, 1] = _prominence(row, scr[8], scr[9], cand[j], cfg[6])
-        if p_lim[0] == p_lim[0] or p_lim[1] == p_lim[1]:
+        if _bounded(p_lim):
             for j in range(m):
                 keep[j] = _passes(prom[j], p_lim)
             m = _compact(m, keep, cand, hts, prom, base, wid)
     if cfg[9]:
         for j in range(m):
             wid[j, 0], wid[j, 1], wid[j, 2], wid[j, 3] = _width(row, cand[j], prom[j], base[j, 0], base[j, 1], cfg[7])
-        if w_lim[0] == w_lim[0] or w_lim[1] == w_lim[1]:
+        if _bounded(w_lim):
             for j in range(m):
                 keep[j] = _passes(wid[j, 0], w_lim)
             m = _compact(m, keep, cand, hts, prom, base, wid)
     kept = min(k, m)
     _top(hts, m, kept, order, scr[13], scr[10])
     return kept
+
+
+@njit(inline="always", **_OPTS)
+def _bounded(lim):
+    """Whether a ``[min, max]`` filter has a bound (NaN: that end open)."""
+    return lim[0] == lim[0] or lim[1] == lim[1]
 
 
 @njit(inline="always", **_OPTS)
@@ -641,16 +717,79 @@ def _passes_threshold(row, p, t_lim):
                 (t_lim[1] == t_lim[1] and not max(dl, dr) <= t_lim[1]))
 
 
+#: values of the row :func:`_median_of` samples to bracket the median
+_MEDIAN_SAMPLE = 2 * _BLOCK
+
+
 @njit(**_OPTS)
 def _median_of(row, tmp):
-    """``np.median`` of ``row``: a selection in ``tmp`` (3 ``len(row)`` floats), not a sort."""
+    """``np.median`` of ``row``: a selection in ``tmp`` (3 ``len(row)`` floats), not a sort.
+
+    Rows of 64 to 192 values first try a bracket: the values of ranks 12 and 20 of a sample of
+    32 bound a part of the row (a quarter, expected) that holds the middle values on most rows;
+    that part is gathered without branches and the middle values picked from it, each value's
+    rank from one compare of all in lanes (:func:`_pick_lanes`). When the bracket misses (7%
+    of ``bench measures``' PSD rows of 129 bins), a selection in ``tmp`` (:func:`_kth`).
+    Measured there, one thread, 8192 rows: 6.4 ms by selection alone, 3.6 ms."""
     m = row.shape[0]
+    if 4 * _BLOCK <= m <= 12 * _BLOCK:
+        lo_rank, hi_rank = (m - 1) // 2, m // 2
+        got, v0, v1 = _median_bracket(row, tmp, lo_rank, hi_rank)
+        if got:
+            return (v0 + v1) / 2.0 if m % 2 == 0 else v0
     tmp[:m] = row
     upper = _kth(tmp, m, m // 2)
     if m % 2:
         return upper
     tmp[:m] = row
     return (_kth(tmp, m, m // 2 - 1) + upper) / 2.0
+
+
+@njit(**_OPTS)
+def _median_bracket(row, tmp, lo_rank, hi_rank):
+    """``(found, the lo_rank-th smallest, the hi_rank-th smallest)`` of ``row`` (finite, 64 to
+    192 values) by a bracket from a sample (:func:`_median_of`); ``tmp``: 3 ``len(row)``
+    floats."""
+    n = row.shape[0]
+    s = _MEDIAN_SAMPLE
+    sample, part = tmp[:s], tmp[s:]
+    for a in range(s):
+        sample[a] = row[((2 * a + 1) * n) // (2 * s)]
+    lo, hi = _pick_lanes(sample, s, s // 2 - 4, s // 2 + 4)  # [lo, hi)
+    below = 0
+    inside = 0
+    for i in range(n):
+        v = row[i]
+        below += v < lo
+        part[inside] = v
+        inside += (lo <= v) & (v < hi)
+    if not (below <= lo_rank and hi_rank < below + inside and inside <= _LANE_MAXIMA):
+        return False, 0.0, 0.0
+    v0, v1 = _pick_lanes(part, inside, lo_rank - below, hi_rank - below)
+    return True, v0, v1
+
+
+@njit(**_OPTS)
+def _pick_lanes(vals, m, r0, r1):
+    """The ``r0``-th and ``r1``-th smallest (``r0 <= r1``) of ``vals[:m]`` (``m <=
+    _LANE_MAXIMA``; ``vals`` holds whole vectors): values are tried in turn, each one's place
+    from the bits of one compare of all, until both are found."""
+    v0 = v1 = np.nan
+    found = 0
+    for a in range(m):
+        v = vals[a]
+        above, equal = _higher_bits(vals, m, v)
+        first = m - _simd.popcount(above) - _simd.popcount(equal)  # v's places: first .. first + equal - 1
+        after = first + _simd.popcount(equal)
+        if first <= r0 < after:
+            v0 = v
+            found |= 1
+        if first <= r1 < after:
+            v1 = v
+            found |= 2
+        if found == 3:
+            break
+    return v0, v1
 
 
 @njit(**_OPTS)
@@ -687,21 +826,29 @@ def _kth(tmp, m, kth):
             return pivot
 
 
-@njit(**_OPTS)
+@njit(inline="always", **_OPTS)
 def _snr_db(row, p, floor, noise_bins, tmp):
     """10 log10 of ``row[p]`` over the noise floor: ``floor`` (the row's median) or, with
-    ``noise_bins >= 1``, the median of the samples within ``noise_bins`` of ``p`` (edges
-    repeated, as ``scipy.ndimage.median_filter(mode='nearest')``)."""
-    n = row.shape[0]
+    ``noise_bins >= 1``, the median of the samples within ``noise_bins`` of ``p``
+    (:func:`_local_floor`). Inline: a call per peak that hands on the row cost 1 ms per 8192
+    rows of 16 peaks."""
     if noise_bins >= 1:
-        w = 2 * noise_bins + 1
-        for i in range(w):
-            tmp[i] = row[min(n - 1, max(0, p - noise_bins + i))]
-        floor = _kth(tmp, w, noise_bins)
+        floor = _local_floor(row, p, noise_bins, tmp)
     h = row[p]
     if floor > 0.0:
         return 10.0 * math.log10(h / floor)
     return np.inf if h > 0.0 else np.nan
+
+
+@njit(**_OPTS)
+def _local_floor(row, p, noise_bins, tmp):
+    """The median of the samples within ``noise_bins`` of ``p``, edges repeated (as
+    ``scipy.ndimage.median_filter(mode='nearest')``)."""
+    n = row.shape[0]
+    w = 2 * noise_bins + 1
+    for i in range(w):
+        tmp[i] = row[min(n - 1, max(0, p - noise_bins + i))]
+    return _kth(tmp, w, noise_bins)
 
 
 @njit(inline="always", **_OPTS)
@@ -712,7 +859,7 @@ def _first_tier(k):
 
 
 @njit(inline="always", **_OPTS)
-def _lazy_top(row, r, m, cfg, scr, floor, swept, from_blocks):
+def _lazy_top(row, r, m, cfg, scr, floor, prom_mode, from_blocks):
     """The distance rule, the prominence, width and SNR filters and the ``k`` highest at once:
     candidates are visited from the highest and decided until ``k`` pass, ranked a tier at a
     time (:func:`_next_tier`: first :func:`_first_tier` of them, then twice as many as before).
@@ -726,8 +873,9 @@ def _lazy_top(row, r, m, cfg, scr, floor, swept, from_blocks):
       higher priority is visited before, so one visit decides; equal heights are visited as a
       group, decided from the highest index, and kept in index order (the output's order).
       Kept peaks mark the samples they block in ``mark`` (stamped ``r + 1``: no clearing).
-    * prominence (unless ``swept``: all known), width and SNR only for the peaks the distance
-      rule keeps.
+    * prominence (unless all are known, ``prom_mode``), width and SNR only for the peaks the
+      distance rule keeps; the prominence by a walk (:func:`_prominence`) or, from the valleys
+      of all ``m`` maxima, in lanes (:func:`_lane_prominence`).
 
     ``order[:kept]``: the survivors' positions, highest first; returns ``kept``."""
     distance, p_lim, w_lim, wlen, rel_height = cfg[3], cfg[4], cfg[5], cfg[6], cfg[7]
@@ -774,8 +922,10 @@ def _lazy_top(row, r, m, cfg, scr, floor, swept, from_blocks):
             if not keep[j] or kept == k:
                 continue
             if need_prom:
-                if not swept:
+                if prom_mode == _PROM_WALK:
                     prom[j], base[j, 0], base[j, 1] = _prominence(row, scr[8], scr[9], cand[j], wlen)
+                elif prom_mode == _PROM_LANES:
+                    prom[j], base[j, 0], base[j, 1] = _lane_prominence(j, m, hts, scr[11], scr[12])
                 if not _passes(prom[j], p_lim):
                     continue
             if need_width:
@@ -809,12 +959,12 @@ def _next_tier(row, cfg, scr, m, want, t_hi, from_blocks):
     heights: they lie on one side of ``t``)."""
     cand, hts, order = scr[0], scr[1], scr[6]
     if not from_blocks:
-        w = min(m, want)
+        w = m if m <= _LANE_MAXIMA else min(m, want)  # (in lanes every rank comes at once)
         _top(hts, m, w, order, scr[13], scr[10])
         return w, m, t_hi, w < m
     h_lim, t_lim = cfg[1], cfg[2]
-    has_h = h_lim[0] == h_lim[0] or h_lim[1] == h_lim[1]
-    has_t = t_lim[0] == t_lim[0] or t_lim[1] == t_lim[1]
+    has_h = _bounded(h_lim)
+    has_t = _bounded(t_lim)
     bpk, bbits = scr[14], scr[15]
     n = row.shape[0]
     nb = bpk.shape[0]
@@ -1038,8 +1188,16 @@ def _top(hts, m, kept, order, sel, tmp):
     ranked by counting, each one's rank the number that go before it (no data-dependent
     branch), or by insertion when many tie at the threshold. ``tmp``: ``3 m`` floats. A
     stable sort when ``kept`` is a large part of many; an insertion of all when the groups are
-    too few for a threshold (rows of few maxima: measured faster there than counting)."""
+    too few for a threshold (rows of few maxima: measured faster there than counting).
+    Up to :data:`_LANE_MAXIMA` values every rank comes from the bits of one compare of all, in
+    lanes, without a branch on the data (measured: 8192 PSD rows of 129 bins, ~33 maxima
+    each, one thread, the insertion 3.0 ms, 1.4 ms)."""
     if kept <= 0:
+        return
+    if m <= _LANE_MAXIMA:
+        for a in range(m):
+            above, equal = _higher_bits(hts, m, hts[a])
+            order[_simd.popcount(above) + _simd.popcount(equal & ((1 << a) - 1))] = a  # (a permutation of m)
         return
     if kept * 8 >= m and m > 128:
         srt = np.argsort(-hts[:m], kind="mergesort")

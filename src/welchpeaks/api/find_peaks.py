@@ -152,7 +152,7 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
         x = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
     cfg = kern.config(edges=edges, k=slots, **f)
     out = kern.outputs(rows_n, slots, need_prom, need_width, False, False)
-    announce_compile(kern.find_peaks_rows, "the find_peaks kernel", "about 35 s on 2 cores")
+    announce_compile(kern.find_peaks_rows, "the find_peaks kernel", kern.COMPILE_TIME)
     with KERNEL_LOCK:
         kern.find_peaks_rows(x, cfg, out, max(1, min(rows_n, 4 * numba_threads())))
     got = dict(zip(("indices", "heights", "prom", "base", "wid", "ips"), out[:6]), counts=out[8])

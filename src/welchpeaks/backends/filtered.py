@@ -45,7 +45,7 @@ def host_rows(p: PeakParams) -> Callable[[np.ndarray], RowPeaks]:
     def run(psd: np.ndarray) -> RowPeaks:
         x = np.ascontiguousarray(psd, np.float64)
         out = kern.outputs(x.shape[0], p.k, lim["need_prom"], lim["need_width"], need_snr, True)
-        announce_compile(kern.find_peaks_rows, "the find_peaks kernel", "about 35 s on 2 cores")
+        announce_compile(kern.find_peaks_rows, "the find_peaks kernel", kern.COMPILE_TIME)
         with KERNEL_LOCK:
             kern.find_peaks_rows(x, cfg, out, max(1, min(x.shape[0], 4 * numba_threads())))
         idx, hts, prom, _, wid, _, snr, fbin, counts = out

@@ -201,7 +201,7 @@ def _lanes_prominences(m, hts, fv, iv, prom, base):
         prom[j], base[j, 0], base[j, 1] = _lane_prominence(j, m, hts, fv, iv)
 
 
-@njit(**_OPTS)
+@njit(inline="always", **_OPTS)
 def _lane_prominence(j, m, hts, fv, iv):
     """``(prominence, left base, right base)`` of maximum ``j`` of ``m <= _LANE_MAXIMA``, from
     the valleys of :func:`_maxima_and_valleys`, as :func:`_all_prominences` gives them: the
@@ -210,7 +210,8 @@ def _lane_prominence(j, m, hts, fv, iv):
     is a least over lanes of the valleys in that range, 16 at a time (:func:`_simd.low16`): no
     branch on the data but the ranges' lengths (measured: 8192 PSD rows of 129 bins, ~33 maxima
     each, one thread: 8.0 ms for the sweep's, 4.6 ms). ``hts`` and ``fv[0]`` hold whole vectors
-    (``m + 1`` valleys rounded up to 16)."""
+    (``m + 1`` valleys rounded up to 16). Inline: a call per peak that hands on three arrays
+    cost 1.7 ms per 8192 rows of 16 peaks (prominence, one thread: 14.6 -> 12.8 ms)."""
     lows, firsts, lasts = fv[0], iv[0], iv[1]
     h = hts[j]
     above = _higher_bits(hts, m, h)[0]

@@ -301,8 +301,10 @@ def test_long_rows_small_k():
 
 def test_row_median_by_bracket_and_by_selection():
     """The SNR's noise floor is ``np.median`` of the row, exactly: rows of 64 to 192 values try
-    a bracket from a sample (it misses on sorted rows, rows of few levels and some random
-    ones, and then a selection decides), other lengths go to the selection directly."""
+    a bracket, the last row's when it held the last middle, else one from a sample (it misses
+    on sorted rows, rows of few levels and some random ones, and then a selection decides);
+    other lengths go to the selection directly. Rows of one kind run in turn, so the last
+    row's bracket is tried, hits and misses."""
     from numba import njit
 
     from welchpeaks.backends import _numba_find_peaks as kern
@@ -310,9 +312,10 @@ def test_row_median_by_bracket_and_by_selection():
     @njit
     def medians(rows):
         tmp = np.empty(3 * rows.shape[1])
+        last = np.full(4, np.nan)
         out = np.empty(rows.shape[0])
         for r in range(rows.shape[0]):
-            out[r] = kern._median_of(rows[r], tmp)
+            out[r] = kern._median_of(rows[r], tmp, last)
         return out
 
     rng = np.random.default_rng(12)

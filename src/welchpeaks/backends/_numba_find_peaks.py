@@ -574,8 +574,9 @@ def _row(row, r, cfg, out, scr):
     heights (whole vectors more, for the lanes), keep flags, prominences, bases, ``[width,
     line, left, right, snr]``, the ranking, the distance marks, the block minima and maxima,
     ``3 max(n, 2 noise_bins + 1)`` floats for the medians (and the ranking's selection), the
-    valleys (``[3, cap + 17]`` floats, ``[3, cap + 1]`` indices), the ranking's survivors, the blocks' highest maxima and their maxima as bits,
-    the last row's first threshold.
+    valleys (``[3, cap + 17]`` floats, ``[3, cap + 1]`` indices), the ranking's survivors,
+    the blocks' highest maxima and their maxima as bits, the last row's first threshold and
+    median bracket.
 
     Without ``edges`` and ``wlen``, and with ``k`` over a sixteenth of the row, the prominences
     come from the valleys between maxima: up to :data:`_LANE_MAXIMA` maxima each visited one's

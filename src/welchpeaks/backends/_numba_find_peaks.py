@@ -198,23 +198,24 @@ def _higher_bits(hts, m, h):
 def _lanes_prominences(m, hts, fv, iv, prom, base):
     """:func:`_all_prominences` in lanes (``m <= _LANE_MAXIMA``), by :func:`_lane_prominence`."""
     for j in range(m):
-        prom[j], base[j, 0], base[j, 1] = _lane_prominence(j, m, hts, fv, iv)
+        prom[j], base[j, 0], base[j, 1] = _lane_prominence(j, m, hts, fv, iv, _higher_bits(hts, m, hts[j])[0])
 
 
 @njit(inline="always", **_OPTS)
-def _lane_prominence(j, m, hts, fv, iv):
+def _lane_prominence(j, m, hts, fv, iv, above):
     """``(prominence, left base, right base)`` of maximum ``j`` of ``m <= _LANE_MAXIMA``, from
     the valleys of :func:`_maxima_and_valleys`, as :func:`_all_prominences` gives them: the
     walks from ``j`` end at the nearest strictly higher maxima on each side (the highest and
-    lowest set bit around ``j`` of one compare of all heights), and the lowest valley between
-    is a least over lanes of the valleys in that range, 16 at a time (:func:`_simd.low16`): no
-    branch on the data but the ranges' lengths (measured: 8192 PSD rows of 129 bins, ~33 maxima
-    each, one thread: 8.0 ms for the sweep's, 4.6 ms). ``hts`` and ``fv[0]`` hold whole vectors
-    (``m + 1`` valleys rounded up to 16). Inline: a call per peak that hands on three arrays
-    cost 1.7 ms per 8192 rows of 16 peaks (prominence, one thread: 14.6 -> 12.8 ms)."""
+    lowest set bit around ``j`` of ``above``, the bits of the heights above ``j``'s: one
+    compare of all, or kept from the ranking, 1.2 ms per 8192 rows of 16 peaks), and the lowest
+    valley between is a least over lanes of the valleys in that range, 16 at a time
+    (:func:`_simd.low16`): no branch on the data but the ranges' lengths (measured: 8192 PSD
+    rows of 129 bins, ~33 maxima each, one thread: 8.0 ms for the sweep's, 4.6 ms). ``hts``
+    and ``fv[0]`` hold whole vectors (``m + 1`` valleys rounded up to 16). Inline: a call per
+    peak that hands on three arrays cost 1.7 ms per 8192 rows of 16 peaks (prominence, one
+    thread: 14.6 -> 12.8 ms)."""
     lows, firsts, lasts = fv[0], iv[0], iv[1]
     h = hts[j]
-    above = _higher_bits(hts, m, h)[0]
     left = above & ((1 << j) - 1)
     first = _simd.highest_bit(left) + 1 if left != 0 else 0  # valleys first..j
     right = above >> (j + 1)
@@ -950,7 +951,7 @@ def _lazy_top(row, r, m, cfg, scr, floor, prom_mode, from_blocks):
                 if prom_mode == _PROM_WALK:
                     prom[j], base[j, 0], base[j, 1] = _prominence(row, scr[8], scr[9], cand[j], wlen)
                 elif prom_mode == _PROM_LANES:
-                    prom[j], base[j, 0], base[j, 1] = _lane_prominence(j, m, hts, scr[11], scr[12])
+                    prom[j], base[j, 0], base[j, 1] = _lane_prominence(j, m, hts, scr[11], scr[12], sel[j])
                 if not _passes(prom[j], p_lim):
                     continue
             if need_width:
@@ -1212,7 +1213,8 @@ def _top(hts, m, kept, order, sel, tmp):
     stable sort when ``kept`` is a large part of many; an insertion of all when the groups are
     too few for a threshold (rows of few maxima: measured faster there than counting).
     Up to :data:`_LANE_MAXIMA` values every rank comes from the bits of one compare of all, in
-    lanes, without a branch on the data, and all of ``order[:m]`` is written (``hts`` holds
+    lanes, without a branch on the data, and all of ``order[:m]`` is written, and each one's
+    bits of the heights above it into ``sel`` (for :func:`_lane_prominence`; ``hts`` holds
     whole vectors; measured: 8192 PSD rows of 129 bins, ~33 maxima each, one thread, the
     insertion 3.0 ms, 1.4 ms)."""
     if kept <= 0:
@@ -1221,6 +1223,7 @@ def _top(hts, m, kept, order, sel, tmp):
         for a in range(m):
             above, equal = _higher_bits(hts, m, hts[a])
             order[_simd.popcount(above) + _simd.popcount(equal & ((1 << a) - 1))] = a  # (a permutation of m)
+            sel[a] = above  # (the lanes prominences take it from here)
         return
     if kept * 8 >= m and m > 128:
         srt = np.argsort(-hts[:m], kind="mergesort")

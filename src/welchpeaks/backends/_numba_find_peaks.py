@@ -181,13 +181,14 @@ _PROM_WALK, _PROM_KNOWN, _PROM_LANES = 0, 1, 2
 
 
 @njit(**_OPTS)
-def _higher_bits(hts, m, h):
-    """Bits ``j < m`` (``m <= _LANE_MAXIMA``) of ``hts[j] > h`` and of ``hts[j] == h``, 16 lanes
-    at a time (``hts`` holds whole vectors: at least ``m`` rounded up to 16)."""
+def _higher_bits(hts, m, h, start=0):
+    """Bits ``j < m`` (``m <= _LANE_MAXIMA``) of ``hts[start + j] > h`` and of ``hts[start + j]
+    == h``, 16 lanes at a time (``hts`` holds whole vectors from ``start``: at least ``m``
+    rounded up to 16)."""
     above = 0
     equal = 0
     for o in range(0, m, _BLOCK):
-        a, e = _simd.compare_bits16(hts, o, h)
+        a, e = _simd.compare_bits16(hts, start + o, h)
         above |= a << o
         equal |= e << o
     valid = (1 << m) - 1
@@ -745,7 +746,6 @@ def _median_of(row, tmp, last):
     m = row.shape[0]
     if 4 * _BLOCK <= m <= 12 * _BLOCK:
         lo_rank, hi_rank = (m - 1) // 2, m // 2
-        got = False
         if last[3] == 1.0:
             got, v0, v1 = _median_between(row, tmp, lo_rank, hi_rank, last[1], last[2])
             last[3] = 1.0 if got else 0.0
@@ -1059,8 +1059,8 @@ def _block_threshold(bpk, want, last, first_tier, tmp):
 def _rank_tier(hts, m0, m, order):
     """``order[m0:m]``: the positions ``m0..m-1`` from the highest, ties to the lower position;
     by counting (each one's rank the number that go before it) up to :data:`_COUNTED`, else a
-    stable sort. Up to 32 candidates the counts are bits of two 16-lane compares
-    (:func:`_simd.compare_bits16`; measured: 8192 rows, ~28 candidates each, one thread, 20 ->
+    stable sort. Up to 32 candidates the counts are bits of 16-lane compares
+    (:func:`_higher_bits`; measured: 8192 rows, ~28 candidates each, one thread, 20 ->
     15 ms for the whole kernel without filters: the loop did not vectorise inside the kernel)."""
     if m - m0 > _COUNTED:
         srt = np.argsort(-hts[m0:m], kind="mergesort")
@@ -1068,15 +1068,10 @@ def _rank_tier(hts, m0, m, order):
             order[m0 + a] = m0 + srt[a]
         return
     if m - m0 <= 2 * _BLOCK and m0 + 2 * _BLOCK <= hts.shape[0]:  # in lanes: two vectors hold them all
-        valid = (1 << (m - m0)) - 1
         for a in range(m0, m):
-            v = hts[a]
-            above, equal = _simd.compare_bits16(hts, m0, v)
-            above2, equal2 = _simd.compare_bits16(hts, m0 + _BLOCK, v)
-            above |= above2 << _BLOCK
-            equal |= equal2 << _BLOCK
+            above, equal = _higher_bits(hts, m - m0, hts[a], m0)
             before = (1 << (a - m0)) - 1  # earlier positions go first on a tie
-            order[m0 + _simd.popcount(above & valid) + _simd.popcount(equal & before)] = a
+            order[m0 + _simd.popcount(above) + _simd.popcount(equal & before)] = a
         return
     for a in range(m0, m):
         v = hts[a]

@@ -159,6 +159,40 @@ def low16(typingctx, row, o, lanes):
     return sig, codegen
 
 
+@intrinsic
+def low64(typingctx, row, lanes):
+    """``(least, bits of the lanes holding it)`` of ``row[j]`` over the lanes ``j < 64`` set in
+    ``lanes`` (+inf and 0 when none): :func:`low16` over four vectors at once, their least
+    lane by lane first, so one reduction serves all (no loop, no branch). Needs ``len(row) >=
+    64``; the lanes not set are not compared (they may hold anything)."""
+    if not _contiguous_f64(row):
+        return None
+    sig = types.Tuple((types.float64, types.int64))(row, types.int64)
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        inf = ir.Constant(_VEC, [float("inf")] * WIDTH)
+        every = builder.bitcast(args[1], ir.VectorType(ir.IntType(1), 4 * WIDTH))
+        parts = []
+        for q in range(4):
+            mask = builder.shuffle_vector(every, every, ir.Constant(ir.VectorType(_I32, WIDTH),
+                                                                    list(range(q * WIDTH, (q + 1) * WIDTH))))
+            parts.append((builder.select(mask, _load(builder, ary, ir.Constant(_I64, q * WIDTH), 0), inf), mask))
+        a, b = parts[0][0], parts[1][0]
+        ab = builder.select(builder.fcmp_ordered('<', a, b), a, b)
+        c, d = parts[2][0], parts[3][0]
+        cd = builder.select(builder.fcmp_ordered('<', c, d), c, d)
+        low = _reduce(builder, '<', builder.select(builder.fcmp_ordered('<', ab, cd), ab, cd))
+        splat = _splat(builder, low)
+        at = ir.Constant(_I64, 0)
+        for q, (v, mask) in enumerate(parts):
+            bits = _bits(builder, builder.and_(builder.fcmp_ordered('==', v, splat), mask))
+            at = builder.or_(at, builder.shl(bits, ir.Constant(_I64, q * WIDTH)))
+        return context.make_tuple(builder, sig.return_type, [low, at])
+
+    return sig, codegen
+
+
 def _bit_count(builder, name, x):
     """``llvm.ctlz`` / ``llvm.cttz`` (``x`` not zero) / ``llvm.ctpop`` of an int64."""
     args = [x] if name == "ctpop" else [x, ir.Constant(ir.IntType(1), 1)]  # (zero in: poison, for ctlz/cttz)
@@ -184,6 +218,18 @@ def trailing_zeros(typingctx, x):
 def popcount(typingctx, x):
     """The number of set bits of ``x``."""
     return types.int64(types.int64), lambda context, builder, sig, args: _bit_count(builder, "ctpop", args[0])
+
+
+@intrinsic
+def float_bits(typingctx, x):
+    """The bits of float64 ``x`` as an int64."""
+    return types.int64(types.float64), lambda context, builder, sig, args: builder.bitcast(args[0], _I64)
+
+
+@intrinsic
+def bits_float(typingctx, b):
+    """The float64 whose bits are int64 ``b``."""
+    return types.float64(types.int64), lambda context, builder, sig, args: builder.bitcast(args[0], _F64)
 
 
 @intrinsic

@@ -87,10 +87,21 @@ def _maxima_and_valleys(row, cand, fv, iv):
     Between two neighbouring maxima a row only falls then rises (else a maximum would lie
     between), so a walk from a maximum that ends at a higher sample has passed the lowest
     sample of every valley it entered: the valleys are all :func:`_all_prominences` needs.
-    The first pass is branch-free as in :func:`_local_maxima`, the running minimum restarting
-    at each candidate; the second merges the two valleys of a plateau that is not a peak."""
+    Rows without two equal neighbours (most spectra) take :func:`_strict_extrema`: there each
+    valley is one local minimum, listed in the same branch-free pass as the maxima (8192 PSD
+    rows of 129 bins, one thread: -0.5 ms of ~2.4). Others: a first pass branch-free as in
+    :func:`_local_maxima`, the running minimum restarting at each candidate; the second merges
+    the two valleys of a plateau that is not a peak."""
     n = row.shape[0]
     lows, firsts, lasts = fv[0], iv[0], iv[1]
+    if n >= 3:  # no equal neighbours (most spectra): each valley is one local minimum
+        m, q, flat = _strict_extrema(row, cand, firsts)
+        if not flat and q == m + 1:
+            for j in range(q):
+                i = firsts[j]
+                lows[j] = row[i]
+                lasts[j] = i
+            return m
     m = 0
     low, at_l, at_r = row[0], 0, 0
     for i in range(1, n - 1):
@@ -134,6 +145,31 @@ def _maxima_and_valleys(row, cand, fv, iv):
         acc, acc_l, acc_r = lows[c + 1], firsts[c + 1], lasts[c + 1]
     lows[w], firsts[w], lasts[w] = acc, acc_l, acc_r
     return w
+
+
+@njit(inline="always", **_OPTS)
+def _strict_extrema(row, cand, mins):
+    """The local maxima of ``row`` (``n >= 3``, edges not counted) into ``cand`` and its local
+    minima into ``mins`` (the edges counted: an end below its neighbour), in one branch-free
+    pass; returns their counts and whether two neighbours are equal (then the counts mean
+    nothing). Without equal neighbours maxima and minima alternate, minima at both ends: the
+    minimum between two neighbouring maxima is the valley :func:`_maxima_and_valleys` wants."""
+    n = row.shape[0]
+    flat = row[0] == row[1]
+    q = 0
+    mins[q] = 0
+    q += row[0] < row[1]
+    m = 0
+    for i in range(1, n - 1):
+        a, v, b = row[i - 1], row[i], row[i + 1]
+        flat |= v == b
+        cand[m] = i
+        m += (a < v) & (v > b)
+        mins[q] = i
+        q += (v < a) & (v < b)
+    mins[q] = n - 1
+    q += row[n - 1] < row[n - 2]
+    return m, q, flat
 
 
 @njit(**_OPTS)

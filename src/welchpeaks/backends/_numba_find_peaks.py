@@ -23,8 +23,8 @@ from welchpeaks.backends import _simd
 from welchpeaks.backends._numba_kernels import INTERP_HANN, _offset, hann_corrected
 
 _OPTS = dict(cache=True, nogil=True, boundscheck=False)
-#: the first compile, for the notice (measured with an empty cache: 38-40 s)
-COMPILE_TIME = "about 40 s on 2 cores"
+#: the first compile, for the notice (measured with an empty cache: 44-46 s)
+COMPILE_TIME = "about 45 s on 2 cores"
 _BIG = np.finfo(np.float64).max
 
 

@@ -20,7 +20,8 @@ import numpy as np
 from numba import njit, prange
 
 from welchpeaks.backends import _simd
-from welchpeaks.backends._numba_kernels import INTERP_HANN, _offset, hann_corrected
+from welchpeaks.backends._numba_kernels import (INTERP_HANN, _hann_ratio, _image_gate, _offset,
+                                                _real_tone_hann)
 
 _OPTS = dict(cache=True, nogil=True, boundscheck=False)
 #: the first compile, for the notice (measured with an empty cache: 44-46 s)
@@ -666,7 +667,7 @@ def _row(row, r, cfg, out, scr):
             kept = _lazy_top(row, r, m, cfg, scr, floor, mode, from_blocks)  # from the highest
         else:
             kept = _filter_all(row, cfg, scr, m, swept)
-    _write(row, r, cfg, out, scr[0], scr[1], scr[3], scr[4], scr[5], scr[6], scr[10], kept, floor)
+    _write(row, r, cfg, out, scr[0], scr[1], scr[2], scr[3], scr[4], scr[5], scr[6], scr[10], kept, floor)
     if not finite:
         out[8][r] = -1
 
@@ -1199,7 +1200,7 @@ def _rank_tier(hts, m0, m, order):
 
 
 @njit(inline="always", **_OPTS)
-def _write(row, r, cfg, out, cand, hts, prom, base, wid, order, tmp, kept, floor):
+def _write(row, r, cfg, out, cand, hts, keep, prom, base, wid, order, tmp, kept, floor):
     """Row ``r`` of ``out`` from the ``kept`` candidates at ``order[:kept]``; the rest empty. The
     SNR (unless the SNR filter measured it) and the refined positions are computed here, for
     the peaks written only."""
@@ -1229,13 +1230,9 @@ def _write(row, r, cfg, out, cand, hts, prom, base, wid, order, tmp, kept, floor
                     out_snr[r, s] = hts[j] / floor if floor > 0.0 else 0.0
                 else:
                     out_snr[r, s] = _snr_db(row, p, floor, noise_bins, tmp)
-            if interp >= 0:
+            if interp >= 0 and interp != INTERP_HANN:  # (Hann: all of the row's below)
                 if 0 < p < n - 1:
-                    if interp == INTERP_HANN:  # the image's test inline, its correction only where it passes
-                        out_fbin[r, s] = p + min(0.5, max(-0.5, hann_corrected(row[p - 1], row[p], row[p + 1], p,
-                                                                                n_fft)))
-                    else:
-                        out_fbin[r, s] = p + _offset(row[p - 1], row[p], row[p + 1], interp, alpha, p, n_fft)
+                    out_fbin[r, s] = p + _offset(row[p - 1], row[p], row[p + 1], interp, alpha, p, n_fft)
                 else:  # DC and Nyquist are not refined
                     out_fbin[r, s] = float(p)
         else:
@@ -1253,12 +1250,50 @@ def _write(row, r, cfg, out, cand, hts, prom, base, wid, order, tmp, kept, floor
                 out_snr[r, s] = np.nan
             if interp >= 0:
                 out_fbin[r, s] = np.nan
+    if interp == INTERP_HANN:
+        _refine_hann_each(row, out_idx[r], kept, out_fbin[r], tmp, keep, n_fft)
     if need_snr and snr_min != snr_min and noise_bins < 1:
         if floor > 0.0:
             _ten_log10_each(out_snr[r], kept)
         else:
             for s in range(kept):
                 out_snr[r, s] = _snr_of(hts[order[s]], floor)
+
+
+@njit(error_model="numpy", **_OPTS)
+def _refine_hann_each(row, idx, kept, fbin, abc, flag, n_fft):
+    """``fbin[:kept]``: the Hann estimator's refined position of each peak at ``idx[:kept]``
+    (:func:`welchpeaks.backends._numba_kernels.hann_corrected`, clipped to half a bin; DC and
+    Nyquist not refined), the same bits as one peak at a time: the three powers of every peak
+    gathered into ``abc``, then one branch-free pass for the offsets and the image's test (it
+    vectorises: the numpy error model drops the division's zero check), then the real-tone
+    correction for the few that pass it (``flag``: scratch). (Measured: 8192 rows of 16 peaks,
+    one thread, prominence + SNR: -0.5 ms of ~14.)"""
+    n = row.shape[0]
+    if n < 3:  # only edges
+        for s in range(kept):
+            fbin[s] = float(idx[s])
+        return
+    for s in range(kept):
+        p = min(max(idx[s], 1), n - 2)  # (an edge's neighbours: any inner ones, the result unused)
+        abc[3 * s] = row[p - 1]
+        abc[3 * s + 1] = row[p]
+        abc[3 * s + 2] = row[p + 1]
+    gated = False
+    for s in range(kept):
+        p = idx[s]
+        sa, sb, sc, d = _hann_ratio(abc[3 * s], abc[3 * s + 1], abc[3 * s + 2])
+        inner = (p > 0) & (p < n - 1)
+        g = inner & _image_gate(sa, sb, sc, d, p, n_fft)
+        flag[s] = g
+        gated |= g
+        fbin[s] = p + min(0.5, max(-0.5, d)) if inner else float(p)
+    if gated:
+        for s in range(kept):
+            if flag[s]:
+                p = idx[s]
+                sa, sb, sc, d = _hann_ratio(abc[3 * s], abc[3 * s + 1], abc[3 * s + 2])
+                fbin[s] = p + min(0.5, max(-0.5, _real_tone_hann(sa, sb, sc, d, float(p), n_fft)))
 
 
 @njit(**_OPTS)

@@ -186,6 +186,16 @@ def _refine_hann(prow, idx, count, n_bins, out_fbin, r, abd, flag, n_fft):
     branch-free pass (SIMD where LLVM can) for the offsets and :func:`_image_gate`, then the
     real-tone correction for the few peaks that pass it (noiseless tones; ``flag``: scratch)."""
     _gather3(prow, idx, count, abd)
+    hann_gathered(idx, count, n_bins, out_fbin, r, abd, flag, n_fft)
+
+
+@njit(**_INL)
+def hann_gathered(idx, count, n_bins, out_fbin, r, abd, flag, n_fft):
+    """``out_fbin[r, :count]``: the Hann estimator's refined positions (clipped to half a bin;
+    DC and Nyquist not refined) of the peaks at bins ``idx[:count]`` of ``n_bins``, from their
+    three powers side by side in ``abd``: one branch-free pass for the offsets and
+    :func:`_image_gate`, then :func:`_real_tone_hann` for the few that pass (``flag``:
+    scratch). Inline: the caller's flags apply (the find_peaks kernel's: no fast-math)."""
     gated = False
     for c in range(count):
         j = idx[c]

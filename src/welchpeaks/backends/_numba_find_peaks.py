@@ -257,17 +257,21 @@ def _lane_prominence(j, m, hts, fv, iv, above):
     first = _simd.highest_bit(left) + 1 if left != 0 else 0  # valleys first..j
     right = above >> (j + 1)
     last = j + 1 + _simd.trailing_zeros(right) if right != 0 else m  # valleys j+1..last
-    if m < 2 * _BLOCK:  # the valleys 0..m in as few vectors as hold them
-        low_l, at_l = _simd.low32(lows, _lanes(first, j))
-        low_r, at_r = _simd.low32(lows, _lanes(j + 1, last))
-    elif m < 3 * _BLOCK:
-        low_l, at_l = _simd.low48(lows, _lanes(first, j))
-        low_r, at_r = _simd.low48(lows, _lanes(j + 1, last))
-    else:
-        low_l, at_l = _simd.low64(lows, _lanes(first, j))
-        low_r, at_r = _simd.low64(lows, _lanes(j + 1, last))
+    low_l, at_l = _least_valley(lows, _lanes(first, j), m)
+    low_r, at_r = _least_valley(lows, _lanes(j + 1, last), m)
     # on equal lows the base is the one the walk meets first: the last on the left, the first on the right
     return hts[j] - max(low_l, low_r), lasts[_simd.highest_bit(at_l)], firsts[_simd.trailing_zeros(at_r)]
+
+
+@njit(inline="always", **_OPTS)
+def _least_valley(lows, lanes, m):
+    """``(least, its lanes)`` of the valleys ``lows`` set in ``lanes``, over as few vectors as
+    hold the ``m + 1`` valleys (:func:`_simd.low32`, ``low48``, ``low64``)."""
+    if m < 2 * _BLOCK:
+        return _simd.low32(lows, lanes)
+    if m < 3 * _BLOCK:
+        return _simd.low48(lows, lanes)
+    return _simd.low64(lows, lanes)
 
 
 #: samples per block of the prominence walks' block extrema

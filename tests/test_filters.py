@@ -99,8 +99,9 @@ def test_the_fast_path_is_unchanged_without_filters_and_results_carry_the_measur
 
 
 def test_every_execution_runs_the_filters_in_its_own_graph():
-    """Filters on each execution: its graph (the one the planner priced) ends in find_peaks,
-    fused-cpu computes the PSD in its one pass, the learned model by its butterfly FFT; all give
+    """Filters on each execution: its graph (the one the planner priced) ends in find_peaks, or
+    is fused-cpu's one pass (filters and measures in it), the learned model's PSD by its
+    butterfly FFT; all give
     the numpy execution's peaks and measures, in blocks of rows too. The GPU executions plan
     their chain to the same node (run on a device by the next test)."""
     from welchpeaks.ir.run import tracing
@@ -121,8 +122,8 @@ def test_every_execution_runs_the_filters_in_its_own_graph():
         with tracing() as log:
             got = wp(x)
         ops = [op for _, op, _ in log]
-        assert got.strategy == name and ops[-1] == "find_peaks", (name, ops)
-        assert ("welch_psd" in ops) == (name == "fused-cpu") and ("rfft" in ops) == (name != "fused-cpu")
+        assert got.strategy == name and ops[-1] == ("welch_peaks" if name == "fused-cpu" else "find_peaks"), ops
+        assert (ops == ["input", "welch_peaks"]) == (name == "fused-cpu") and ("rfft" in ops) == (name != "fused-cpu")
         assert "find_peaks" in wp.explain()["graph"]
         np.testing.assert_array_equal(got.bins, ref.bins)
         for m in ref.measures:
@@ -138,6 +139,46 @@ def test_every_execution_runs_the_filters_in_its_own_graph():
         call = welchpeaks.WelchPeaks(**kw, strategy=name).planner.plan(12, 384, np.dtype(np.float32), tensor=True)
         assert [n.op.value for n in call.graph.nodes][-2:] == ["mul", "find_peaks"] and call.execution == name
 
+
+
+@pytest.mark.parametrize("dtype,length,filters", [
+    (np.float32, 384, dict(prominence=0.0, measures=("snr", "prominence"))),
+    (np.float64, 640, dict(distance=2, width=(1.0, None), wlen=15, snr_db=2.0, noise_bins=4,
+                           measures=("snr", "prominence", "width"))),
+    (np.float32, 384, dict(height=1e-3, threshold=(0.0, None), edges=True, interp="log-parabola", measures=("snr",))),
+])
+def test_the_fused_pass_with_filters_is_the_psd_pass_then_find_peaks(dtype, length, filters):
+    """fused-cpu's one pass with the filters (each block's PSD rows through the find_peaks
+    kernel while in cache) gives the two nodes it replaces, the PSD pass then the find_peaks
+    kernel on the written PSD (themselves checked against scipy above), bit for bit: with a
+    last block of fewer rows, non-finite and overflowing rows left empty, and frames loaded a
+    segment at a time."""
+    from welchpeaks.api.detailed import make_filters
+    from welchpeaks.backends import filtered, fused_cpu
+    from welchpeaks.params import make_params
+
+    rng = np.random.default_rng(5)
+    x = _rows(rng, 75, length).astype(dtype)  # two blocks of 32 rows and one of 11
+    x[3, 10] = np.nan
+    x[40, 7] = np.inf
+    x[70] *= np.finfo(dtype).max / 1e6  # finite samples whose power overflows
+    opts = {n: filters.pop(n) for n in ("edges", "interp") if n in filters}
+    opts["min_distance"] = filters.pop("distance", 1)
+    n_seg = (length - 256) // 128 + 1
+    p = make_params(n_fft=256, k=6, segments=n_seg, filters=make_filters(**filters), **opts)
+    got = fused_cpu.FusedFindPeaks(p, n_seg, dtype).run(x)
+    want = filtered.host_rows(p)(fused_cpu.psd_rows(p, x, n_seg, dtype).power)
+    assert list(got.bad_rows) == list(want.bad_rows) == [3, 40, 70]
+    assert (got.bins >= 0).sum(1)[[0, 1, 74]].min() > 0 and got.power.dtype == dtype
+    for f in ("bins", "power", "fbins"):
+        np.testing.assert_array_equal(getattr(got, f), getattr(want, f))
+    assert set(got.measures) == set(want.measures) == {welchpeaks.params.MEASURE_NAMES[m] for m in filters["measures"]}
+    for m in want.measures:
+        np.testing.assert_array_equal(got.measures[m], want.measures[m])
+    long = fused_cpu.FusedFindPeaks(p, n_seg, dtype)
+    long.whole = False  # frames loaded a segment at a time, as for rows too long for the tile
+    long.tile = np.zeros((long.tile.shape[0], 256, long.tile.shape[2]), long.tile.dtype)
+    np.testing.assert_array_equal(long.run(x).fbins, want.fbins)
 
 def test_filter_errors_name_the_parameter():
     x = np.zeros((2, 1024))

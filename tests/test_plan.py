@@ -177,8 +177,10 @@ def test_picker_follows_the_injected_model():
 
 
 def test_filtered_calls_are_planned_priced_and_explained_like_any_other():
-    """With scipy's filters every execution's graph ends in find_peaks; fused-cpu's PSD fuses
-    into welch_psd; find_peaks is priced by its measured curve (else 3x the selection), the
+    """With scipy's filters every execution's graph ends in find_peaks; fused-cpu's chain fuses
+    whole into welch_peaks (the gate scores it over the PSD alone, welch_psd, which writes the
+    PSD); find_peaks is priced by its measured curve (else 3x the selection), in the fused pass
+    in place of the selection, the
     elementwise steps by their traffic times the measured factors (hostile values ignored),
     and the pick follows the model."""
     from welchpeaks.api.detailed import make_filters
@@ -190,12 +192,15 @@ def test_filtered_calls_are_planned_priced_and_explained_like_any_other():
     g = welch_chain_graph(p, 4096, 384, 2, np.float32)
     assert [n.op for n in g.nodes][-1] is ir.Op.find_peaks
     fused, info = plan.fuse(g, backends.get("fused-cpu").backend, model.gate())
-    assert info["fused"] == "welch_psd" and [n.op for n in fused.nodes] == [ir.Op.input, ir.Op.welch_psd,
-                                                                            ir.Op.find_peaks]
-    fp = fused.nodes[-1]
-    assert node_cost_ns(fused, fp, model) == pytest.approx(
-        model.dispatch_ns + (fused.node(fp.inputs[0]).nbytes + fp.nbytes) / model.memory_bw
+    assert info["fused"] == "welch_peaks" and [n.op for n in fused.nodes] == [ir.Op.input, ir.Op.welch_peaks]
+    scores = {op: c["score_ns"] for op, c in info["candidates"].items()}
+    assert scores["welch_peaks"] > scores["welch_psd"] >= model.gate().min_gain_ns
+    fp = g.nodes[-1]
+    assert node_cost_ns(g, fp, model) == pytest.approx(
+        model.dispatch_ns + (g.node(fp.inputs[0]).nbytes + fp.nbytes) / model.memory_bw
         + FIND_PEAKS_OVER_SELECT * 2000.0 * 4096)
+    assert node_cost_ns(fused, fused.nodes[-1], model) == pytest.approx(
+        model.dispatch_ns + model.fused_ns(256, 4096, 2, 16) + (FIND_PEAKS_OVER_SELECT - 1) * 2000.0 * 4096)
     model.tables["find_peaks"] = LogLogTable([33.0, 2049.0], [1.0, 1e6], [[500.0, 5e8]] * 2)
     assert model.find_peaks_ns(129, 4096) == pytest.approx(500.0 * 4096)
     window = next(n for n in g.nodes if n.op is ir.Op.window)
@@ -208,7 +213,7 @@ def test_filtered_calls_are_planned_priced_and_explained_like_any_other():
         assert model.op_factor(n.op) == 1.0
     wp = welchpeaks.WelchPeaks(n_fft=256, k=16, segments=2, prominence=0.0, measures="snr")
     exp = wp.explain(batch=4096)
-    assert exp["strategy"] == "fused-cpu" and "find_peaks" in exp["graph"]
+    assert exp["strategy"] == "fused-cpu" and "welch_peaks[0]" in exp["graph"] and "'find_peaks'" in exp["graph"]
     assert exp["params"]["measures"] == ["snr"] and exp["costs"]["numpy"]["graph"][-1] == "find_peaks"
     set_cost_model(synthetic_cpu_model(fused_ns_per_row=1e7))  # where fusing loses, numpy's graph wins
     assert welchpeaks.WelchPeaks(n_fft=256, k=16, segments=2, prominence=0.0).explain(batch=4096)["strategy"] == "numpy"

@@ -20,11 +20,14 @@ import numpy as np
 from numba import njit, prange
 
 from welchpeaks.backends import _simd
-from welchpeaks.backends._numba_kernels import INTERP_HANN, _offset, hann_gathered
+from welchpeaks.backends._numba_kernels import INTERP_HANN, _offset, block_power, hann_gathered
+from welchpeaks.numba_base import LANES
 
 _OPTS = dict(cache=True, nogil=True, boundscheck=False)
 #: the first compile, for the notice (measured with an empty cache: 44-46 s)
 COMPILE_TIME = "about 45 s on 2 cores"
+#: the first compile of :func:`welch_find_peaks`, the rows' step and the PSD of fused_pow2 with it
+FUSED_COMPILE_TIME = "about 60 s on 2 cores"
 _BIG = np.finfo(np.float64).max
 
 
@@ -589,23 +592,66 @@ def find_peaks_rows(x, cfg, out, n_workers):
     run = max(1, min(64, n_rows // (8 * n_workers)))
     next_row = np.zeros(1, np.int64)
     for t in prange(n_workers):
-        cap = n // 2 + 2
-        scr = (np.empty(cap, np.int64), np.empty(cap + _BLOCK, np.float64), np.empty(cap, np.bool_),
-               np.empty(cap, np.float64),
-               np.empty((cap, 2), np.int64), np.empty((cap, 5), np.float64), np.empty(2 * cap, np.int64),
-               np.zeros(n, np.int64), np.empty((n + _BLOCK - 1) // _BLOCK, np.float64),
-               np.empty((n + _BLOCK - 1) // _BLOCK, np.float64),
-               np.empty(3 * max(n, 2 * cfg[12] + 1), np.float64),
-               np.empty((3, max(cap + 1 + _BLOCK, 4 * _BLOCK)), np.float64),
-               np.empty((3, cap + 1), np.int64), np.empty(cap, np.int64),
-               np.empty((n + _BLOCK - 1) // _BLOCK, np.float64), np.empty((n + _BLOCK - 1) // _BLOCK, np.int64),
-               np.full(4, np.nan))  # the last row's first threshold (_block_threshold), its bracket (_median_of)
+        scr = _scratch(n, cfg[12])
         while True:
             first = _simd.fetch_add(next_row, run)
             if first >= n_rows:
                 break
             for r in range(first, min(n_rows, first + run)):
                 _row(x[r], r, cfg, out, scr)
+
+
+
+@njit(parallel=True, **_OPTS)
+def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im,
+                     trend, scale, whole, tile, stats, sums, buf_re, buf_im, acc, bad, pivot, cfg, out):
+    """The fused pass of ``welch_peaks`` with scipy's filters: each block of ``LANES`` raw rows
+    of ``x`` becomes its PSD in a worker's scratch (:func:`_numba_kernels.block_power`, the
+    arithmetic of :func:`_numba_kernels.fused_pow2`), and each PSD row goes through
+    :func:`_row` there, as :func:`find_peaks_rows` takes it, while it is in cache: the PSD is
+    never written. The arguments are ``fused_pow2``'s (its scratch with a leading worker
+    axis; ``bad`` is set for the rows that are not finite, whose ``counts`` are -1) and
+    ``find_peaks_rows``' ``cfg`` and ``out``. Workers take blocks from a shared counter."""
+    n_bins = n_fft // 2 + 1
+    n_workers = buf_re.shape[0]
+    n_blocks = (n_rows + LANES - 1) // LANES
+    next_block = np.zeros(1, np.int64)
+    none = np.empty((0, n_bins), acc.dtype)
+    for t in prange(n_workers):
+        scr = _scratch(n_bins, cfg[12])
+        row = np.empty(n_bins, np.float64)
+        ac = acc[t]
+        while True:
+            blk = _simd.fetch_add(next_block, 1)
+            if blk >= n_blocks:
+                break
+            r0 = blk * LANES
+            nl = min(LANES, n_rows - r0)
+            block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re,
+                        post_im, trend, whole, tile[t], stats[t], sums[t], buf_re[t], buf_im[t], ac, bad, none, False,
+                        pivot)
+            for lane in range(nl):
+                for q in range(n_bins):
+                    row[q] = ac[q + 1, lane] * scale[q]  # in the compute dtype, as the PSD pass scales
+                if bad[r0 + lane]:
+                    row[0] = np.nan  # left empty, counts -1
+                _row(row, r0 + lane, cfg, out, scr)
+
+
+@njit(**_OPTS)
+def _scratch(n, noise_bins):
+    """A worker's scratch of :func:`_row` for rows of ``n`` samples (its docstring names the parts)."""
+    cap = n // 2 + 2
+    return (np.empty(cap, np.int64), np.empty(cap + _BLOCK, np.float64), np.empty(cap, np.bool_),
+            np.empty(cap, np.float64),
+            np.empty((cap, 2), np.int64), np.empty((cap, 5), np.float64), np.empty(2 * cap, np.int64),
+            np.zeros(n, np.int64), np.empty((n + _BLOCK - 1) // _BLOCK, np.float64),
+            np.empty((n + _BLOCK - 1) // _BLOCK, np.float64),
+            np.empty(3 * max(n, 2 * noise_bins + 1), np.float64),
+            np.empty((3, max(cap + 1 + _BLOCK, 4 * _BLOCK)), np.float64),
+            np.empty((3, cap + 1), np.int64), np.empty(cap, np.int64),
+            np.empty((n + _BLOCK - 1) // _BLOCK, np.float64), np.empty((n + _BLOCK - 1) // _BLOCK, np.int64),
+           np.full(4, np.nan))  # the last row's first threshold (_block_threshold), its bracket (_median_of)
 
 
 @njit(**_OPTS)

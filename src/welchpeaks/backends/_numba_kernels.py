@@ -710,138 +710,23 @@ def fused_pow2(
     ``trend`` holds the real and imaginary parts of ``2 rfft(window)`` and of
     ``2 rfft(window * ramp)``, ``[4, n_bins]``.
     """
-    m = n_fft // 2
-    n_bins = m + 1
-    frame = n_fft + (n_seg - 1) * hop
+    n_bins = n_fft // 2 + 1
     n_workers = buf_re.shape[0]
     n_blocks = (n_rows + LANES - 1) // LANES
     per = (n_blocks + n_workers - 1) // n_workers
-    inv_n = float(consts[0])
-    inv_ramp2 = float(consts[1])
     for t in prange(n_workers):
-        tl = tile[t]
-        st = stats[t]
-        re = buf_re[t]
-        im = buf_im[t]
         ac = acc[t]
         prow = psd[t]
         tv = vals[t]
         ti = idx[t]
         tc = cand[t]
         tt = top[t]
-        mean = st[0]
-        slope = st[1]
-        s_sum = sums[t, 0]
-        s_ramp = sums[t, 1]
         for blk in range(t * per, min(n_blocks, (t + 1) * per)):
             r0 = blk * LANES
             nl = min(LANES, n_rows - r0)
-            nv = min(LANES, (nl + 7) // 8 * 8)  # lanes computed: the rows, rounded up to a vector
-            for q in range(1, n_bins + 1):
-                for lane in range(nv):
-                    ac[q, lane] = 0.0
-            if use_carry:
-                for lane in range(nl):
-                    for q in range(n_bins):
-                        ac[q + 1, lane] = carry[r0 + lane, q]
-            for lane in range(nl):
-                bad[r0 + lane] = False
-            for lane in range(nl, nv):  # computed lanes past the last row stay zero
-                for i in range(tl.shape[0]):
-                    tl[i, lane] = 0.0
-            # Detrending removes any constant, so each row is shifted by its first sample on
-            # loading: samples near it subtract exactly, and a large offset costs no precision
-            # in the compute dtype. Without detrending the shift is zero.
-            if whole:
-                # the frame of every row of the block, transposed once (rows become lanes), so
-                # overlapping segments are read from the tile, not from memory again
-                for lane in range(nl):
-                    r = r0 + lane
-                    p0 = _pivot(x, r, detrend, pivot)
-                    for i in range(frame):
-                        tl[i, lane] = x[r, i] - p0
-            for s in range(n_seg):
-                off = s * hop
-                if not whole:  # long frames: one segment at a time
-                    for lane in range(nl):
-                        r = r0 + lane
-                        p0 = _pivot(x, r, detrend, pivot)
-                        for i in range(n_fft):
-                            tl[i, lane] = x[r, off + i] - p0
-                    off = 0
-                # The FFT is linear, so the segment is transformed as it is and its trend removed
-                # in the spectrum: X[q] - mean W[q] - slope R[q], with W and R the transforms of
-                # the window and of the window times the ramp. The samples are summed while
-                # they are loaded; a NaN or infinity anywhere makes the sum non-finite (as would
-                # samples near the dtype's overflow, whose power would overflow anyway).
-                for lane in range(nv):
-                    mean[lane] = 0.0
-                    slope[lane] = 0.0
-                nxt = _load_first_pass(tl, off, window, rev, re, im, m, nv, mean)
-                for lane in range(nl):
-                    if mean[lane] - mean[lane] != 0.0:
-                        bad[r0 + lane] = True
-                for lane in range(nv):
-                    mean[lane] = mean[lane] * inv_n if detrend == DETREND_CONSTANT else 0.0
-                if detrend == DETREND_LINEAR:
-                    # mean and slope of the segment of every lane from float64 sums
-                    for lane in range(nv):
-                        s_sum[lane] = 0.0
-                        s_ramp[lane] = 0.0
-                    for i in range(n_fft):
-                        ri = float(ramp[i])
-                        for lane in range(nv):
-                            v = float(tl[off + i, lane])
-                            s_sum[lane] += v
-                            s_ramp[lane] += ri * v
-                    for lane in range(nv):
-                        mean[lane] = s_sum[lane] * inv_n
-                        slope[lane] = s_ramp[lane] * inv_ramp2
-                _fft_lanes(re, im, m, tw_re, tw_im, nv, nxt)
-                # unpack the real spectrum: with E = Z[q] + Z*[m-q], D = Z[q] - Z*[m-q] and
-                # G = -i W^q D, 2X[q] = E + G and 2X[m-q] = conj(E - G), so one pass over
-                # q <= m/2 gives both halves; the 1/4 of |X|^2 = |2X|^2 / 4 is in ``scale``,
-                # and ``trend`` holds 2W and 2R.
-                for q in range(m // 2):
-                    q2 = (m - q) % m
-                    pr = post_re[q]
-                    pi = post_im[q]
-                    a_wr = trend[0, q]
-                    a_wi = trend[1, q]
-                    a_rr = trend[2, q]
-                    a_ri = trend[3, q]
-                    b_wr = trend[0, m - q]
-                    b_wi = trend[1, m - q]
-                    b_rr = trend[2, m - q]
-                    b_ri = trend[3, m - q]
-                    for lane in range(nv):
-                        zr = re[q, lane]
-                        zi = im[q, lane]
-                        cr = re[q2, lane]
-                        ci = -im[q2, lane]
-                        dr = zr - cr
-                        di = zi - ci
-                        gr = pr * di + pi * dr
-                        gi = pi * di - pr * dr
-                        er = zr + cr
-                        ei = zi + ci
-                        mu = mean[lane]
-                        sl = slope[lane]
-                        ar = er + gr - mu * a_wr - sl * a_rr
-                        ai = ei + gi - mu * a_wi - sl * a_ri
-                        br = er - gr - mu * b_wr - sl * b_rr
-                        bi = gi - ei - mu * b_wi - sl * b_ri
-                        ac[q + 1, lane] += ar * ar + ai * ai
-                        ac[m - q + 1, lane] += br * br + bi * bi  # m for q=0
-                h = m // 2  # its own mirror: 2X[h] = 2 conj(Z[h])
-                h_wr = trend[0, h]
-                h_wi = trend[1, h]
-                h_rr = trend[2, h]
-                h_ri = trend[3, h]
-                for lane in range(nv):
-                    ar = 2.0 * re[h, lane] - mean[lane] * h_wr - slope[lane] * h_rr
-                    ai = -2.0 * im[h, lane] - mean[lane] * h_wi - slope[lane] * h_ri
-                    ac[h + 1, lane] += ar * ar + ai * ai
+            nv = block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re,
+                             post_im, trend, whole, tile[t], stats[t], sums[t], buf_re[t], buf_im[t], ac, bad, carry,
+                             use_carry, pivot)
             if not finish:  # a piece of long rows: the sums go back to the carry
                 for lane in range(nl):
                     for q in range(n_bins):
@@ -871,6 +756,132 @@ def fused_pow2(
                     continue
                 select_into(prow, n_bins, k, mode, min_distance, interp, alpha, n_fft, tv, ti, tc, tt, out_bins, out_power,
                             out_fbin, r)
+
+
+@njit(**_OPTS)
+def block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im, trend,
+                whole, tl, st, sm, re, im, ac, bad, carry, use_carry, pivot):
+    """The sums of ``|2X|^2`` over the segments of rows ``r0 .. r0 + nl`` of ``x`` (a block of at
+    most ``LANES`` rows, lane ``i`` is row ``r0 + i``) into ``ac[1 .. n_bins, lane]``; ``bad[r]``
+    set for a row that is not finite. The arguments are :func:`fused_pow2`'s, its scratch of
+    one worker. Returns the lanes computed (the rows rounded up to a vector; those past the
+    last row hold zeros)."""
+    m = n_fft // 2
+    n_bins = m + 1
+    frame = n_fft + (n_seg - 1) * hop
+    inv_n = float(consts[0])
+    inv_ramp2 = float(consts[1])
+    mean = st[0]
+    slope = st[1]
+    s_sum = sm[0]
+    s_ramp = sm[1]
+    nv = min(LANES, (nl + 7) // 8 * 8)  # lanes computed: the rows, rounded up to a vector
+    for q in range(1, n_bins + 1):
+        for lane in range(nv):
+            ac[q, lane] = 0.0
+    if use_carry:
+        for lane in range(nl):
+            for q in range(n_bins):
+                ac[q + 1, lane] = carry[r0 + lane, q]
+    for lane in range(nl):
+        bad[r0 + lane] = False
+    for lane in range(nl, nv):  # computed lanes past the last row stay zero
+        for i in range(tl.shape[0]):
+            tl[i, lane] = 0.0
+    # Detrending removes any constant, so each row is shifted by its first sample on
+    # loading: samples near it subtract exactly, and a large offset costs no precision
+    # in the compute dtype. Without detrending the shift is zero.
+    if whole:
+        # the frame of every row of the block, transposed once (rows become lanes), so
+        # overlapping segments are read from the tile, not from memory again
+        for lane in range(nl):
+            r = r0 + lane
+            p0 = _pivot(x, r, detrend, pivot)
+            for i in range(frame):
+                tl[i, lane] = x[r, i] - p0
+    for s in range(n_seg):
+        off = s * hop
+        if not whole:  # long frames: one segment at a time
+            for lane in range(nl):
+                r = r0 + lane
+                p0 = _pivot(x, r, detrend, pivot)
+                for i in range(n_fft):
+                    tl[i, lane] = x[r, off + i] - p0
+            off = 0
+        # The FFT is linear, so the segment is transformed as it is and its trend removed
+        # in the spectrum: X[q] - mean W[q] - slope R[q], with W and R the transforms of
+        # the window and of the window times the ramp. The samples are summed while
+        # they are loaded; a NaN or infinity anywhere makes the sum non-finite (as would
+        # samples near the dtype's overflow, whose power would overflow anyway).
+        for lane in range(nv):
+            mean[lane] = 0.0
+            slope[lane] = 0.0
+        nxt = _load_first_pass(tl, off, window, rev, re, im, m, nv, mean)
+        for lane in range(nl):
+            if mean[lane] - mean[lane] != 0.0:
+                bad[r0 + lane] = True
+        for lane in range(nv):
+            mean[lane] = mean[lane] * inv_n if detrend == DETREND_CONSTANT else 0.0
+        if detrend == DETREND_LINEAR:
+            # mean and slope of the segment of every lane from float64 sums
+            for lane in range(nv):
+                s_sum[lane] = 0.0
+                s_ramp[lane] = 0.0
+            for i in range(n_fft):
+                ri = float(ramp[i])
+                for lane in range(nv):
+                    v = float(tl[off + i, lane])
+                    s_sum[lane] += v
+                    s_ramp[lane] += ri * v
+            for lane in range(nv):
+                mean[lane] = s_sum[lane] * inv_n
+                slope[lane] = s_ramp[lane] * inv_ramp2
+        _fft_lanes(re, im, m, tw_re, tw_im, nv, nxt)
+        # unpack the real spectrum: with E = Z[q] + Z*[m-q], D = Z[q] - Z*[m-q] and
+        # G = -i W^q D, 2X[q] = E + G and 2X[m-q] = conj(E - G), so one pass over
+        # q <= m/2 gives both halves; the 1/4 of |X|^2 = |2X|^2 / 4 is in ``scale``,
+        # and ``trend`` holds 2W and 2R.
+        for q in range(m // 2):
+            q2 = (m - q) % m
+            pr = post_re[q]
+            pi = post_im[q]
+            a_wr = trend[0, q]
+            a_wi = trend[1, q]
+            a_rr = trend[2, q]
+            a_ri = trend[3, q]
+            b_wr = trend[0, m - q]
+            b_wi = trend[1, m - q]
+            b_rr = trend[2, m - q]
+            b_ri = trend[3, m - q]
+            for lane in range(nv):
+                zr = re[q, lane]
+                zi = im[q, lane]
+                cr = re[q2, lane]
+                ci = -im[q2, lane]
+                dr = zr - cr
+                di = zi - ci
+                gr = pr * di + pi * dr
+                gi = pi * di - pr * dr
+                er = zr + cr
+                ei = zi + ci
+                mu = mean[lane]
+                sl = slope[lane]
+                ar = er + gr - mu * a_wr - sl * a_rr
+                ai = ei + gi - mu * a_wi - sl * a_ri
+                br = er - gr - mu * b_wr - sl * b_rr
+                bi = gi - ei - mu * b_wi - sl * b_ri
+                ac[q + 1, lane] += ar * ar + ai * ai
+                ac[m - q + 1, lane] += br * br + bi * bi  # m for q=0
+        h = m // 2  # its own mirror: 2X[h] = 2 conj(Z[h])
+        h_wr = trend[0, h]
+        h_wi = trend[1, h]
+        h_rr = trend[2, h]
+        h_ri = trend[3, h]
+        for lane in range(nv):
+            ar = 2.0 * re[h, lane] - mean[lane] * h_wr - slope[lane] * h_rr
+            ai = -2.0 * im[h, lane] - mean[lane] * h_wi - slope[lane] * h_ri
+            ac[h + 1, lane] += ar * ar + ai * ai
+    return nv
 
 
 # ------------------------------------------------------------------------------ any n_fft

@@ -28,30 +28,48 @@ def _limits(p: PeakParams) -> dict[str, Any]:
                 need_width=f.need_width)
 
 
+class HostFilters:
+    """``p``'s filters in the form of the numba kernels (``find_peaks_rows`` and the fused pass
+    ``welch_find_peaks`` of ``fused-cpu``): their ``cfg``, their outputs and the
+    :class:`RowPeaks` made of those."""
+
+    def __init__(self, p: PeakParams):
+        from welchpeaks.backends import _numba_find_peaks as kern  # numba: imported on first use
+
+        f = p.filters
+        self.p, self.kern, self.lim = p, kern, _limits(p)
+        self.need_snr = "snr" in f.measures
+        self.cfg = kern.config(**self.lim, edges=p.edges, k=p.k, snr_min=np.nan if f.snr_db is None else f.snr_db,
+                               noise_bins=f.noise_bins or 0, need_snr=self.need_snr, interp=p.interp_code,
+                               alpha=p.interp_alpha, n_fft=p.n_fft)
+
+    def outputs(self, rows: int) -> tuple:
+        return self.kern.outputs(rows, self.p.k, self.lim["need_prom"], self.lim["need_width"], self.need_snr, True)
+
+    def result(self, out: tuple, dtype: np.dtype) -> RowPeaks:
+        """The kernels' ``out`` as :class:`RowPeaks`, heights in ``dtype``; rows not finite in ``bad_rows``."""
+        idx, hts, prom, _, wid, _, snr, fbin, counts = out
+        got = {"snr": snr, "prominence": prom, "width": wid}
+        return RowPeaks(idx.astype(np.int32), hts.astype(dtype), fbin, np.flatnonzero(counts < 0),
+                        {MEASURE_NAMES[m]: got[m] for m in self.p.filters.measures})
+
+
 def host_rows(p: PeakParams) -> Callable[[np.ndarray], RowPeaks]:
     """The host kernel of ``p``'s filters: PSD rows ``[R, n_bins]`` (any float precision) in,
     :class:`RowPeaks` with the measures asked for out; rows that are not finite left empty and
     reported in ``bad_rows``."""
-    from welchpeaks.backends import _numba_find_peaks as kern  # numba: imported on first use
     from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, numba_threads
 
-    f = p.filters
-    lim = _limits(p)
-    need_snr = "snr" in f.measures
-    cfg = kern.config(**lim, edges=p.edges, k=p.k, snr_min=np.nan if f.snr_db is None else f.snr_db,
-                      noise_bins=f.noise_bins or 0, need_snr=need_snr, interp=p.interp_code, alpha=p.interp_alpha,
-                      n_fft=p.n_fft)
+    host = HostFilters(p)
+    kern = host.kern
 
     def run(psd: np.ndarray) -> RowPeaks:
         x = np.ascontiguousarray(psd, np.float64)
-        out = kern.outputs(x.shape[0], p.k, lim["need_prom"], lim["need_width"], need_snr, True)
+        out = host.outputs(x.shape[0])
         announce_compile(kern.find_peaks_rows, "the find_peaks kernel", kern.COMPILE_TIME)
         with KERNEL_LOCK:
-            kern.find_peaks_rows(x, cfg, out, max(1, min(x.shape[0], 4 * numba_threads())))
-        idx, hts, prom, _, wid, _, snr, fbin, counts = out
-        got = {"snr": snr, "prominence": prom, "width": wid}
-        return RowPeaks(idx.astype(np.int32), hts.astype(psd.dtype), fbin, np.flatnonzero(counts < 0),
-                        {MEASURE_NAMES[m]: got[m] for m in f.measures})
+            kern.find_peaks_rows(x, host.cfg, out, max(1, min(x.shape[0], 4 * numba_threads())))
+        return host.result(out, psd.dtype)
 
     return run
 

@@ -60,7 +60,7 @@ class FusedCpuPlan:
         n, nb, k = params.n_fft, params.n_bins, params.k
         if not is_pow2(n):
             raise ValueError(f"the fused CPU pass needs a power-of-two n_fft, not {n}")
-        announce_compile(kern.fused_pow2, "the fused-cpu kernel", "about 20 s on 2 cores")
+        self._announce()
         self.window = params.window_array.astype(self.compute)
         ramp = np.arange(n) - (n - 1) / 2.0
         self.ramp = ramp.astype(self.compute)
@@ -86,6 +86,9 @@ class FusedCpuPlan:
         self.acc = worker_blocks(w, nb + 2, self.compute)
         self.select = kern.select_scratch(w, k, nb, self.compute)  # psd, vals, idx, cand, top
         self._bad = np.zeros(0, np.bool_)
+
+    def _announce(self) -> None:
+        announce_compile(_kernels().fused_pow2, "the fused-cpu kernel", "about 20 s on 2 cores")
 
     def run(self, x2d: np.ndarray) -> RowPeaks:
         """Peaks of rows ``x2d`` (float32/float64, at least the frame long); power comes back in
@@ -119,6 +122,38 @@ class FusedCpuPlan:
     def pieces(self, rows: int, dtype: np.dtype) -> "LongRows":
         """A computation of ``rows`` rows of this plan's segments fed in pieces (:class:`LongRows`)."""
         return LongRows(self, rows, np.dtype(dtype))
+
+
+class FusedFindPeaks(FusedCpuPlan):
+    """The fused pass with scipy's filters (``params.filters``) and the measures in place of
+    the plain selection (``_numba_find_peaks.welch_find_peaks``): each block's PSD rows go
+    through the find_peaks kernel's row step while they are in cache, so the PSD is never
+    written; the results are those of the ``welch_psd`` and ``find_peaks`` nodes run apart,
+    bit for bit."""
+
+    def __init__(self, params: PeakParams, n_seg: int, compute: np.dtype):
+        from welchpeaks.backends.filtered import HostFilters
+
+        self.host = HostFilters(params)
+        super().__init__(params, n_seg, compute)
+
+    def _announce(self) -> None:
+        kern = self.host.kern
+        announce_compile(kern.welch_find_peaks, "the fused-cpu find_peaks kernel", kern.FUSED_COMPILE_TIME)
+
+    def run(self, x2d: np.ndarray) -> RowPeaks:
+        x2d = np.ascontiguousarray(x2d)
+        p, rows = self.params, x2d.shape[0]
+        out = self.host.outputs(rows)
+        with KERNEL_LOCK:
+            if self._bad.shape[0] < rows:
+                self._bad = np.zeros(rows, np.bool_)
+            self.host.kern.welch_find_peaks(
+                x2d, rows, p.n_fft, p.hop, self.n_seg, self.window, self.ramp, self.consts, p.detrend_code, self.rev,
+                self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend, self.scale, self.whole, self.tile,
+                self.stats, self.sums, self.buf_re, self.buf_im, self.acc, self._bad, np.empty(0, x2d.dtype),
+                self.host.cfg, out)
+        return self.host.result(out, x2d.dtype)
 
 
 class LongRows:
@@ -240,8 +275,8 @@ def _welch_psd(node: Node, graph: Graph):
 
 
 def _welch_peaks(node: Node, graph: Graph):
-    compute = graph.node(node.inputs[0]).dtype.real_numpy
-    plan = FusedCpuPlan(node.attrs["params"], node.attrs["n_segments"], compute)
+    p, compute = node.attrs["params"], graph.node(node.inputs[0]).dtype.real_numpy
+    plan = (FusedCpuPlan if p.filters is None else FusedFindPeaks)(p, node.attrs["n_segments"], compute)
     return plan.run
 
 

@@ -296,7 +296,7 @@ class _TritonExecution(Execution):
 class TritonFused(_TritonExecution):
     name = "triton-fused"
     backend = Backend(name, {Op.welch_peaks: _fused}, base=TORCH,
-                      accepts={Op.welch_peaks: lambda p: fused_unsupported(p) is None})
+                      accepts={Op.welch_peaks: lambda p: p.filters is None and fused_unsupported(p) is None})
     description = ("one Triton kernel: raw rows in (read once), detrend+window, four-step DFT on tensor cores, "
                    "power, mean, select; only the peaks written")
 

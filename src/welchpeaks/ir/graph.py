@@ -291,14 +291,16 @@ class Graph:
 
     def welch_peaks(self, x: int, n_segments: int, params: Any) -> int:
         """The whole chain fused on raw rows ``[B, L]`` (segment, detrend, window, transform,
-        power, mean, scale, select): peak records ``[B, k, 3]``."""
+        power, mean, scale, select; with ``params.filters`` the ``find_peaks`` selection and
+        its measures, shown by ``selection='find_peaks'``): peak records ``[B, k, 3]``."""
         n = self._rank(x, (2,), "welch_peaks")
         need = params.frame_length(n_segments)
         if n.dtype.is_complex or n.shape[1] < need:
             raise ValueError(f"welch_peaks: rows {list(n.shape)} {n.dtype.name} are not real [B, >= {need}] "
                              f"for {n_segments} segments")
+        shown = {} if params.filters is None else {"selection": "find_peaks"}
         return self._add(Op.welch_peaks, (x,), (n.shape[0], params.k, 3), DType.f64, n_segments=n_segments,
-                         params=params)
+                         params=params, **shown)
 
     def spectrum_peaks(self, x: int, params: Any) -> int:
         """Power, segment mean, scale and selection of a complex spectrum ``[B, S, bins]`` in one

@@ -4,8 +4,10 @@
 ``frames -> window -> rfft -> power -> segment_mean -> mul(scale) -> topk`` becomes one
 ``welch_peaks`` node on the raw rows, or its tail ``power -> ... -> topk`` one
 ``spectrum_peaks`` node on the spectrum, where the backend has its own kernel for the fused
-op at these parameters. A chain ending in ``find_peaks`` (scipy's filters) may have its PSD
-``frames -> ... -> mul(scale)`` become one ``welch_psd`` node. Whether a rewrite pays is not
+op at these parameters. A chain ending in ``find_peaks`` (scipy's filters) may become one
+``welch_peaks`` node where the backend's fused kernel takes the filters (its ``accepts`` says
+so for the params), or have its PSD ``frames -> ... -> mul(scale)`` become one ``welch_psd``
+node. Whether a rewrite pays is not
 decided here: the planner scores each with its IO fusion gate (:mod:`welchpeaks.plan.fusion`),
 as Inductor keeps legality apart from profitability.
 """
@@ -77,6 +79,10 @@ def welch_chain_fusions(graph: Graph, backend: Any) -> list[tuple[Op, Graph]]:
         rows = _walk(graph, spec, _HEAD, whole)
         n_seg = graph.node(spec).shape[-2]
         if n.op is Op.find_peaks:
+            if rows is not None and _private(graph, whole) and backend.fuses(Op.welch_peaks, p):
+                out.append((Op.welch_peaks, _copy_except(
+                    graph, set(whole[1:]), {n.id: lambda g, m, rows=rows: g.welch_peaks(m[rows], n_seg, p)},
+                    graph.name)))
             if rows is not None and _private(graph, whole[1:]) and backend.fuses(Op.welch_psd, p):
                 out.append((Op.welch_psd, _copy_except(
                     graph, set(whole[2:]), {scale.id: lambda g, m, rows=rows: g.welch_psd(m[rows], n_seg, p)},

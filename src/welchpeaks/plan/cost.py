@@ -277,8 +277,11 @@ def node_cost_ns(graph: Graph, node: Node, model: BackendCostModel) -> float:
                 + model.fused_ns(p.n_fft, node.shape[0], node.attrs["n_segments"], 16, _dtype_name(src)))
     if node.op is Op.welch_peaks:
         p = node.attrs["params"]
-        return model.dispatch_ns + model.fused_ns(p.n_fft, node.shape[0], node.attrs["n_segments"], p.k,
-                                                  _dtype_name(src), p.mode)
+        t = model.fused_ns(p.n_fft, node.shape[0], node.attrs["n_segments"], p.k, _dtype_name(src), p.mode)
+        if p.filters is not None:  # the find_peaks kernel's step on each row in place of the selection
+            t += max(model.find_peaks_ns(p.n_bins, node.shape[0]) - model.select_ns(p.n_bins, p.k, node.shape[0],
+                                                                                     p.mode), 0.0)
+        return model.dispatch_ns + t
     if node.op is Op.spectrum_peaks:
         p = node.attrs["params"]
         return base + model.select_ns(src.shape[2], p.k, src.shape[0], p.mode)

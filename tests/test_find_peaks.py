@@ -325,6 +325,56 @@ def test_row_median_by_bracket_and_by_selection():
             np.testing.assert_array_equal(medians(np.ascontiguousarray(rows)), np.median(rows, axis=1))
 
 
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_block_medians_in_lanes(dtype):
+    """The fused pass's medians of a block's PSD rows, all at once by bisection on the values'
+    bits (``_lane_medians``): ``np.median`` of each column exactly, for odd lengths, with zeros,
+    repeated values, columns of one value, tiny and huge values; and the column intrinsics it
+    is made of against numpy."""
+    from numba import njit
+
+    from welchpeaks.backends import _numba_find_peaks as kern
+    from welchpeaks.backends import _simd
+
+    ints = np.int32 if dtype == np.float32 else np.int64
+
+    @njit
+    def medians(tiles, n_bins, bits):
+        out = np.empty((tiles.shape[0], tiles.shape[2]))
+        med = np.empty(tiles.shape[2])
+        for b in range(tiles.shape[0]):
+            kern._lane_medians(tiles[b], n_bins, bits, med)
+            out[b] = med
+        return out
+
+    @njit
+    def columns(tile, first, last, at, out):
+        _simd.column_bounds(tile, first, last, out[0], out[1])
+        _simd.column_counts(tile, first, last, at, out[2])
+        _simd.column_least_from(tile, first, last, at, out[3])
+
+    rng = np.random.default_rng(8)
+    lanes = _simd.COLUMNS
+    for n_bins in (1, 3, 5, 129, 513):
+        tiles = rng.chisquare(4, (6, n_bins + 2, lanes)) * 10.0 ** rng.uniform(-30, 30, (6, 1, lanes))
+        tiles[0, :, :8] = np.round(tiles[0, :, :8] / tiles[0, :, :8].max(0) * 3)  # few levels, zeros
+        tiles[1, :, 3] = 2.5  # one value
+        tiles[1, ::3, 4] = 0.0
+        tiles[2, 1:, 5] = np.finfo(dtype).tiny * rng.integers(0, 4, n_bins + 1)
+        tiles = tiles.astype(dtype)
+        got = medians(tiles, n_bins, np.zeros((8, lanes), ints))
+        np.testing.assert_array_equal(got, np.median(tiles[:, 1:n_bins + 1], axis=1).astype(np.float64))
+        tile = tiles[3]
+        at = tile[1 + n_bins // 2].view(ints).copy()
+        out = np.zeros((4, lanes), ints)
+        columns(tile, 1, n_bins + 1, at, out)
+        bits = tile[1:n_bins + 1].view(ints)
+        np.testing.assert_array_equal(out[0], bits.min(0))
+        np.testing.assert_array_equal(out[1], bits.max(0))
+        np.testing.assert_array_equal(out[2], (bits <= at).sum(0))
+        np.testing.assert_array_equal(out[3], np.where(bits >= at, bits, np.iinfo(ints).max).min(0))
+
 def test_snr_logarithm_in_lanes_and_one_at_a_time():
     """The SNRs' 10 log10 without the C library (a loop that vectorises) is within 4 ulp of
     numpy's on positive normal numbers over the whole range and near 1 (where the series does

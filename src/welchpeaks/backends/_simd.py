@@ -244,6 +244,131 @@ def bits_float(typingctx, b):
 
 
 @intrinsic
+def value_bits(typingctx, x):
+    """The bits of a float32 / float64 as an int32 / int64 (non-negative floats order like their bits)."""
+    width = {types.float32: 32, types.float64: 64}.get(x)
+    if width is None:
+        return None
+    out = ir.IntType(width)
+    return getattr(types, f"int{width}")(x), lambda context, builder, sig, args: builder.bitcast(args[0], out)
+
+
+@intrinsic
+def bits_value(typingctx, b):
+    """The float32 / float64 whose bits are the int32 / int64 ``b``."""
+    kind = {types.int32: (types.float32, ir.FloatType()), types.int64: (types.float64, _F64)}.get(b)
+    if kind is None:
+        return None
+    return kind[0](b), lambda context, builder, sig, args: builder.bitcast(args[0], kind[1])
+
+
+#: lanes of :func:`column_bounds` and :func:`column_counts` (the fused pass's rows per block)
+COLUMNS = 32
+
+
+def _columns_width(tile, ints):
+    """The bits of ``tile``'s floats when ``tile`` is a C-contiguous 2-D float32 / float64 array
+    and ``ints`` a C-contiguous 1-D int array as wide; else None."""
+    width = {types.float32: 32, types.float64: 64}.get(getattr(tile, "dtype", None))
+    if not (width and isinstance(tile, types.Array) and tile.ndim == 2 and tile.layout == "C"
+            and isinstance(ints, types.Array) and ints.ndim == 1 and ints.layout == "C"
+            and ints.dtype == getattr(types, f"int{width}")):
+        return None
+    return width
+
+
+def _columns(context, builder, sig, args, width):
+    """(the tile's row ``q`` loader, the vector type, the int arrays) for the column intrinsics."""
+    tile = context.make_array(sig.args[0])(context, builder, args[0])
+    vec = ir.VectorType(ir.IntType(width), COLUMNS)
+    stride = builder.extract_value(tile.strides, 0)
+    base = builder.bitcast(tile.data, ir.IntType(8).as_pointer())
+
+    def row(q):
+        p = builder.gep(base, [builder.mul(q, stride)])
+        return builder.load(builder.bitcast(p, vec.as_pointer()), align=width // 8)
+
+    ints = [context.make_array(sig.args[i])(context, builder, args[i]) for i in (3, 4)]
+    return row, vec, [builder.bitcast(a.data, vec.as_pointer()) for a in ints]
+
+
+@intrinsic
+def column_bounds(typingctx, tile, first, last, lo, hi):
+    """The least and greatest bits of each of the :data:`COLUMNS` columns of ``tile[first:last]``
+    (float32 / float64 as int32 / int64, ``first < last``) into ``lo`` and ``hi`` (at least
+    :data:`COLUMNS` each), in vectors; for non-negative floats the bits of the least and
+    greatest. ``tile`` has at least :data:`COLUMNS` columns and ``last`` rows."""
+    width = _columns_width(tile, lo)
+    if width is None or hi != lo:
+        return None
+
+    def codegen(context, builder, sig, args):
+        row, vec, (p_lo, p_hi) = _columns(context, builder, sig, args, width)
+        first = row(args[1])
+        least = cgutils.alloca_once_value(builder, first)
+        most = cgutils.alloca_once_value(builder, first)
+        with cgutils.for_range_slice(builder, builder.add(args[1], ir.Constant(_I64, 1)), args[2],
+                                     ir.Constant(_I64, 1)) as (q, _):
+            v = row(q)
+            a, b = builder.load(least), builder.load(most)
+            builder.store(builder.select(builder.icmp_signed('<', v, a), v, a), least)
+            builder.store(builder.select(builder.icmp_signed('>', v, b), v, b), most)
+        builder.store(builder.load(least), p_lo, align=width // 8)
+        builder.store(builder.load(most), p_hi, align=width // 8)
+        return context.get_dummy_value()
+
+    return types.none(tile, types.int64, types.int64, lo, hi), codegen
+
+
+@intrinsic
+def column_counts(typingctx, tile, first, last, at, counts):
+    """For each of the :data:`COLUMNS` columns ``j`` of ``tile[first:last]`` (float32 / float64),
+    how many of its values have bits (int32 / int64) at most ``at[j]``, into ``counts[j]``: one
+    compare and add of every row in vectors. Shapes as :func:`column_bounds`."""
+    width = _columns_width(tile, at)
+    if width is None or counts != at:
+        return None
+
+    def codegen(context, builder, sig, args):
+        row, vec, (p_at, p_counts) = _columns(context, builder, sig, args, width)
+        bound = builder.load(p_at, align=width // 8)
+        total = cgutils.alloca_once_value(builder, ir.Constant(vec, [0] * COLUMNS))
+        with cgutils.for_range_slice(builder, args[1], args[2], ir.Constant(_I64, 1)) as (q, _):
+            now = builder.load(total)  # a masked add
+            le = builder.icmp_signed('<=', row(q), bound)
+            builder.store(builder.select(le, builder.add(now, ir.Constant(vec, [1] * COLUMNS)), now), total)
+        builder.store(builder.load(total), p_counts, align=width // 8)
+        return context.get_dummy_value()
+
+    return types.none(tile, types.int64, types.int64, at, counts), codegen
+
+
+@intrinsic
+def column_least_from(typingctx, tile, first, last, floor, least):
+    """For each of the :data:`COLUMNS` columns ``j`` of ``tile[first:last]`` (float32 / float64),
+    the least bits (int32 / int64) at or above ``floor[j]`` (the greatest int where none) into
+    ``least[j]``, in vectors. Shapes as :func:`column_bounds`."""
+    width = _columns_width(tile, floor)
+    if width is None or least != floor:
+        return None
+
+    def codegen(context, builder, sig, args):
+        row, vec, (p_floor, p_least) = _columns(context, builder, sig, args, width)
+        bound = builder.load(p_floor, align=width // 8)
+        top = ir.Constant(vec, [(1 << (width - 1)) - 1] * COLUMNS)
+        best = cgutils.alloca_once_value(builder, top)
+        with cgutils.for_range_slice(builder, args[1], args[2], ir.Constant(_I64, 1)) as (q, _):
+            v = row(q)
+            b = builder.load(best)
+            better = builder.and_(builder.icmp_signed('>=', v, bound), builder.icmp_signed('<', v, b))
+            builder.store(builder.select(better, v, b), best)
+        builder.store(builder.load(best), p_least, align=width // 8)
+        return context.get_dummy_value()
+
+    return types.none(tile, types.int64, types.int64, floor, least), codegen
+
+
+@intrinsic
 def fetch_add(typingctx, counter, step):
     """Atomically ``counter[0] += step``; returns the value before (int64 array)."""
     if not (isinstance(counter, types.Array) and counter.dtype == types.int64 and counter.layout == "C"):

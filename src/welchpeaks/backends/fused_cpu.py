@@ -136,6 +136,7 @@ class FusedFindPeaks(FusedCpuPlan):
 
         self.host = HostFilters(params)
         super().__init__(params, n_seg, compute)
+        self.lane_bits = np.zeros((self.buf_re.shape[0], 8, LANES), np.int32 if self.compute.itemsize == 4 else np.int64)
 
     def _announce(self) -> None:
         kern = self.host.kern
@@ -152,7 +153,7 @@ class FusedFindPeaks(FusedCpuPlan):
                 x2d, rows, p.n_fft, p.hop, self.n_seg, self.window, self.ramp, self.consts, p.detrend_code, self.rev,
                 self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend, self.scale, self.whole, self.tile,
                 self.stats, self.sums, self.buf_re, self.buf_im, self.acc, self._bad, np.empty(0, x2d.dtype),
-                self.host.cfg, out)
+                self.lane_bits, self.host.cfg, out)
         return self.host.result(out, x2d.dtype)
 
 

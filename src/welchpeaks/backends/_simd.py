@@ -292,6 +292,23 @@ def _columns(context, builder, sig, args, width):
     return row, vec, [builder.bitcast(a.data, vec.as_pointer()) for a in ints]
 
 
+def _fold_columns(width, init, step):
+    """The codegen of a column intrinsic ``(tile, first, last, given, out)``: one vector ``acc``
+    (``init`` in every column) folded over the rows ``q`` by ``step(builder, tile[q], acc,
+    given, vector type)``, then stored into ``out``."""
+
+    def codegen(context, builder, sig, args):
+        row, vec, (p_given, p_out) = _columns(context, builder, sig, args, width)
+        given = builder.load(p_given, align=width // 8)
+        acc = cgutils.alloca_once_value(builder, ir.Constant(vec, [init] * COLUMNS))
+        with cgutils.for_range_slice(builder, args[1], args[2], ir.Constant(_I64, 1)) as (q, _):
+            builder.store(step(builder, row(q), builder.load(acc), given, vec), acc)
+        builder.store(builder.load(acc), p_out, align=width // 8)
+        return context.get_dummy_value()
+
+    return codegen
+
+
 @intrinsic
 def column_bounds(typingctx, tile, first, last, lo, hi):
     """The least and greatest bits of each of the :data:`COLUMNS` columns of ``tile[first:last]``
@@ -329,18 +346,11 @@ def column_counts(typingctx, tile, first, last, at, counts):
     if width is None or counts != at:
         return None
 
-    def codegen(context, builder, sig, args):
-        row, vec, (p_at, p_counts) = _columns(context, builder, sig, args, width)
-        bound = builder.load(p_at, align=width // 8)
-        total = cgutils.alloca_once_value(builder, ir.Constant(vec, [0] * COLUMNS))
-        with cgutils.for_range_slice(builder, args[1], args[2], ir.Constant(_I64, 1)) as (q, _):
-            now = builder.load(total)  # a masked add
-            le = builder.icmp_signed('<=', row(q), bound)
-            builder.store(builder.select(le, builder.add(now, ir.Constant(vec, [1] * COLUMNS)), now), total)
-        builder.store(builder.load(total), p_counts, align=width // 8)
-        return context.get_dummy_value()
+    def step(builder, v, total, bound, vec):  # a masked add
+        return builder.select(builder.icmp_signed('<=', v, bound), builder.add(total, ir.Constant(vec, [1] * COLUMNS)),
+                              total)
 
-    return types.none(tile, types.int64, types.int64, at, counts), codegen
+    return types.none(tile, types.int64, types.int64, at, counts), _fold_columns(width, 0, step)
 
 
 @intrinsic
@@ -352,20 +362,11 @@ def column_least_from(typingctx, tile, first, last, floor, least):
     if width is None or least != floor:
         return None
 
-    def codegen(context, builder, sig, args):
-        row, vec, (p_floor, p_least) = _columns(context, builder, sig, args, width)
-        bound = builder.load(p_floor, align=width // 8)
-        top = ir.Constant(vec, [(1 << (width - 1)) - 1] * COLUMNS)
-        best = cgutils.alloca_once_value(builder, top)
-        with cgutils.for_range_slice(builder, args[1], args[2], ir.Constant(_I64, 1)) as (q, _):
-            v = row(q)
-            b = builder.load(best)
-            better = builder.and_(builder.icmp_signed('>=', v, bound), builder.icmp_signed('<', v, b))
-            builder.store(builder.select(better, v, b), best)
-        builder.store(builder.load(best), p_least, align=width // 8)
-        return context.get_dummy_value()
+    def step(builder, v, best, bound, vec):
+        better = builder.and_(builder.icmp_signed('>=', v, bound), builder.icmp_signed('<', v, best))
+        return builder.select(better, v, best)
 
-    return types.none(tile, types.int64, types.int64, floor, least), codegen
+    return types.none(tile, types.int64, types.int64, floor, least), _fold_columns(width, (1 << (width - 1)) - 1, step)
 
 
 @intrinsic

@@ -28,8 +28,9 @@ assert _simd.COLUMNS == LANES  # the column intrinsics take a fused block's tile
 _OPTS = dict(cache=True, nogil=True, boundscheck=False)
 #: the first compile, for the notice (measured with an empty cache: 44-46 s)
 COMPILE_TIME = "about 45 s on 2 cores"
-#: the first compile of :func:`welch_find_peaks`, the rows' step and the PSD of fused_pow2 with it
-FUSED_COMPILE_TIME = "about 60 s on 2 cores"
+#: the first compile of :func:`welch_find_peaks` with the rows' step and the PSD (measured with an
+#: empty cache: 52-56 s; each part shared with the kernel that has it too, compiled once)
+FUSED_COMPILE_TIME = "about 55 s on 2 cores"
 _BIG = np.finfo(np.float64).max
 
 
@@ -624,6 +625,7 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
     n_blocks = (n_rows + LANES - 1) // LANES
     next_block = np.zeros(1, np.int64)
     none = np.empty((0, n_bins), acc.dtype)
+    use_carry = none.shape[0] > 0  # False as a bool, not a literal: one compile of block_power for both kernels
     medians = (cfg[11] == cfg[11] or cfg[13]) and cfg[12] < 1
     for t in prange(n_workers):
         scr = _scratch(n_bins, cfg[12])
@@ -637,7 +639,7 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
             r0 = blk * LANES
             nl = min(LANES, n_rows - r0)
             block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re,
-                        post_im, trend, whole, tile[t], stats[t], sums[t], buf_re[t], buf_im[t], ac, bad, none, False,
+                        post_im, trend, whole, tile[t], stats[t], sums[t], buf_re[t], buf_im[t], ac, bad, none, use_carry,
                         pivot)
             for q in range(n_bins):  # in the compute dtype, as the PSD pass scales
                 sq = scale[q]

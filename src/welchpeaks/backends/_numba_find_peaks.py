@@ -560,13 +560,14 @@ def config(*, edges=False, h_lim=_OPEN, t_lim=_OPEN, distance=0, p_lim=_OPEN, w_
             float(alpha), int(n_fft))
 
 
-def outputs(rows: int, k: int, need_prom: bool, need_width: bool, need_snr: bool, refine: bool) -> tuple:
+def outputs(rows: int, k: int, need_prom: bool, need_width: bool, need_snr: bool, refine: bool,
+            extents: bool = True) -> tuple:
     """``out`` of :func:`find_peaks_rows` (:data:`OUT_FIELDS`): ``[rows, k]`` arrays, empty where
-    not asked for."""
+    not asked for (the bases and the width's line and positions also without ``extents``)."""
     f = lambda on, *shape: np.empty((rows, k, *shape) if on else (0, 0, *shape), np.float64)  # noqa: E731
     return (np.empty((rows, k), np.int64), np.empty((rows, k), np.float64), f(need_prom),
-            np.empty((rows, k, 2) if need_prom else (0, 0, 2), np.int64), f(need_width), f(need_width, 3),
-            f(need_snr), f(refine), np.empty(rows, np.int64))
+            np.empty((rows, k, 2) if need_prom and extents else (0, 0, 2), np.int64), f(need_width),
+            f(need_width and extents, 3), f(need_snr), f(refine), np.empty(rows, np.int64))
 
 
 @njit(parallel=True, **_OPTS)
@@ -1320,6 +1321,7 @@ def _write(row, r, cfg, out, cand, hts, keep, prom, base, wid, order, tmp, kept,
     need_prom, need_width, k, snr_min, noise_bins, need_snr, interp, alpha, n_fft = (
         cfg[8], cfg[9], cfg[10], cfg[11], cfg[12], cfg[13], cfg[14], cfg[15], cfg[16])
     out_idx, out_h, out_prom, out_base, out_width, out_ips, out_snr, out_fbin, counts = out
+    extents = out_base.shape[0] > 0 or out_ips.shape[0] > 0  # the bases, the width's line and positions
     n = row.shape[0]
     counts[r] = kept
     for s in range(k):
@@ -1330,12 +1332,15 @@ def _write(row, r, cfg, out, cand, hts, keep, prom, base, wid, order, tmp, kept,
             out_h[r, s] = hts[j]
             if need_prom:
                 out_prom[r, s] = prom[j]
-                out_base[r, s, 0] = base[j, 0]
-                out_base[r, s, 1] = base[j, 1]
             if need_width:
                 out_width[r, s] = wid[j, 0]
-                for c in range(3):
-                    out_ips[r, s, c] = wid[j, c + 1]
+            if extents:
+                if need_prom:
+                    out_base[r, s, 0] = base[j, 0]
+                    out_base[r, s, 1] = base[j, 1]
+                if need_width:
+                    for c in range(3):
+                        out_ips[r, s, c] = wid[j, c + 1]
             if need_snr:
                 if snr_min == snr_min:  # measured by the filter
                     out_snr[r, s] = wid[j, 4]
@@ -1353,12 +1358,15 @@ def _write(row, r, cfg, out, cand, hts, keep, prom, base, wid, order, tmp, kept,
             out_h[r, s] = np.nan
             if need_prom:
                 out_prom[r, s] = np.nan
-                out_base[r, s, 0] = -1
-                out_base[r, s, 1] = -1
             if need_width:
                 out_width[r, s] = np.nan
-                for c in range(3):
-                    out_ips[r, s, c] = np.nan
+            if extents:
+                if need_prom:
+                    out_base[r, s, 0] = -1
+                    out_base[r, s, 1] = -1
+                if need_width:
+                    for c in range(3):
+                        out_ips[r, s, c] = np.nan
             if need_snr:
                 out_snr[r, s] = np.nan
             if interp >= 0:

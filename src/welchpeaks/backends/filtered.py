@@ -44,7 +44,8 @@ class HostFilters:
                                alpha=p.interp_alpha, n_fft=p.n_fft)
 
     def outputs(self, rows: int) -> tuple:
-        return self.kern.outputs(rows, self.p.k, self.lim["need_prom"], self.lim["need_width"], self.need_snr, True)
+        return self.kern.outputs(rows, self.p.k, self.lim["need_prom"], self.lim["need_width"], self.need_snr, True,
+                                 extents=False)  # a welch_peaks result has no bases nor width lines
 
     def result(self, out: tuple, dtype: np.dtype) -> RowPeaks:
         """The kernels' ``out`` as :class:`RowPeaks`, heights in ``dtype``; rows not finite in ``bad_rows``."""

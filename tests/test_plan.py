@@ -179,8 +179,8 @@ def test_picker_follows_the_injected_model():
 def test_filtered_calls_are_planned_priced_and_explained_like_any_other():
     """With scipy's filters every execution's graph ends in find_peaks; fused-cpu's chain fuses
     whole into welch_peaks (the gate scores it over the PSD alone, welch_psd, which writes the
-    PSD); find_peaks is priced by its measured curve (else 3x the selection), in the fused pass
-    in place of the selection, the
+    PSD); find_peaks is priced by its measured curve (else 3x the selection), also in the
+    fused pass (its selection is not priced apart), the
     elementwise steps by their traffic times the measured factors (hostile values ignored),
     and the pick follows the model."""
     from welchpeaks.api.detailed import make_filters
@@ -200,7 +200,7 @@ def test_filtered_calls_are_planned_priced_and_explained_like_any_other():
         model.dispatch_ns + (g.node(fp.inputs[0]).nbytes + fp.nbytes) / model.memory_bw
         + FIND_PEAKS_OVER_SELECT * 2000.0 * 4096)
     assert node_cost_ns(fused, fused.nodes[-1], model) == pytest.approx(
-        model.dispatch_ns + model.fused_ns(256, 4096, 2, 16) + (FIND_PEAKS_OVER_SELECT - 1) * 2000.0 * 4096)
+        model.dispatch_ns + model.fused_ns(256, 4096, 2, 16) + FIND_PEAKS_OVER_SELECT * 2000.0 * 4096)
     model.tables["find_peaks"] = LogLogTable([33.0, 2049.0], [1.0, 1e6], [[500.0, 5e8]] * 2)
     assert model.find_peaks_ns(129, 4096) == pytest.approx(500.0 * 4096)
     window = next(n for n in g.nodes if n.op is ir.Op.window)

@@ -179,6 +179,8 @@ def test_the_fused_pass_with_filters_is_the_psd_pass_then_find_peaks(dtype, leng
     long.whole = False  # frames loaded a segment at a time, as for rows too long for the tile
     long.tile = np.zeros((long.tile.shape[0], 256, long.tile.shape[2]), long.tile.dtype)
     np.testing.assert_array_equal(long.run(x).fbins, want.fbins)
+    with pytest.raises(NotImplementedError, match="whole rows"):  # no feeding long rows in pieces
+        long.pieces(4, dtype)
 
 def test_filter_errors_name_the_parameter():
     x = np.zeros((2, 1024))

@@ -605,7 +605,6 @@ def find_peaks_rows(x, cfg, out, n_workers):
                 _row(x[r], r, cfg, out, scr, np.nan)
 
 
-
 @njit(parallel=True, **_OPTS)
 def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im,
                      trend, scale, whole, tile, stats, sums, buf_re, buf_im, acc, bad, pivot, lane_bits, cfg, out):
@@ -639,12 +638,12 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
                 break
             r0 = blk * LANES
             nl = min(LANES, n_rows - r0)
-            block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re,
-                        post_im, trend, whole, tile[t], stats[t], sums[t], buf_re[t], buf_im[t], ac, bad, none, use_carry,
-                        pivot)
+            nv = block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im,
+                             post_re, post_im, trend, whole, tile[t], stats[t], sums[t], buf_re[t], buf_im[t], ac, bad,
+                             none, use_carry, pivot)
             for q in range(n_bins):  # in the compute dtype, as the PSD pass scales
                 sq = scale[q]
-                for lane in range(LANES):
+                for lane in range(nv):
                     ac[q + 1, lane] *= sq
             if medians:
                 _lane_medians(ac, n_bins, lane_bits[t], med)
@@ -660,11 +659,11 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
 def _lane_medians(ac, n_bins, bits, med):
     """The median of each column ``j`` of ``ac[1 : n_bins + 1]`` (a block's PSD, its rows in
     the :data:`LANES` columns; ``n_bins`` odd; float32 or float64 values that are finite and
-    >= 0, else a meaningless value) into ``med[j]``, all columns at once: a bisection on the
-    values' bits (non-negative floats order like their bits) between each column's least and
-    greatest, each step one compare of every value in vectors (:func:`_simd.column_counts`),
-    until one value, or only copies of one, is left between the bounds: then it is the least
-    value at or above the lower bound. ``bits``: ``[8, LANES]`` ints as wide as the values.
+    >= 0, else a meaningless value: a row that is not finite, a column past the block's rows)
+    into ``med[j]``, all columns at once: a bisection on the values' bits (non-negative floats
+    order like their bits) between each column's least and greatest, each step one compare of
+    every value in vectors (:func:`_simd.column_counts`), until one value, or only copies of
+    one, is left between the bounds: then it is the least value at or above the lower bound. ``bits``: ``[8, LANES]`` ints as wide as the values.
     Measured on random blocks, 8192 rows of 129 float32 values: 15 steps, 0.8 ms (0.1 us a
     row, one thread), where :func:`_median_of` takes about 0.3 us a row."""
     lo, hi, mid, cnt, c_lo, c_hi = bits[0], bits[1], bits[2], bits[3], bits[4], bits[5]
@@ -707,7 +706,7 @@ def _scratch(n, noise_bins):
             np.empty((3, max(cap + 1 + _BLOCK, 4 * _BLOCK)), np.float64),
             np.empty((3, cap + 1), np.int64), np.empty(cap, np.int64),
             np.empty((n + _BLOCK - 1) // _BLOCK, np.float64), np.empty((n + _BLOCK - 1) // _BLOCK, np.int64),
-           np.full(4, np.nan))  # the last row's first threshold (_block_threshold), its bracket (_median_of)
+            np.full(4, np.nan))  # the last row's first threshold (_block_threshold), its bracket (_median_of)
 
 
 @njit(**_OPTS)

@@ -5,9 +5,11 @@ the samples while loading them (bit-reversed, summing them on the way) into a
 ``[n_fft/2, LANES]`` complex buffer, runs an FFT (radix-4 passes) whose innermost loop runs
 across the rows of the block (so LLVM turns every butterfly into SIMD over rows), unpacks the
 real spectrum, removes the segment's trend there, and adds its power to a ``[n_bins, LANES]``
-accumulator. After the last segment it scales the power and selects the peaks of each row.
-Everything a block touches stays in L1/L2; only ``k`` results per row are written. Scratch
-buffers are passed in (one set per worker, a cache line apart), so a call allocates nothing.
+accumulator (:func:`block_power`). After the last segment it scales the power and selects the
+peaks of each row (with scipy's filters, ``_numba_find_peaks.welch_find_peaks`` calls the same
+:func:`block_power` and hands each row to the find_peaks kernel instead). Everything a block
+touches stays in L1/L2; only ``k`` results per row are written. Scratch buffers are passed in
+(one set per worker, a cache line apart), so a call allocates nothing.
 
 Non-power-of-two ``n_fft`` uses :func:`window_segments` and :func:`power_select_spectrum`
 around ``scipy.fft.rfft`` instead (same arithmetic, one more pass over memory).

@@ -262,7 +262,8 @@ def bits_value(typingctx, b):
     return kind[0](b), lambda context, builder, sig, args: builder.bitcast(args[0], kind[1])
 
 
-#: lanes of :func:`column_bounds` and :func:`column_counts` (the fused pass's rows per block)
+#: the columns of the column intrinsics (:func:`column_bounds`, :func:`column_counts`,
+#: :func:`column_least_from`): the fused pass's rows per block
 COLUMNS = 32
 
 

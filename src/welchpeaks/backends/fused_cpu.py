@@ -1,7 +1,9 @@
 """The ``fused-cpu`` backend: numba kernels for the fused Welch ops, NumPy for the rest.
 
 * ``welch_peaks`` (power-of-two ``n_fft``): one parallel pass per block of 32 rows, raw frames
-  in, peaks out (:func:`welchpeaks.backends._numba_kernels.fused_pow2`);
+  in, peaks out (:func:`welchpeaks.backends._numba_kernels.fused_pow2`); with scipy's filters
+  and the measures, the find_peaks kernel's row step on each block's PSD rows in place of the
+  selection (:class:`FusedFindPeaks`);
 * ``spectrum_peaks``: power, segment mean, scale and selection of a spectrum in one parallel
   pass (other ``n_fft``, after the ``scipy.fft`` transform);
 * ``window``: detrend and window every segment in one parallel pass.
@@ -155,6 +157,10 @@ class FusedFindPeaks(FusedCpuPlan):
                 self.stats, self.sums, self.buf_re, self.buf_im, self.acc, self._bad, np.empty(0, x2d.dtype),
                 self.lane_bits, self.host.cfg, out)
         return self.host.result(out, x2d.dtype)
+
+    def pieces(self, rows: int, dtype: np.dtype) -> "LongRows":
+        raise NotImplementedError("the fused pass with filters takes whole rows (the filters need each row's "
+                                  "whole PSD); read long rows a block of rows at a time")
 
 
 class LongRows:

@@ -595,14 +595,14 @@ def find_peaks_rows(x, cfg, out, n_workers):
     # something else takes fewer (a fixed split waits for the slowest)
     run = max(1, min(64, n_rows // (8 * n_workers)))
     next_row = np.zeros(1, np.int64)
+    no_medians = np.empty(0)
     for t in prange(n_workers):
         scr = _scratch(n, cfg[12])
         while True:
             first = _simd.fetch_add(next_row, run)
             if first >= n_rows:
                 break
-            for r in range(first, min(n_rows, first + run)):
-                _row(x[r], r, cfg, out, scr, np.nan)
+            _rows(x, first, min(n_rows, first + run), 0, cfg, out, scr, no_medians)
 
 
 @njit(parallel=True, **_OPTS)
@@ -611,7 +611,7 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
     """The fused pass of ``welch_peaks`` with scipy's filters: each block of ``LANES`` raw rows
     of ``x`` becomes its PSD in a worker's scratch (:func:`_numba_kernels.block_power`, the
     arithmetic of :func:`_numba_kernels.fused_pow2`), and each PSD row goes through
-    :func:`_row` there, as :func:`find_peaks_rows` takes it, while it is in cache: the PSD is
+    :func:`_rows` there, as :func:`find_peaks_rows` takes it, while it is in cache: the PSD is
     never written. The arguments are ``fused_pow2``'s (its scratch with a leading worker
     axis; ``bad`` is set for the rows that are not finite, whose ``counts`` are -1) and
     ``find_peaks_rows``' ``cfg`` and ``out``. Workers take blocks from a shared counter.
@@ -629,7 +629,7 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
     medians = (cfg[11] == cfg[11] or cfg[13]) and cfg[12] < 1
     for t in prange(n_workers):
         scr = _scratch(n_bins, cfg[12])
-        row = np.empty(n_bins, np.float64)
+        rows = np.empty((LANES, n_bins), np.float64)
         med = np.full(LANES, np.nan)
         ac = acc[t]
         while True:
@@ -649,10 +649,10 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
                 _lane_medians(ac, n_bins, lane_bits[t], med)
             for lane in range(nl):
                 for q in range(n_bins):
-                    row[q] = ac[q + 1, lane]
+                    rows[lane, q] = ac[q + 1, lane]
                 if bad[r0 + lane]:
-                    row[0] = np.nan  # left empty, counts -1
-                _row(row, r0 + lane, cfg, out, scr, med[lane])
+                    rows[lane, 0] = np.nan  # left empty, counts -1
+            _rows(rows, 0, nl, r0, cfg, out, scr, med)
 
 
 @njit(**_OPTS)
@@ -695,7 +695,7 @@ def _lane_medians(ac, n_bins, bits, med):
 
 @njit(**_OPTS)
 def _scratch(n, noise_bins):
-    """A worker's scratch of :func:`_row` for rows of ``n`` samples (its docstring names the parts)."""
+    """A worker's scratch of :func:`_rows` for rows of ``n`` samples (its docstring names the parts)."""
     cap = n // 2 + 2
     return (np.empty(cap, np.int64), np.empty(cap + _BLOCK, np.float64), np.empty(cap, np.bool_),
             np.empty(cap, np.float64),
@@ -710,16 +710,20 @@ def _scratch(n, noise_bins):
 
 
 @njit(**_OPTS)
-def _row(row, r, cfg, out, scr, median):
-    """One row of :func:`find_peaks_rows` into row ``r`` of ``out``; a row holding NaN or
-    infinity is left empty with ``counts[r] = -1``. ``median``: the row's, when the caller
-    has it (NaN: computed here when the SNR needs it). Scratch ``scr``: candidates' indices,
-    heights (whole vectors more, for the lanes), keep flags, prominences, bases, ``[width,
-    line, left, right, snr]``, the ranking, the distance marks, the block minima and maxima,
-    ``3 max(n, 2 noise_bins + 1)`` floats for the medians (and the ranking's selection), the
-    valleys (``[3, max(cap + 17, 64)]`` floats, ``[3, cap + 1]`` indices), the ranking's survivors,
-    the blocks' highest maxima and their maxima as bits, the last row's first threshold and
-    median bracket.
+def _rows(x, first, last, at, cfg, out, scr, medians):
+    """Rows ``first .. last - 1`` of ``x`` (as :func:`find_peaks_rows` takes them) into rows
+    ``at + first ..`` of ``out``; a row holding NaN or infinity is left empty with its
+    ``counts`` -1. ``medians``: each row's median, when the caller has them (empty or NaN:
+    computed here when the SNR needs it). One call takes a run of rows: a call pays the
+    reference counts of every array it takes, about 30 here, each an atomic operation on the
+    way in and another on the way out (measured: 8192 PSD rows of 129 with prominence and
+    SNR, fused pass, one call a row against one a block of 32 rows: see
+    docs/performance.md). Scratch ``scr``: candidates' indices, heights (whole vectors more,
+    for the lanes), keep flags, prominences, bases, ``[width, line, left, right, snr]``, the
+    ranking, the distance marks, the block minima and maxima, ``3 max(n, 2 noise_bins + 1)``
+    floats for the medians (and the ranking's selection), the valleys (``[3, max(cap + 17,
+    64)]`` floats, ``[3, cap + 1]`` indices), the ranking's survivors, the blocks' highest
+    maxima and their maxima as bits, the last row's first threshold and median bracket.
 
     Without ``edges`` and ``wlen``, and with ``k`` over a sixteenth of the row, the prominences
     come from the valleys between maxima: up to :data:`_LANE_MAXIMA` maxima each visited one's
@@ -739,50 +743,54 @@ def _row(row, r, cfg, out, scr, median):
     :func:`_prefilter` alone)."""
     edges, distance, need_prom, need_width, k = cfg[0], cfg[3], cfg[8], cfg[9], cfg[10]
     snr_min, noise_bins, need_snr = cfg[11], cfg[12], cfg[13]
-    n = row.shape[0]
+    n = x.shape[1]
     # every prominence from one sweep over the valleys (about 30 ns per maximum here), unless k is
     # small against the row: then the few visited peaks' walks are cheaper (measured: even at n = 16 k)
     swept = need_prom and not edges and cfg[6] < 2 and n < 16 * k
     # the k highest from the block index when the first tier's blocks are a small part of the row
     by_blocks = not swept and 2 * _first_tier(k) <= (n + _BLOCK - 1) // _BLOCK
-    flags = 0
-    if by_blocks or (need_prom and not swept):  # (the walks need the blocks' extrema)
-        flags = _scan_blocks(row, edges, scr[8], scr[9], scr[14], scr[15])
-    from_blocks = by_blocks and flags == 0
-    m = 0
-    if swept:
-        finite = True
-        for i in range(n):
-            finite &= abs(row[i]) <= _BIG  # False for NaN too; an and-reduction that vectorises
-        if finite:
-            m = _maxima_and_valleys(row, scr[0], scr[11], scr[12])
-    elif flags & _simd.NOT_FINITE:
-        finite = False
-    elif from_blocks:
-        finite = True  # the candidates come from the block index as they are needed
-    else:
-        m, finite = _local_maxima(row, edges, scr[0], scr[1])
-    kept = 0
-    floor = np.nan  # the row's median when the SNR needs it
-    has_snr = snr_min == snr_min
-    if finite:
-        if (has_snr or need_snr) and noise_bins < 1:
-            floor = median if median == median else _median_of(row, scr[10], scr[16])
-        # few maxima and no filter that drops some first: each visited one's prominence in lanes
-        lazy = swept and m <= _LANE_MAXIMA and not (_bounded(cfg[1]) or _bounded(cfg[2]))
-        if not from_blocks:
-            m = _prefilter(row, cfg, scr[0], scr[1], scr[2], scr[3], scr[4], scr[5], scr[11], scr[12], m, swept, lazy)
-        if lazy and not _may_drop(cfg):  # the k highest are kept: measure those only
-            kept = _measured_top(row, m, cfg, scr[0], scr[1], scr[3], scr[4], scr[5], scr[6], scr[13], scr[10],
-                                 scr[11], scr[12])
-        elif from_blocks or has_snr or lazy or ((distance > 1 or need_width or (need_prom and not swept)) and k < m):
-            mode = _PROM_LANES if lazy else _PROM_KNOWN if swept else _PROM_WALK
-            kept = _lazy_top(row, r, m, cfg, scr, floor, mode, from_blocks)  # from the highest
+    for i in range(first, last):
+        row = x[i]
+        r = at + i
+        median = medians[i] if medians.shape[0] > 0 else np.nan
+        flags = 0
+        if by_blocks or (need_prom and not swept):  # (the walks need the blocks' extrema)
+            flags = _scan_blocks(row, edges, scr[8], scr[9], scr[14], scr[15])
+        from_blocks = by_blocks and flags == 0
+        m = 0
+        if swept:
+            finite = True
+            for q in range(n):
+                finite &= abs(row[q]) <= _BIG  # False for NaN too; an and-reduction that vectorises
+            if finite:
+                m = _maxima_and_valleys(row, scr[0], scr[11], scr[12])
+        elif flags & _simd.NOT_FINITE:
+            finite = False
+        elif from_blocks:
+            finite = True  # the candidates come from the block index as they are needed
         else:
-            kept = _filter_all(row, cfg, scr, m, swept)
-    _write(row, r, cfg, out, scr[0], scr[1], scr[2], scr[3], scr[4], scr[5], scr[6], scr[10], kept, floor)
-    if not finite:
-        out[8][r] = -1
+            m, finite = _local_maxima(row, edges, scr[0], scr[1])
+        kept = 0
+        floor = np.nan  # the row's median when the SNR needs it
+        has_snr = snr_min == snr_min
+        if finite:
+            if (has_snr or need_snr) and noise_bins < 1:
+                floor = median if median == median else _median_of(row, scr[10], scr[16])
+            # few maxima and no filter that drops some first: each visited one's prominence in lanes
+            lazy = swept and m <= _LANE_MAXIMA and not (_bounded(cfg[1]) or _bounded(cfg[2]))
+            if not from_blocks:
+                m = _prefilter(row, cfg, scr[0], scr[1], scr[2], scr[3], scr[4], scr[5], scr[11], scr[12], m, swept, lazy)
+            if lazy and not _may_drop(cfg):  # the k highest are kept: measure those only
+                kept = _measured_top(row, m, cfg, scr[0], scr[1], scr[3], scr[4], scr[5], scr[6], scr[13], scr[10],
+                                     scr[11], scr[12])
+            elif from_blocks or has_snr or lazy or ((distance > 1 or need_width or (need_prom and not swept)) and k < m):
+                mode = _PROM_LANES if lazy else _PROM_KNOWN if swept else _PROM_WALK
+                kept = _lazy_top(row, r, m, cfg, scr, floor, mode, from_blocks)  # from the highest
+            else:
+                kept = _filter_all(row, cfg, scr, m, swept)
+        _write(row, r, cfg, out, scr[0], scr[1], scr[2], scr[3], scr[4], scr[5], scr[6], scr[10], kept, floor)
+        if not finite:
+            out[8][r] = -1
 
 
 @njit(inline="always", **_OPTS)

@@ -29,8 +29,8 @@ _OPTS = dict(cache=True, nogil=True, boundscheck=False)
 #: the first compile, for the notice (measured with an empty cache: 44-46 s)
 COMPILE_TIME = "about 45 s on 2 cores"
 #: the first compile of :func:`welch_find_peaks` with the rows' step and the PSD (measured with an
-#: empty cache: 52-56 s; each part shared with the kernel that has it too, compiled once)
-FUSED_COMPILE_TIME = "about 55 s on 2 cores"
+#: empty cache: 52-59 s; each part shared with the kernel that has it too, compiled once)
+FUSED_COMPILE_TIME = "about 60 s on 2 cores"
 _BIG = np.finfo(np.float64).max
 
 
@@ -602,7 +602,8 @@ def find_peaks_rows(x, cfg, out, n_workers):
             first = _simd.fetch_add(next_row, run)
             if first >= n_rows:
                 break
-            _rows(x, first, min(n_rows, first + run), 0, cfg, out, scr, no_medians)
+            # (an int64, not a literal 0, as welch_find_peaks passes it: one compile of _rows for both)
+            _rows(x, first, min(n_rows, first + run), np.int64(0), cfg, out, scr, no_medians)
 
 
 @njit(parallel=True, **_OPTS)
@@ -652,7 +653,7 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
                     rows[lane, q] = ac[q + 1, lane]
                 if bad[r0 + lane]:
                     rows[lane, 0] = np.nan  # left empty, counts -1
-            _rows(rows, 0, nl, r0, cfg, out, scr, med)
+            _rows(rows, np.int64(0), nl, r0, cfg, out, scr, med)  # (not a literal: one compile, see find_peaks_rows)
 
 
 @njit(**_OPTS)

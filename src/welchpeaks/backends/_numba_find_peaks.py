@@ -611,9 +611,9 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
                      trend, scale, whole, tile, stats, sums, buf_re, buf_im, acc, bad, pivot, lane_bits, cfg, out):
     """The fused pass of ``welch_peaks`` with scipy's filters: each block of ``LANES`` raw rows
     of ``x`` becomes its PSD in a worker's scratch (:func:`_numba_kernels.block_power`, the
-    arithmetic of :func:`_numba_kernels.fused_pow2`), and each PSD row goes through
-    :func:`_rows` there, as :func:`find_peaks_rows` takes it, while it is in cache: the PSD is
-    never written. The arguments are ``fused_pow2``'s (its scratch with a leading worker
+    arithmetic of :func:`_numba_kernels.fused_pow2`), and the block's PSD rows go through
+    :func:`_rows` (one call for the block), as :func:`find_peaks_rows` takes them, while they
+    are in cache: the PSD is never written. The arguments are ``fused_pow2``'s (its scratch with a leading worker
     axis; ``bad`` is set for the rows that are not finite, whose ``counts`` are -1) and
     ``find_peaks_rows``' ``cfg`` and ``out``. Workers take blocks from a shared counter.
 

@@ -140,7 +140,6 @@ def test_every_execution_runs_the_filters_in_its_own_graph():
         assert [n.op.value for n in call.graph.nodes][-2:] == ["mul", "find_peaks"] and call.execution == name
 
 
-
 @pytest.mark.parametrize("dtype,length,filters", [
     (np.float32, 384, dict(prominence=0.0, measures=("snr", "prominence"))),
     (np.float64, 640, dict(distance=2, width=(1.0, None), wlen=15, snr_db=2.0, noise_bins=4,
@@ -181,6 +180,7 @@ def test_the_fused_pass_with_filters_is_the_psd_pass_then_find_peaks(dtype, leng
     np.testing.assert_array_equal(long.run(x).fbins, want.fbins)
     with pytest.raises(NotImplementedError, match="whole rows"):  # no feeding long rows in pieces
         long.pieces(4, dtype)
+
 
 def test_filter_errors_name_the_parameter():
     x = np.zeros((2, 1024))

@@ -325,7 +325,6 @@ def test_row_median_by_bracket_and_by_selection():
             np.testing.assert_array_equal(medians(np.ascontiguousarray(rows)), np.median(rows, axis=1))
 
 
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_block_medians_in_lanes(dtype):
     """The fused pass's medians of a block's PSD rows, all at once by bisection on the values'
@@ -363,7 +362,7 @@ def test_block_medians_in_lanes(dtype):
         tiles[1, ::3, 4] = 0.0
         tiles[2, 1:, 5] = np.finfo(dtype).tiny * rng.integers(0, 4, n_bins + 1)
         tiles = tiles.astype(dtype)
-        got = medians(tiles, n_bins, np.zeros((8, lanes), ints))
+        got = medians(tiles, n_bins, np.zeros((6, lanes), ints))
         np.testing.assert_array_equal(got, np.median(tiles[:, 1:n_bins + 1], axis=1).astype(np.float64))
         tile = tiles[3]
         at = tile[1 + n_bins // 2].view(ints).copy()
@@ -374,6 +373,7 @@ def test_block_medians_in_lanes(dtype):
         np.testing.assert_array_equal(out[1], bits.max(0))
         np.testing.assert_array_equal(out[2], (bits <= at).sum(0))
         np.testing.assert_array_equal(out[3], np.where(bits >= at, bits, np.iinfo(ints).max).min(0))
+
 
 def test_snr_logarithm_in_lanes_and_one_at_a_time():
     """The SNRs' 10 log10 without the C library (a loop that vectorises) is within 4 ulp of

@@ -20,10 +20,8 @@ import numpy as np
 from numba import njit, prange
 
 from welchpeaks.backends import _simd
-from welchpeaks.backends._numba_kernels import INTERP_HANN, _offset, block_power, hann_gathered
+from welchpeaks.backends._numba_kernels import INTERP_HANN, _offset, block_power, hann_gathered, scale_tile
 from welchpeaks.numba_base import LANES
-
-assert _simd.COLUMNS == LANES  # the column intrinsics take a fused block's tile
 
 _OPTS = dict(cache=True, nogil=True, boundscheck=False)
 #: the first compile, for the notice (measured with an empty cache: 44-46 s)
@@ -618,7 +616,7 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
     ``find_peaks_rows``' ``cfg`` and ``out``. Workers take blocks from a shared counter.
 
     The rows' medians (the SNR's noise floor) come from the block, all its rows at once
-    (:func:`_lane_medians`; ``lane_bits``: ``[workers, 8, LANES]`` ints as wide as the compute
+    (:func:`_lane_medians`; ``lane_bits``: ``[workers, 6, LANES]`` ints as wide as the compute
     dtype): the PSD of a power-of-two ``n_fft`` has an odd number of bins, so the median is
     one of its values, exactly the one :func:`_median_of` picks."""
     n_bins = n_fft // 2 + 1
@@ -642,10 +640,7 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
             nv = block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im,
                              post_re, post_im, trend, whole, tile[t], stats[t], sums[t], buf_re[t], buf_im[t], ac, bad,
                              none, use_carry, pivot)
-            for q in range(n_bins):  # in the compute dtype, as the PSD pass scales
-                sq = scale[q]
-                for lane in range(nv):
-                    ac[q + 1, lane] *= sq
+            scale_tile(ac, scale, n_bins, nv)
             if medians:
                 _lane_medians(ac, n_bins, lane_bits[t], med)
             for lane in range(nl):
@@ -664,9 +659,10 @@ def _lane_medians(ac, n_bins, bits, med):
     into ``med[j]``, all columns at once: a bisection on the values' bits (non-negative floats
     order like their bits) between each column's least and greatest, each step one compare of
     every value in vectors (:func:`_simd.column_counts`), until one value, or only copies of
-    one, is left between the bounds: then it is the least value at or above the lower bound. ``bits``: ``[8, LANES]`` ints as wide as the values.
-    Measured on random blocks, 8192 rows of 129 float32 values: 15 steps, 0.8 ms (0.1 us a
-    row, one thread), where :func:`_median_of` takes about 0.3 us a row."""
+    one, is left between the bounds: then it is the least value at or above the lower bound.
+    ``bits``: ``[6, LANES]`` ints as wide as the values. Measured on random blocks, 8192 rows
+    of 129 float32 values: 15 steps, 0.8 ms (0.1 us a row, one thread), where
+    :func:`_median_of` takes about 0.3 us a row."""
     lo, hi, mid, cnt, c_lo, c_hi = bits[0], bits[1], bits[2], bits[3], bits[4], bits[5]
     _simd.column_bounds(ac, 1, n_bins + 1, lo, hi)
     for j in range(LANES):
@@ -750,6 +746,7 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
     swept = need_prom and not edges and cfg[6] < 2 and n < 16 * k
     # the k highest from the block index when the first tier's blocks are a small part of the row
     by_blocks = not swept and 2 * _first_tier(k) <= (n + _BLOCK - 1) // _BLOCK
+    has_snr = snr_min == snr_min
     for i in range(first, last):
         row = x[i]
         r = at + i
@@ -773,7 +770,6 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
             m, finite = _local_maxima(row, edges, scr[0], scr[1])
         kept = 0
         floor = np.nan  # the row's median when the SNR needs it
-        has_snr = snr_min == snr_min
         if finite:
             if (has_snr or need_snr) and noise_bins < 1:
                 floor = median if median == median else _median_of(row, scr[10], scr[16])

@@ -736,10 +736,7 @@ def fused_pow2(
                 continue
             # the PSD tile, between sentinel rows for the local-maximum test (``edge``: -inf lets DC
             # and Nyquist be peaks, +inf never)
-            for q in range(n_bins):
-                sq = scale[q]
-                for lane in range(nv):
-                    ac[q + 1, lane] *= sq
+            scale_tile(ac, scale, n_bins, nv)
             for lane in range(nv):
                 ac[0, lane] = edge
                 ac[n_bins + 1, lane] = edge
@@ -758,6 +755,16 @@ def fused_pow2(
                     continue
                 select_into(prow, n_bins, k, mode, min_distance, interp, alpha, n_fft, tv, ti, tc, tt, out_bins, out_power,
                             out_fbin, r)
+
+
+@njit(**_INL)
+def scale_tile(ac, scale, n_bins, nv):
+    """The PSD of a block: its sums ``ac[1 .. n_bins, :nv]`` times the per-bin ``scale``, in
+    the compute dtype (both fused kernels, so their PSD values are the same bits)."""
+    for q in range(n_bins):
+        sq = scale[q]
+        for lane in range(nv):
+            ac[q + 1, lane] *= sq
 
 
 @njit(**_OPTS)

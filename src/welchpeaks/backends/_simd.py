@@ -25,6 +25,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from welchpeaks.numba_base import LANES
+
 #: samples per vector
 WIDTH = 16
 
@@ -264,7 +266,7 @@ def bits_value(typingctx, b):
 
 #: the columns of the column intrinsics (:func:`column_bounds`, :func:`column_counts`,
 #: :func:`column_least_from`): the fused pass's rows per block
-COLUMNS = 32
+COLUMNS = LANES
 
 
 def _columns_width(tile, ints):

@@ -109,9 +109,7 @@ class FusedCpuPlan:
         """One kernel call over ``n_seg`` segments of ``x2d``; the rows left empty (non-finite)."""
         p, rows = self.params, x2d.shape[0]
         with KERNEL_LOCK:
-            if self._bad.shape[0] < rows:
-                self._bad = np.zeros(rows, np.bool_)
-            bad = self._bad
+            bad = self._bad_rows(rows)
             _kernels().fused_pow2(
                 x2d, rows, p.n_fft, p.hop, n_seg, self.window, self.ramp, self.consts,
                 p.detrend_code, self.rev, self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend,
@@ -120,6 +118,12 @@ class FusedCpuPlan:
                 self.buf_re, self.buf_im, self.acc, *self.select, bad, *outs, carry, use_carry, finish, pivot,
             )
             return np.flatnonzero(bad[:rows])
+
+    def _bad_rows(self, rows: int) -> np.ndarray:
+        """The kernels' per-row flags (scratch, grown to ``rows``; under ``KERNEL_LOCK``)."""
+        if self._bad.shape[0] < rows:
+            self._bad = np.zeros(rows, np.bool_)
+        return self._bad
 
     def pieces(self, rows: int, dtype: np.dtype) -> "LongRows":
         """A computation of ``rows`` rows of this plan's segments fed in pieces (:class:`LongRows`)."""
@@ -138,7 +142,8 @@ class FusedFindPeaks(FusedCpuPlan):
 
         self.host = HostFilters(params)
         super().__init__(params, n_seg, compute)
-        self.lane_bits = np.zeros((self.buf_re.shape[0], 8, LANES), np.int32 if self.compute.itemsize == 4 else np.int64)
+        ints = np.int32 if self.compute.itemsize == 4 else np.int64  # as wide as the PSD values
+        self.lane_bits = np.zeros((self.buf_re.shape[0], 6, LANES), ints)
 
     def _announce(self) -> None:
         kern = self.host.kern
@@ -149,13 +154,11 @@ class FusedFindPeaks(FusedCpuPlan):
         p, rows = self.params, x2d.shape[0]
         out = self.host.outputs(rows)
         with KERNEL_LOCK:
-            if self._bad.shape[0] < rows:
-                self._bad = np.zeros(rows, np.bool_)
             self.host.kern.welch_find_peaks(
                 x2d, rows, p.n_fft, p.hop, self.n_seg, self.window, self.ramp, self.consts, p.detrend_code, self.rev,
                 self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend, self.scale, self.whole, self.tile,
-                self.stats, self.sums, self.buf_re, self.buf_im, self.acc, self._bad, np.empty(0, x2d.dtype),
-                self.lane_bits, self.host.cfg, out)
+                self.stats, self.sums, self.buf_re, self.buf_im, self.acc, self._bad_rows(rows),
+                np.empty(0, x2d.dtype), self.lane_bits, self.host.cfg, out)
         return self.host.result(out, x2d.dtype)
 
     def pieces(self, rows: int, dtype: np.dtype) -> "LongRows":

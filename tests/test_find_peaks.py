@@ -407,3 +407,25 @@ def test_snr_logarithm_in_lanes_and_one_at_a_time():
         want = 10.0 * np.log10(odd)
     np.testing.assert_array_equal(got, scalar(odd))
     np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
+
+
+def test_every_kernel_helper_states_whether_it_has_numba_runtime():
+    """A numba dispatcher compiles a signature once, with the runtime flag of whichever caller
+    compiles it first unless it states its own (numba_base.HELPER): a helper that allocates,
+    first compiled under one without the runtime, fails to compile; one that does not,
+    first compiled under one with it, pays reference counts. So each states it."""
+    from numba.core.registry import CPUDispatcher
+
+    from welchpeaks.backends import _numba_find_peaks, _numba_kernels
+    from welchpeaks.learned import compiled
+
+    unstated = []
+    for mod in (_numba_find_peaks, _numba_kernels, compiled):
+        for name, d in vars(mod).items():
+            if isinstance(d, CPUDispatcher) and d.py_func.__module__ == mod.__name__:
+                o = d.targetoptions
+                if not (o.get("parallel") or o.get("inline") == "always" or "_nrt" in o):
+                    unstated.append(f"{mod.__name__}.{name}")
+    assert unstated == []
+    assert _numba_find_peaks._rows.targetoptions["_nrt"] is False
+    assert _numba_find_peaks._sorted_order.targetoptions["_nrt"] is True  # it allocates

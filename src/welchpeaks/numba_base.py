@@ -21,8 +21,16 @@ LANES = 32
 # 'reassoc' lets LLVM vectorise the per-row sums; NaN and infinity keep their IEEE meaning
 # (no 'nnan'/'ninf'), which the finiteness checks rely on.
 OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "contract"})
-# Helpers are inlined: a call or a slice in a hot loop costs reference counting, which is an
-# atomic operation shared by all threads.
+# Reference counts: numba counts the references to every array a function holds, each count an
+# atomic operation; in a call per row, or on an array all threads share, they cost more than the
+# work. A helper that allocates nothing and returns no array works on arrays its caller holds
+# for the whole call, so it is compiled without numba's runtime (``_nrt=False``), which leaves
+# the counts out (measured in docs/performance.md: the find_peaks row step, 8192 PSD rows, 20%
+# of its time). Callees inherit the flag unless they state it, and a dispatcher compiles a
+# signature once, with the flags of its first caller: so every helper states it; one that
+# allocates says ``_nrt=True`` (parallel kernels are entered from Python: the runtime is on).
+HELPER = dict(OPTS, _nrt=False)
+# Small helpers are inlined (the caller's flags apply).
 INLINE = dict(OPTS, inline="always")
 
 # Numba's default (workqueue) threading layer must not be entered from two threads at once;

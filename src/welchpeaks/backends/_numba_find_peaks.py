@@ -23,7 +23,10 @@ from welchpeaks.backends import _simd
 from welchpeaks.backends._numba_kernels import INTERP_HANN, _offset, block_power, hann_gathered, scale_tile
 from welchpeaks.numba_base import LANES
 
-_OPTS = dict(cache=True, nogil=True, boundscheck=False)
+# Helpers run without numba's runtime, so without reference counts (numba_base.HELPER says why);
+# the parallel kernels and the helpers that allocate turn it on.
+_OPTS = dict(cache=True, nogil=True, boundscheck=False, _nrt=False)
+_KERNEL = dict(_OPTS, _nrt=True)
 #: the first compile, for the notice (measured with an empty cache: 44-46 s)
 COMPILE_TIME = "about 45 s on 2 cores"
 #: the first compile of :func:`welch_find_peaks` with the rows' step and the PSD (measured with an
@@ -253,9 +256,9 @@ def _lane_prominence(j, m, hts, fv, iv, above):
     side masked (:func:`_simd.low64`, or over 32 or 48 when the valleys fit): no loop and no
     branch on the data (measured: 8192 PSD rows of 129 bins, ~33 maxima each, one thread: 8.0
     ms for the sweep's; 4.6 ms a vector of 16 valleys at a time, about the same in one least
-    over 64, 0.6-0.9 ms less over 48). ``fv[0]`` holds 64 values at least. Inline:
-    a call per peak that hands on three arrays cost 1.7 ms per 8192 rows of 16 peaks
-    (prominence, one thread: 14.6 -> 12.8 ms)."""
+    over 64, 0.6-0.9 ms less over 48). ``fv[0]`` holds 64 values at least. Inline: a call
+    per peak that handed on three arrays cost 1.7 ms per 8192 rows of 16 peaks (prominence,
+    one thread: 14.6 -> 12.8 ms), when calls paid reference counts."""
     lows, firsts, lasts = fv[0], iv[0], iv[1]
     left = above & ((1 << j) - 1)
     first = _simd.highest_bit(left) + 1 if left != 0 else 0  # valleys first..j
@@ -568,7 +571,7 @@ def outputs(rows: int, k: int, need_prom: bool, need_width: bool, need_snr: bool
             f(need_width and extents, 3), f(need_snr), f(refine), np.empty(rows, np.int64))
 
 
-@njit(parallel=True, **_OPTS)
+@njit(parallel=True, **_KERNEL)
 def find_peaks_rows(x, cfg, out, n_workers):
     """Peaks of every row of ``x [rows, n]`` (float64), as ``scipy.signal.find_peaks`` finds them,
     then the ``k`` highest (ties to the lower index).
@@ -604,7 +607,7 @@ def find_peaks_rows(x, cfg, out, n_workers):
             _rows(x, first, min(n_rows, first + run), np.int64(0), cfg, out, scr, no_medians)
 
 
-@njit(parallel=True, **_OPTS)
+@njit(parallel=True, **_KERNEL)
 def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im,
                      trend, scale, whole, tile, stats, sums, buf_re, buf_im, acc, bad, pivot, lane_bits, cfg, out):
     """The fused pass of ``welch_peaks`` with scipy's filters: each block of ``LANES`` raw rows
@@ -690,7 +693,7 @@ def _lane_medians(ac, n_bins, bits, med):
         med[j] = float(_simd.bits_value(mid[j]))
 
 
-@njit(**_OPTS)
+@njit(**_KERNEL)
 def _scratch(n, noise_bins):
     """A worker's scratch of :func:`_rows` for rows of ``n`` samples (its docstring names the parts)."""
     cap = n // 2 + 2
@@ -711,11 +714,7 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
     """Rows ``first .. last - 1`` of ``x`` (as :func:`find_peaks_rows` takes them) into rows
     ``at + first ..`` of ``out``; a row holding NaN or infinity is left empty with its
     ``counts`` -1. ``medians``: each row's median, when the caller has them (empty or NaN:
-    computed here when the SNR needs it). One call takes a run of rows: a call pays the
-    reference counts of every array it takes, about 30 here, each an atomic operation on the
-    way in and another on the way out (measured: 8192 PSD rows of 129 with prominence and
-    SNR, fused pass, one call a row against one a block of 32 rows: see
-    docs/performance.md). Scratch ``scr``: candidates' indices, heights (whole vectors more,
+    computed here when the SNR needs it). One call takes a run of rows. Scratch ``scr``: candidates' indices, heights (whole vectors more,
     for the lanes), keep flags, prominences, bases, ``[width, line, left, right, snr]``, the
     ranking, the distance marks, the block minima and maxima, ``3 max(n, 2 noise_bins + 1)``
     floats for the medians (and the ranking's selection), the valleys (``[3, max(cap + 17,
@@ -731,13 +730,12 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
     and only the highest are ever listed (unless neighbours are equal: then every maximum is
     listed, :func:`_local_maxima`, which resolves plateaus).
 
-    The paths rows of the benchmarks take (block index or :func:`_prefilter`,
-    :func:`_lazy_top`, :func:`_write`) are inlined here: a call that hands on arrays costs
-    their reference counts, atomic operations (measured: 8192 rows of 1025, k 16, one thread,
-    25 -> 20 ms without filters; rows of 129 with prominence and SNR 40 -> 39 ms). Inlined
-    helpers pay that too for every array they take, so they take the arrays they use, not the
-    whole scratch (8192 rows of 129 without peaks, one thread: 5.8 -> 4.9 ms for
-    :func:`_prefilter` alone)."""
+    This and its helpers run without numba's runtime (``_OPTS``), so without reference counts:
+    with them, each array a call or an inlined helper took cost two atomic operations, ~115
+    a row here (8192 PSD rows of 129 with prominence and SNR, fused pass, one thread: 26.3 ->
+    19.7 ms without them, docs/performance.md). The runs of rows, the inlined paths rows of the
+    benchmarks take (block index or :func:`_prefilter`, :func:`_lazy_top`, :func:`_write`)
+    and helpers that take only the arrays they use come from the time when they paid them."""
     edges, distance, need_prom, need_width, k = cfg[0], cfg[3], cfg[8], cfg[9], cfg[10]
     snr_min, noise_bins, need_snr = cfg[11], cfg[12], cfg[13]
     n = x.shape[1]
@@ -933,11 +931,13 @@ def _median_of(row, tmp, last):
             last[1], last[2], last[3] = lo, hi, 1.0 if got else 0.0
         if got:
             return (v0 + v1) / 2.0 if m % 2 == 0 else v0
-    tmp[:m] = row
+    for q in range(m):  # (loops: a slice copy may allocate, and this runs without reference counts)
+        tmp[q] = row[q]
     upper = _kth(tmp, m, m // 2)
     if m % 2:
         return upper
-    tmp[:m] = row
+    for q in range(m):
+        tmp[q] = row[q]
     return (_kth(tmp, m, m // 2 - 1) + upper) / 2.0
 
 
@@ -1031,8 +1031,8 @@ def _kth(tmp, m, kth):
 def _snr_db(row, p, floor, noise_bins, tmp):
     """10 log10 of ``row[p]`` over the noise floor: ``floor`` (the row's median) or, with
     ``noise_bins >= 1``, the median of the samples within ``noise_bins`` of ``p``
-    (:func:`_local_floor`). Inline: a call per peak that hands on the row cost 1 ms per 8192
-    rows of 16 peaks."""
+    (:func:`_local_floor`). Inline: a call per peak that handed on the row cost 1 ms per 8192
+    rows of 16 peaks, when calls paid reference counts."""
     if noise_bins >= 1:
         floor = _local_floor(row, p, noise_bins, tmp)
     return _snr_of(row[p], floor)
@@ -1277,7 +1277,8 @@ def _block_threshold(bpk, want, last, first_tier, tmp):
         if want <= above <= want + want // 2:
             return guess
     if nb > _COUNTED_BLOCKS:
-        tmp[:nb] = bpk
+        for b in range(nb):  # (a slice copy may allocate: this kernel has no reference counts)
+            tmp[b] = bpk[b]
         t = _kth(tmp, nb, nb - want)
     else:
         t = np.inf
@@ -1301,9 +1302,7 @@ def _rank_tier(hts, m0, m, order):
     (:func:`_higher_bits`; measured: 8192 rows, ~28 candidates each, one thread, 20 ->
     15 ms for the whole kernel without filters: the loop did not vectorise inside the kernel)."""
     if m - m0 > _COUNTED:
-        srt = np.argsort(-hts[m0:m], kind="mergesort")
-        for a in range(m - m0):
-            order[m0 + a] = m0 + srt[a]
+        _sorted_order(hts, m0, m, order, m - m0)
         return
     if m - m0 <= 2 * _BLOCK and m0 + 2 * _BLOCK <= hts.shape[0]:  # in lanes: two vectors hold them all
         for a in range(m0, m):
@@ -1395,7 +1394,7 @@ def _refine_hann_rows(x, first, last, at, out_idx, counts, out_fbin, abc, flag, 
     a time: a row's three powers of every peak gathered into ``abc``, then one branch-free
     pass for the offsets and the image's test (it vectorises: the numpy error model drops the
     division's zero check), then the real-tone correction for the few that pass it. One call
-    for a run of rows (a call's reference counts, see :func:`_rows`). (Measured: 8192 rows of
+    for a run of rows (from when a call paid reference counts, see :func:`_rows`). (Measured: 8192 rows of
     16 peaks, one thread: -0.3 to -0.7 ms of ~14 against one peak at a time.)"""
     n = x.shape[1]
     for i in range(first, last):
@@ -1501,9 +1500,7 @@ def _top(hts, m, kept, order, sel, tmp):
             sel[a] = above  # (the lanes prominences take it from here)
         return
     if kept * 8 >= m and m > 128:
-        srt = np.argsort(-hts[:m], kind="mergesort")
-        for s in range(kept):
-            order[s] = srt[s]
+        _sorted_order(hts, 0, m, order, kept)
         return
     ng = m // 4
     t = -np.inf
@@ -1543,6 +1540,16 @@ def _top(hts, m, kept, order, sel, tmp):
         order[s] = j
         if filled < kept:
             filled += 1
+
+
+@njit(**_KERNEL)
+def _sorted_order(hts, m0, m, order, count):
+    """``order[m0 : m0 + count]``: the first ``count`` of the positions ``m0 .. m - 1`` from the
+    highest of ``hts``, ties to the lower position (a stable sort; it allocates, so the kernels
+    compiled without reference counts call it rather than sort themselves)."""
+    srt = np.argsort(-hts[m0:m], kind="mergesort")
+    for a in range(count):
+        order[m0 + a] = m0 + srt[a]
 
 
 @njit(**_OPTS)

@@ -26,6 +26,7 @@ from numba.extending import intrinsic
 
 from welchpeaks.numba_base import INLINE as _INL
 from welchpeaks.numba_base import LANES, butterfly_lanes, worker_rows
+from welchpeaks.numba_base import HELPER as _HELPER
 from welchpeaks.numba_base import OPTS as _OPTS
 
 from welchpeaks.params import DETREND_CODES, INTERP_CODES, MODE_CODES
@@ -182,7 +183,7 @@ def _refine_f32(prow, idx, count, n_bins, out_fbin, r, abd):
         out_fbin[r, c] = j + 0.5 * float((la - lc) / den) if ok else float(j)
 
 
-@njit(**_OPTS)
+@njit(**_HELPER)
 def _refine_hann(prow, idx, count, n_bins, out_fbin, r, abd, flag, n_fft):
     """The Hann estimator (:func:`_offset`) of the ``count`` peaks at bins ``idx[:count]``: one
     branch-free pass (SIMD where LLVM can) for the offsets and :func:`_image_gate`, then the
@@ -237,7 +238,7 @@ def _insert_desc(vals, idx, count, cap, p, j):
     return count
 
 
-@njit(**_OPTS)
+@njit(**_HELPER)
 def _hann_b(x, u, e):
     """The periodic Hann window's response ``x`` bins from a bin, over ``sin(pi x)`` and up to a
     linear phase (``u = pi / n_fft``, ``e = exp(i u)``)."""
@@ -267,7 +268,7 @@ def _image_gate(sa, sb, sc, d, j, n_fft):
             & (abs(num) * math.pi * dist * (dist * dist - 1.0) < IMAGE_GATE * (sb + sc) * (sb + sa)))
 
 
-@njit(**_OPTS)
+@njit(**_HELPER)
 def _real_tone_hann(sa, sb, sc, d, j, n_fft):
     """:func:`welchpeaks.estimators.real_tone_hann` of one peak that passed
     :func:`_image_gate`: the Hann offset ``d`` corrected for a real tone's image, or ``d``."""
@@ -304,7 +305,7 @@ def hann_corrected(a, b, c, j, n_fft):
     return d
 
 
-@njit(**_OPTS)
+@njit(**_HELPER)
 def _hann_offset(a, b, c, j, n_fft):
     """:func:`hann_corrected` behind a call, for :func:`_offset`, which every kernel inlines (the
     kernels compile 4 s faster; their selection refines Hann peaks in :func:`_refine_hann`)."""
@@ -767,7 +768,7 @@ def scale_tile(ac, scale, n_bins, nv):
             ac[q + 1, lane] *= sq
 
 
-@njit(**_OPTS)
+@njit(**_HELPER)
 def block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im, trend,
                 whole, tl, st, sm, re, im, ac, bad, carry, use_carry, pivot):
     """The sums of ``|2X|^2`` over the segments of rows ``r0 .. r0 + nl`` of ``x`` (a block of at

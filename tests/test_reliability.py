@@ -382,6 +382,126 @@ def test_first_use_answers_at_once_while_the_model_is_measured_in_the_background
     assert calibrate.load("cpu") is not None  # and cached on disk
 
 
+def _until(cond, what):
+    """Poll ``cond`` a bounded number of times (steps, not a time limit on the work)."""
+    import time
+
+    for _ in range(20_000):
+        if cond():
+            return
+        time.sleep(0.0005)
+    raise AssertionError(f"never saw: {what}")
+
+
+def _held_point(gate):
+    """A thread timing a point on ``gate`` until the returned event is set."""
+    import threading
+
+    inside, release = threading.Event(), threading.Event()
+
+    def point():
+        with gate.measuring():
+            inside.set()
+            assert release.wait(600)  # a guard against a hang
+
+    t = threading.Thread(target=point)
+    t.start()
+    assert inside.wait(600)
+    return t, release
+
+
+def test_the_quiet_gate_keeps_a_background_point_and_the_programs_steps_apart():
+    """The first run's background calibration and the program's own calls would slow each
+    other (the calibration's load check sees only other processes): while a measurement is
+    armed, a step waits while a point is timed, and a point waits for the steps under way."""
+    import threading
+
+    from welchpeaks.timing import QuietGate
+
+    gate, log = QuietGate(), []
+
+    def step(name, hold=None):
+        with gate.work():
+            log.append(name)
+            if hold is not None:
+                assert hold.wait(600)
+
+    with gate.armed():
+        point, release = _held_point(gate)
+        s = threading.Thread(target=step, args=("step",))
+        s.start()
+        _until(lambda: gate.waited == 1 or log, "the step waiting, or done")
+        assert log == [] and gate.waited == 1  # held while the point is timed
+        release.set()
+        point.join(600)
+        s.join(600)
+        assert log == ["step"] and not s.is_alive()
+
+        hold, timed = threading.Event(), []
+        s = threading.Thread(target=step, args=("long step", hold))
+        s.start()
+        _until(lambda: log == ["step", "long step"], "the step under way")
+
+        def measure():
+            with gate.measuring():
+                timed.append(list(log))
+                step("its own step")  # the measuring thread's own calls pass
+
+        m = threading.Thread(target=measure)
+        m.start()
+        _until(lambda: gate._timing or timed, "the point waiting, or timed")
+        assert timed == []  # the point waits for the step under way
+        hold.set()
+        s.join(600)
+        m.join(600)
+        assert timed == [["step", "long step"]] and log[-1] == "its own step" and gate.overlapped == 0
+
+    log.clear()
+    point, release = _held_point(gate)  # not armed: nothing waits
+    step("unarmed")
+    assert log == ["unarmed"]
+    release.set()
+    point.join(600)
+
+    impatient = QuietGate(max_wait_s=0.0)  # a point never waits forever: it times anyway, and says so
+    with impatient.armed():
+        hold = threading.Event()
+        s = threading.Thread(target=lambda: _step_on(impatient, hold))
+        s.start()
+        _until(lambda: impatient._working == 1, "the step under way")
+        with impatient.measuring():
+            pass
+        assert impatient.overlapped == 1
+        hold.set()
+        s.join(600)
+
+
+def _step_on(gate, hold):
+    with gate.work():
+        assert hold.wait(600)
+
+
+def test_a_graph_step_waits_while_the_background_calibration_times_a_point():
+    import threading
+
+    from welchpeaks.timing import QUIET
+
+    x = np.random.default_rng(9).standard_normal((8, 384))
+    expected = welchpeaks.welch_peaks(x, strategy="numpy").bins
+    got = []
+    with QUIET.armed():
+        before = QUIET.waited
+        point, release = _held_point(QUIET)
+        t = threading.Thread(target=lambda: got.append(welchpeaks.welch_peaks(x, strategy="numpy").bins))
+        t.start()
+        _until(lambda: QUIET.waited > before or got, "the call's step waiting, or done")
+        assert got == [] and QUIET.waited > before
+        release.set()
+        point.join(600)
+        t.join(600)
+    np.testing.assert_array_equal(got[0], expected)
+
+
 @pytest.mark.parametrize("strategy", ["numpy", "fused-cpu"])
 def test_a_requested_execution_never_starts_the_measurement(strategy, monkeypatch):
     """Only auto needs the machine's model to rank executions: a named one runs with the cached

@@ -121,6 +121,7 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     """
     from welchpeaks.backends import _numba_find_peaks as kern
     from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, numba_threads
+    from welchpeaks.timing import QUIET
 
     t = tensor_input(rows, "rows")
     if t is None:
@@ -153,7 +154,7 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     cfg = kern.config(edges=edges, k=slots, **f)
     out = kern.outputs(rows_n, slots, need_prom, need_width, False, False)
     announce_compile(kern.find_peaks_rows, "the find_peaks kernel", kern.COMPILE_TIME)
-    with KERNEL_LOCK:
+    with QUIET.work(), KERNEL_LOCK:
         kern.find_peaks_rows(x, cfg, out, max(1, min(rows_n, 4 * numba_threads())))
     got = dict(zip(("indices", "heights", "prom", "base", "wid", "ips"), out[:6]), counts=out[8])
     return _found(got, lead, k, need_prom, need_width, device=None if t is None else t.device)

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from welchpeaks.ir.graph import Graph, Node, Op
+from welchpeaks.timing import QUIET
 
 KernelFactory = Callable[[Node, Graph], Callable[..., Any]]
 
@@ -115,7 +116,8 @@ class Program:
         if node.op is Op.input:
             values[node.id] = bound(named[node.attrs["name"]])
         else:
-            values[node.id] = (fn or bound)(*(args if args is not None else [values[i] for i in ins]))
+            with QUIET.work():  # not while a background calibration times a point
+                values[node.id] = (fn or bound)(*(args if args is not None else [values[i] for i in ins]))
         for i in free:
             values[i] = None
 

@@ -25,6 +25,7 @@ from welchpeaks import backends
 from welchpeaks.files import write_atomic
 from welchpeaks.machine import machine_info
 from welchpeaks.params import PeakFilters, make_params
+from welchpeaks.timing import QUIET
 from welchpeaks.plan.cost import (
     BackendCostModel,
     LogLogTable,
@@ -238,7 +239,8 @@ def _complete_and_cache(model: BackendCostModel, device: str) -> None:
 
     try:
         grid = QUICK_GRID
-        table = _find_peaks_curve(grid, grid["repeats"], np.random.default_rng(0), lambda what: None)
+        with QUIET.armed():
+            table = _find_peaks_curve(grid, grid["repeats"], np.random.default_rng(0), lambda what: None)
     except Exception as exc:  # the model stays as it was: priced by the fallback
         warnings.warn(f"welchpeaks: measuring the find_peaks kernel for the {device} cost model failed ({exc})",
                       stacklevel=2)
@@ -264,7 +266,8 @@ def _measure_and_cache(device: str, tries: int = 0) -> None:
     from welchpeaks.plan.cost import set_cost_model
 
     try:
-        model = measure_cpu(quick=True)
+        with QUIET.armed():
+            model = measure_cpu(quick=True)
         if tries:
             model.meta["remeasures"] = tries
     except Exception as exc:  # reported, and the planner keeps the numpy execution
@@ -307,20 +310,22 @@ def median_ns(fn: Callable[[], Any], repeats: int, inner: int | None = None) -> 
     chosen so a sample takes about 200 us unless given) so timer resolution and single
     hiccups do not decide them.
     """
-    t0 = time.perf_counter_ns()
-    calls = 0
-    while calls < 2 or time.perf_counter_ns() - t0 < 1_000_000:
-        fn()
-        calls += 1
-    if inner is None:
-        one = (time.perf_counter_ns() - t0) / calls
-        inner = int(min(max(200_000 // max(one, 1.0), 1), 1000))
-    ts = []
-    for _ in range(repeats):
+    fn()  # a first call may compile: not under the gate, which would hold the program's work meanwhile
+    with QUIET.measuring():  # in the background: the process's own work waits (timing.QuietGate)
         t0 = time.perf_counter_ns()
-        for _ in range(inner):
+        calls = 0
+        while calls < 2 or time.perf_counter_ns() - t0 < 1_000_000:
             fn()
-        ts.append((time.perf_counter_ns() - t0) / inner)
+            calls += 1
+        if inner is None:
+            one = (time.perf_counter_ns() - t0) / calls
+            inner = int(min(max(200_000 // max(one, 1.0), 1), 1000))
+        ts = []
+        for _ in range(repeats):
+            t0 = time.perf_counter_ns()
+            for _ in range(inner):
+                fn()
+            ts.append((time.perf_counter_ns() - t0) / inner)
     return float(max(np.median(ts), 1.0))
 
 

@@ -180,7 +180,7 @@ def test_filtered_calls_are_planned_priced_and_explained_like_any_other():
     """With scipy's filters every execution's graph ends in find_peaks; fused-cpu's chain fuses
     whole into welch_peaks (the gate scores it over the PSD alone, welch_psd, which writes the
     PSD); find_peaks is priced by its measured curve (else 3x the selection), also in the
-    fused pass (its selection is not priced apart), the
+    fused pass (its selection is not priced apart) unless the filtered fused pass was measured, the
     elementwise steps by their traffic times the measured factors (hostile values ignored),
     and the pick follows the model."""
     from welchpeaks.api.detailed import make_filters
@@ -203,6 +203,11 @@ def test_filtered_calls_are_planned_priced_and_explained_like_any_other():
         model.dispatch_ns + model.fused_ns(256, 4096, 2, 16) + FIND_PEAKS_OVER_SELECT * 2000.0 * 4096)
     model.tables["find_peaks"] = LogLogTable([33.0, 2049.0], [1.0, 1e6], [[500.0, 5e8]] * 2)
     assert model.find_peaks_ns(129, 4096) == pytest.approx(500.0 * 4096)
+    # with the filtered fused pass measured (calibrate): the plain pass's estimate times the ratio
+    model.tables["fused-filtered"] = LogLogTable([64.0, 4096.0], [1.0, 1e6], [[300.0, 3e8]] * 2)  # 1.5x s2's
+    assert node_cost_ns(fused, fused.nodes[-1], model) == pytest.approx(
+        model.dispatch_ns + 1.5 * model.fused_ns(256, 4096, 2, 16))
+    del model.tables["fused-filtered"]
     window = next(n for n in g.nodes if n.op is ir.Op.window)
     plain = node_cost_ns(g, window, model)
     model.meta["op_factors"] = {"window": 3.0, "power": float("nan"), "mul": 1e9, "segment_mean": "x"}
@@ -323,3 +328,15 @@ def test_phase_graphs_compute_the_same_peaks(n_fft):
         rec = base if name == "baseline" else out[name][0]
         np.testing.assert_array_equal(rec.bins, ref.bins)
         np.testing.assert_allclose(rec.power, ref.power, rtol=2e-4)
+
+
+def test_calibrate_measures_the_filtered_fused_pass_on_its_grid():
+    """The full calibration's ``fused-filtered`` curve: one time per n_fft x rows of its grid,
+    a bigger problem never cheaper, and read back where the planner looks it up."""
+    from welchpeaks.plan import calibrate as cal
+
+    ticks = []
+    grid = {"n_fft": [64, 128], "rows": [1, 40]}
+    t = cal._fused_filtered_curve(grid, 1, np.random.default_rng(0), ticks.append)
+    assert len(ticks) == 4 and np.asarray(t.ns).shape == (2, 2)  # (positive and finite: the table checks)
+    assert t(64, 1) <= t(64, 40) <= t(128, 40) and t(128, 1) <= t(128, 40)

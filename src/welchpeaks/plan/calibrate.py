@@ -429,6 +429,7 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
     tables["fused-k"] = LogLogTable([4, 16, 64], ns_, per_row)
     if not quick:  # the quick grid (a first run's background measurement) does not compile the find_peaks
         tables["find_peaks"] = _find_peaks_curve(grid, reps, rng, tick)  # kernel for calls that may never filter
+        tables["fused-filtered"] = _fused_filtered_curve(grid, reps, rng, tick)
     model = cpu_cost_model(
         status="measured", dispatch_ns=dispatch, roundtrip_ns=roundtrip, memory_bw=bw, h2d_bw=bw, d2h_bw=bw,
         threads=numba_threads(), tables=tables, min_gain_ns=dispatch, host_thunk_penalty_ns=0.0,
@@ -457,6 +458,24 @@ def _find_peaks_curve(grid: dict, reps: int, rng: np.random.Generator, tick: Cal
             tick(f"find_peaks {nb} bins x {r}")
         vals.append(row)
     return LogLogTable(grid["bins"], grid["rows"], _monotone(vals))
+
+
+def _fused_filtered_curve(grid: dict, reps: int, rng: np.random.Generator, tick: Callable[[str], None]) -> LogLogTable:
+    """ns of the fused pass with scipy's filters over n_fft x rows (float32, 2 segments,
+    prominence and the SNR measure, k 16: the ``find_peaks`` curve's filters)."""
+    from welchpeaks.backends.fused_cpu import FusedFindPeaks
+
+    vals = []
+    for n in grid["n_fft"]:
+        p = make_params(n_fft=n, k=16, segments=2, filters=PeakFilters(prominence=(0.0, None), measures=("snr",)))
+        plan = FusedFindPeaks(p, 2, np.dtype(np.float32))
+        row = []
+        for r in grid["rows"]:
+            x = rng.standard_normal((r, p.frame_length(2))).astype(np.float32)
+            row.append(median_ns(lambda x=x: plan.run(x), reps))
+            tick(f"fused-cpu with filters n_fft {n} x {r}")
+        vals.append(row)
+    return LogLogTable(grid["n_fft"], grid["rows"], _monotone(vals))
 
 
 def _op_factors(model: BackendCostModel, rows: int, reps: int) -> dict[str, float]:
@@ -508,4 +527,5 @@ def steps(quick: bool) -> int:
     """How many progress ticks :func:`measure_cpu` makes (for a progress bar)."""
     grid = QUICK_GRID if quick else FULL_GRID
     n, r, b = len(grid["n_fft"]), len(grid["rows"]), len(grid["bins"])
-    return 3 + 2 * n * r + 2 * (b * r + 3) + 4 * n * r + 3 + len(backends.available("cpu"))
+    filtered = 0 if quick else b * r + n * r  # the find_peaks and the filtered fused pass's curves
+    return 3 + 2 * n * r + 2 * (b * r + 3) + 4 * n * r + 3 + len(backends.available("cpu")) + filtered

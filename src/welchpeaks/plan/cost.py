@@ -80,6 +80,7 @@ class BackendCostModel:
 
     ``tables`` keys: ``fft:<dtype>`` (n_fft x transforms), ``select:<mode>`` and ``find_peaks`` (n_bins x rows),
     ``fused:<dtype>:s<S>`` (n_fft x rows: the whole fused kernel for S segments, k 16),
+    ``fused-filtered`` (n_fft x rows: the same with scipy's filters, float32, 2 segments),
     ``fused-k`` (k x n_fft) and ``select-k:<mode>`` (k x n_bins): ns per row at k. ``call_ns`` is each execution's fixed cost of one call through the API
     (validation, planning lookup, result assembly) beyond its nodes; ``roundtrip_ns`` stands in
     for an execution without one.
@@ -142,6 +143,17 @@ class BackendCostModel:
         factors = self.meta.get("op_factors") if isinstance(self.meta, dict) else None
         v = factors.get(op.value) if isinstance(factors, dict) else None
         return float(v) if _is_number(v) and 0.25 <= v <= 50 else 1.0
+
+    def fused_filtered_ns(self, plain_ns: float, n_fft: int, n_bins: int, rows: int) -> float:
+        """The fused pass with scipy's filters, from the plain pass's ``plain_ns`` at the same
+        size: times the measured ratio of the two (``fused-filtered`` over ``fused:float32:s2``,
+        float32, 2 segments, prominence and the SNR measure, k 16: ``welchpeaks calibrate``);
+        without that curve, plus the ``find_peaks`` node's time (which errs high: the plain
+        selection the step replaces is not taken off)."""
+        if "fused-filtered" in self.tables and "fused:float32:s2" in self.tables:
+            plain = max(self.tables["fused:float32:s2"](n_fft, rows), 1.0)
+            return plain_ns * max(self.tables["fused-filtered"](n_fft, rows), 1.0) / plain
+        return plain_ns + self.find_peaks_ns(n_bins, rows)
 
     def find_peaks_ns(self, n_bins: int, rows: int) -> float:
         """scipy's filters on PSD rows (the ``find_peaks`` node): the ``find_peaks`` curve
@@ -278,9 +290,8 @@ def node_cost_ns(graph: Graph, node: Node, model: BackendCostModel) -> float:
     if node.op is Op.welch_peaks:
         p = node.attrs["params"]
         t = model.fused_ns(p.n_fft, node.shape[0], node.attrs["n_segments"], p.k, _dtype_name(src), p.mode)
-        if p.filters is not None:  # the find_peaks kernel's step on each row, in place of the selection:
-            # that part of the fused pass is not measured apart, so the estimate errs high by it
-            t += model.find_peaks_ns(p.n_bins, node.shape[0])
+        if p.filters is not None:  # the find_peaks kernel's step on each row, in place of the selection
+            t = model.fused_filtered_ns(t, p.n_fft, p.n_bins, node.shape[0])
         return model.dispatch_ns + t
     if node.op is Op.spectrum_peaks:
         p = node.attrs["params"]

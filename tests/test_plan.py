@@ -332,7 +332,7 @@ def test_phase_graphs_compute_the_same_peaks(n_fft):
 
 def test_calibrate_measures_the_filtered_fused_pass_on_its_grid():
     """The full calibration's ``fused-filtered`` curve: one time per n_fft x rows of its grid,
-    a bigger problem never cheaper, and read back where the planner looks it up."""
+    a bigger problem never cheaper (the planner's use of it: the test above)."""
     from welchpeaks.plan import calibrate as cal
 
     ticks = []

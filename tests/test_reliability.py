@@ -382,15 +382,17 @@ def test_first_use_answers_at_once_while_the_model_is_measured_in_the_background
     assert calibrate.load("cpu") is not None  # and cached on disk
 
 
-def _until(cond, what):
-    """Poll ``cond`` a bounded number of times (steps, not a time limit on the work)."""
-    import time
+def _wait_for(gate, cond):
+    """Wait until ``cond()`` holds, woken by the gate's changes (and :func:`_poke`); the timeout
+    only guards against a hang."""
+    with gate._cond:
+        assert gate._cond.wait_for(cond, 600)
 
-    for _ in range(20_000):
-        if cond():
-            return
-        time.sleep(0.0005)
-    raise AssertionError(f"never saw: {what}")
+
+def _poke(gate):
+    """Wake :func:`_wait_for` after a change made outside the gate."""
+    with gate._cond:
+        gate._cond.notify_all()
 
 
 def _held_point(gate):
@@ -404,7 +406,7 @@ def _held_point(gate):
             inside.set()
             assert release.wait(600)  # a guard against a hang
 
-    t = threading.Thread(target=point)
+    t = threading.Thread(target=point, daemon=True)
     t.start()
     assert inside.wait(600)
     return t, release
@@ -423,14 +425,15 @@ def test_the_quiet_gate_keeps_a_background_point_and_the_programs_steps_apart():
     def step(name, hold=None):
         with gate.work():
             log.append(name)
+            _poke(gate)
             if hold is not None:
                 assert hold.wait(600)
 
     with gate.armed():
         point, release = _held_point(gate)
-        s = threading.Thread(target=step, args=("step",))
+        s = threading.Thread(target=step, args=("step",), daemon=True)
         s.start()
-        _until(lambda: gate.waited == 1 or log, "the step waiting, or done")
+        _wait_for(gate, lambda: gate.waited == 1 or log)
         assert log == [] and gate.waited == 1  # held while the point is timed
         release.set()
         point.join(600)
@@ -438,18 +441,19 @@ def test_the_quiet_gate_keeps_a_background_point_and_the_programs_steps_apart():
         assert log == ["step"] and not s.is_alive()
 
         hold, timed = threading.Event(), []
-        s = threading.Thread(target=step, args=("long step", hold))
+        s = threading.Thread(target=step, args=("long step", hold), daemon=True)
         s.start()
-        _until(lambda: log == ["step", "long step"], "the step under way")
+        _wait_for(gate, lambda: log == ["step", "long step"])
 
         def measure():
             with gate.measuring():
                 timed.append(list(log))
+                _poke(gate)
                 step("its own step")  # the measuring thread's own calls pass
 
-        m = threading.Thread(target=measure)
+        m = threading.Thread(target=measure, daemon=True)
         m.start()
-        _until(lambda: gate._timing or timed, "the point waiting, or timed")
+        _wait_for(gate, lambda: gate._timing or timed)
         assert timed == []  # the point waits for the step under way
         hold.set()
         s.join(600)
@@ -466,9 +470,9 @@ def test_the_quiet_gate_keeps_a_background_point_and_the_programs_steps_apart():
     impatient = QuietGate(max_wait_s=0.0)  # a point never waits forever: it times anyway, and says so
     with impatient.armed():
         hold = threading.Event()
-        s = threading.Thread(target=lambda: _step_on(impatient, hold))
+        s = threading.Thread(target=lambda: _step_on(impatient, hold), daemon=True)
         s.start()
-        _until(lambda: impatient._working == 1, "the step under way")
+        _wait_for(impatient, lambda: impatient._working == 1)
         with impatient.measuring():
             pass
         assert impatient.overlapped == 1
@@ -478,6 +482,7 @@ def test_the_quiet_gate_keeps_a_background_point_and_the_programs_steps_apart():
 
 def _step_on(gate, hold):
     with gate.work():
+        _poke(gate)
         assert hold.wait(600)
 
 
@@ -492,9 +497,13 @@ def test_a_graph_step_waits_while_the_background_calibration_times_a_point():
     with QUIET.armed():
         before = QUIET.waited
         point, release = _held_point(QUIET)
-        t = threading.Thread(target=lambda: got.append(welchpeaks.welch_peaks(x, strategy="numpy").bins))
+        def call():
+            got.append(welchpeaks.welch_peaks(x, strategy="numpy").bins)
+            _poke(QUIET)
+
+        t = threading.Thread(target=call, daemon=True)
         t.start()
-        _until(lambda: QUIET.waited > before or got, "the call's step waiting, or done")
+        _wait_for(QUIET, lambda: QUIET.waited > before or got)
         assert got == [] and QUIET.waited > before
         release.set()
         point.join(600)

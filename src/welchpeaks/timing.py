@@ -95,6 +95,7 @@ class QuietGate:
         with self._cond:
             while self._timing:
                 self.waited += 1
+                self._cond.notify_all()  # (whoever watches the gate sees the step waiting)
                 self._cond.wait()
             self._working += 1
         with self._inside_then(self._step_done):
@@ -111,6 +112,7 @@ class QuietGate:
             while self._timing:  # one point at a time
                 self._cond.wait()
             self._timing = True
+            self._cond.notify_all()
             while self._working and self._cond.wait(max(0.0, deadline - time.monotonic())):
                 pass
             if self._working:

@@ -714,12 +714,13 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
     """Rows ``first .. last - 1`` of ``x`` (as :func:`find_peaks_rows` takes them) into rows
     ``at + first ..`` of ``out``; a row holding NaN or infinity is left empty with its
     ``counts`` -1. ``medians``: each row's median, when the caller has them (empty or NaN:
-    computed here when the SNR needs it). One call takes a run of rows. Scratch ``scr``: candidates' indices, heights (whole vectors more,
-    for the lanes), keep flags, prominences, bases, ``[width, line, left, right, snr]``, the
-    ranking, the distance marks, the block minima and maxima, ``3 max(n, 2 noise_bins + 1)``
-    floats for the medians (and the ranking's selection), the valleys (``[3, max(cap + 17,
-    64)]`` floats, ``[3, cap + 1]`` indices), the ranking's survivors, the blocks' highest
-    maxima and their maxima as bits, the last row's first threshold and median bracket.
+    computed here when the SNR needs it). One call takes a run of rows. Scratch ``scr``:
+    candidates' indices, heights (whole vectors more, for the lanes), keep flags, prominences,
+    bases, ``[width, line, left, right, snr]``, the ranking, the distance marks, the block
+    minima and maxima, ``3 max(n, 2 noise_bins + 1)`` floats for the medians (and the
+    ranking's selection), the valleys (``[3, max(cap + 17, 64)]`` floats, ``[3, cap + 1]``
+    indices), the ranking's survivors, the blocks' highest maxima and their maxima as bits,
+    the last row's first threshold and median bracket.
 
     Without ``edges`` and ``wlen``, and with ``k`` over a sixteenth of the row, the prominences
     come from the valleys between maxima: up to :data:`_LANE_MAXIMA` maxima each visited one's
@@ -1394,8 +1395,8 @@ def _refine_hann_rows(x, first, last, at, out_idx, counts, out_fbin, abc, flag, 
     a time: a row's three powers of every peak gathered into ``abc``, then one branch-free
     pass for the offsets and the image's test (it vectorises: the numpy error model drops the
     division's zero check), then the real-tone correction for the few that pass it. One call
-    for a run of rows (from when a call paid reference counts, see :func:`_rows`). (Measured: 8192 rows of
-    16 peaks, one thread: -0.3 to -0.7 ms of ~14 against one peak at a time.)"""
+    for a run of rows (from when a call paid reference counts, see :func:`_rows`). (Measured:
+    8192 rows of 16 peaks, one thread: -0.3 to -0.7 ms of ~14 against one peak at a time.)"""
     n = x.shape[1]
     for i in range(first, last):
         r = at + i

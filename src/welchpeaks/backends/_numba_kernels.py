@@ -24,9 +24,9 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from welchpeaks.numba_base import HELPER as _HELPER
 from welchpeaks.numba_base import INLINE as _INL
 from welchpeaks.numba_base import LANES, butterfly_lanes, worker_rows
-from welchpeaks.numba_base import HELPER as _HELPER
 from welchpeaks.numba_base import OPTS as _OPTS
 
 from welchpeaks.params import DETREND_CODES, INTERP_CODES, MODE_CODES

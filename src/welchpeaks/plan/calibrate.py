@@ -25,7 +25,6 @@ from welchpeaks import backends
 from welchpeaks.files import write_atomic
 from welchpeaks.machine import machine_info
 from welchpeaks.params import PeakFilters, make_params
-from welchpeaks.timing import QUIET
 from welchpeaks.plan.cost import (
     BackendCostModel,
     LogLogTable,
@@ -34,6 +33,7 @@ from welchpeaks.plan.cost import (
     estimate_graph_cost,
     provisional_cost_model,
 )
+from welchpeaks.timing import QUIET
 
 FORMAT = 3  # 3: graphs chosen by the fusion gate (call_ns re-measured), no sgemm curve
 QUICK_GRID = {"n_fft": [64, 1024], "rows": [1, 32, 1024], "bins": [33, 513], "repeats": 3}

@@ -12,6 +12,7 @@ from welchpeaks.params import make_params
 torch = pytest.importorskip("torch", reason="the test install has the CPU build of torch")
 CPU = ("numpy", "fused-cpu")
 GPU = ("torch", "triton-block", "triton-fused")
+pytestmark = pytest.mark.gpu
 
 
 def _run(strategy, x, **kw):

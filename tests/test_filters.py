@@ -222,6 +222,7 @@ def test_bench_measures_cli(tmp_path):
     assert bad.exit_code != 0 and "--n-fft >= 4" in bad.output
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("noise_bins", [None, 3])
 def test_rows_on_a_device_stay_there_and_match_the_host(noise_bins):
     """Tensor rows on a device (CUDA; here CPU tensors through Triton's interpreter): the PSD by
@@ -264,6 +265,7 @@ def test_rows_on_a_device_stay_there_and_match_the_host(noise_bins):
         welchpeaks.welch_peaks(torch.from_numpy(bad).to(dev), **kw)
 
 
+@pytest.mark.gpu
 def test_device_rows_over_the_triton_kernel_s_limit_go_to_the_host_kernel():
     """PSD rows over 8192 bins on a GPU execution: the find_peaks node's device kernel hands
     them to the host kernel and returns tensors on their device, equal to numpy's."""

@@ -200,6 +200,7 @@ def test_k_highest_decided_lazily_equal_all_filtered_then_cut():
                     np.testing.assert_array_equal(v[:, :m], every.properties[name][:, :m])
 
 
+@pytest.mark.gpu
 @pytest.mark.filterwarnings("ignore:some peaks have")
 def test_triton_kernel_matches_scipy_and_the_numba_kernel():
     """Rows as tensors go to the Triton kernel (compiled on a GPU; here Triton's interpreter on

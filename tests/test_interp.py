@@ -13,6 +13,7 @@ from welchpeaks.spectral import reference_peaks
 torch = pytest.importorskip("torch", reason="the test install has the CPU build of torch")
 CPU = ("numpy", "fused-cpu")
 GPU = ("torch", "triton-block", "triton-fused")  # Triton in its interpreter on CPU tensors without a GPU
+pytestmark = pytest.mark.gpu
 
 
 def _run(strategy, x, **kw):

@@ -46,11 +46,12 @@ def _check_device(device: str) -> None:
         try:
             from welchpeaks.backends.torch_exec import import_torch
 
-            ok = import_torch().cuda.is_available()
+            torch = import_torch()
         except ImportError as exc:
             raise ValueError(f"device='cuda' needs torch: {exc}") from None
-        if not ok:
-            raise ValueError("device='cuda': torch sees no CUDA device here; use device='cpu'")
+        if backends.upload_device() is None:
+            why = "TRITON_INTERPRET=1 asks for CPU tensors" if torch.cuda.is_available() else "torch sees no CUDA device"
+            raise ValueError(f"device='cuda': {why} here; use device='cpu'")
 
 
 def _resolve_strategy(strategy: str, params: PeakParams) -> backends.Execution | None:
@@ -222,9 +223,8 @@ class WelchPeaks:
             return self._run_source(x)
         t = tensor_input(x)
         if t is not None:
-            forced = self.planner.forced
-            if not t.is_cuda and (forced is None or forced.device == "cpu"):
-                res = self(t.detach().numpy())  # zero-copy view; a host execution computes it
+            if not t.is_cuda:  # host data: a zero-copy view, computed as arrays are (a GPU execution uploads it)
+                res = self(t.detach().numpy())
                 return dataclasses.replace(res, **as_tensors(res))
             return self._run(t, tensor=True)
         return self._run(as_real_array(x), tensor=False)
@@ -350,7 +350,12 @@ class WelchPeaks:
         if finite.any():
             row = int(candidates[np.argmax(finite)])
             peak = float(np.max(np.abs(frame[row])))
-            fix = "pass dtype='float64' or scale the data down" if call.compute == np.float32 else "scale the data down"
+            if call.compute != np.float32:
+                fix = "scale the data down"
+            elif call.execution.startswith("triton"):  # the Triton kernels compute in float32 only
+                fix = "scale the data down, or pass strategy='torch' with dtype='float64'"
+            else:
+                fix = "pass dtype='float64' or scale the data down"
             raise ValueError(f"the power spectrum of signal {signal_index(row, lead)} (row {row}) overflows "
                              f"{call.compute.name} (|x| up to {peak:.3g}); {fix}")
         if bad_rows.size and self.params.nan_policy == "raise":
@@ -489,8 +494,14 @@ def welch_peaks(
         In ``'peaks'`` mode, drop peaks closer than this many bins to a stronger kept one.
     strategy : str
         ``'auto'``, or an execution from :func:`available_strategies`.
-    device : str
-        ``'cpu'``.
+    device : {'cpu', 'cuda'}
+        Where ``'auto'`` may compute host data: ``'cpu'`` (default) picks among the CPU
+        executions; ``'cuda'`` also ranks the GPU executions, counting the upload. Data
+        already on a CUDA device is computed there. A GPU execution named by ``strategy`` on
+        host data (arrays, CPU tensors) uploads it when torch sees a CUDA device (``explain()``
+        says so) and returns host results; without one, ``triton-fused`` and ``triton-block``
+        are refused unless ``TRITON_INTERPRET=1`` (Triton's interpreter on CPU tensors), and
+        ``torch`` computes on the CPU.
     nan_policy : {'raise', 'propagate'}
         What to do with signals holding NaN or infinity within the frame: raise a ValueError
         naming the first, or leave their slots empty (-1 / NaN) and compute the others.
@@ -499,8 +510,10 @@ def welch_peaks(
         computes in float32 unless told otherwise).
     precision : {'fp32', 'tf32', 'bf16'}
         Precision of the DFT products of the ``triton-fused`` GPU kernel on the tensor cores:
-        ``'fp32'`` (default) is fp32-accurate (three tf32 products per product); ``'tf32'`` and
-        ``'bf16'`` are faster and less accurate (measured errors in docs/performance.md). CPU
+        ``'fp32'`` (default, within 5e-5 of the float64 power; three tf32 products per product);
+        ``'tf32'`` is faster and less accurate (about 1e-3 of a row's strongest bin); ``'bf16'``
+        runs only in Triton's interpreter for now (withdrawn on GPUs after its first device run;
+        measured errors in docs/performance.md). CPU
         executions, ``torch`` and ``triton-block`` (cuFFT) always compute in ``dtype``.
     layout : {'auto'}, optional
         ``'auto'`` reproduces the original system's speed-only choice between 1 and 2

@@ -15,6 +15,7 @@ library.
 from __future__ import annotations
 
 import importlib
+import os
 
 import numpy as np
 
@@ -83,3 +84,22 @@ def available(device: str = "cpu") -> list[str]:
         if ex.device == device and ex.unavailable_reason() is None:
             out.append(name)
     return out
+
+
+def interpreting() -> bool:
+    """Whether Triton's interpreter is asked for (``TRITON_INTERPRET=1``): the Triton kernels
+    then run on CPU tensors, slowly, and nothing is compiled."""
+    return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
+
+
+def upload_device() -> str | None:
+    """Where a GPU execution computes host data: ``'cuda'`` when torch sees a CUDA device (the
+    data is uploaded there), else None: on CPU tensors (torch itself; the Triton kernels only
+    in the interpreter, which is also what ``TRITON_INTERPRET=1`` asks for)."""
+    if interpreting():
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    return "cuda" if torch.cuda.is_available() else None

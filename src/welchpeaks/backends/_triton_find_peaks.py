@@ -93,7 +93,10 @@ def find_peaks_rows(x_ptr, stride, n, lims_ptr, distance, wlen, K, idx_ptr, h_pt
     offs = tl.arange(0, NP)
     inb = offs < n
     raw = tl.load(row + offs, mask=inb, other=0.0)
-    bad = tl.max(tl.where(inb & ((raw != raw) | (tl.abs(raw) == float("inf"))), 1, 0), axis=0)
+    # NaN or infinity: all exponent bits set (an integer test, which no floating-point
+    # assumption of the compiler can fold)
+    exp_bits = raw.to(tl.int64, bitcast=True) & 0x7FF0000000000000
+    bad = tl.max(tl.where(inb & (exp_bits == 0x7FF0000000000000), 1, 0), axis=0)
     x = tl.where(inb, raw, float("-inf"))
     left = tl.load(row + offs - 1, mask=inb & (offs > 0), other=float("-inf"))
     right = tl.load(row + offs + 1, mask=offs + 1 < n, other=float("-inf"))

@@ -22,26 +22,41 @@ import triton.language as tl
 
 
 @triton.jit
+def _round_bits(v, HALF_ULP: tl.constexpr):
+    """``v`` rounded to nearest (ties away) at the bit of ``2 * HALF_ULP``, kept as fp32. A NaN
+    whose rounding would carry into the sign bit (the GPU's canonical NaN is 0x7FFFFFFF, which
+    would become -0.0) is kept as it is."""
+    u = v.to(tl.int32, bitcast=True)
+    r = (u + HALF_ULP) & -(2 * HALF_ULP)
+    return tl.where((u ^ r) >= 0, r, u).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _tf32(v):
     """``v`` rounded to the nearest tf32 value (10 mantissa bits; ties away from zero, as the
     hardware's ``cvt.rna.tf32.f32``), kept as fp32."""
-    u = v.to(tl.int32, bitcast=True)
-    return ((u + 0x1000) & -0x2000).to(tl.float32, bitcast=True)
+    return _round_bits(v, 0x1000)
 
 
 @triton.jit
 def _bf16(v):
     """``v`` rounded to the nearest bfloat16 value (7 mantissa bits, ties away), kept as fp32."""
-    u = v.to(tl.int32, bitcast=True)
-    return ((u + 0x8000) & -0x10000).to(tl.float32, bitcast=True)
+    return _round_bits(v, 0x8000)
+
+
+@triton.jit
+def _nonfinite(v):
+    """True where fp32 ``v`` is NaN or infinite: all exponent bits set (an integer test, which
+    no floating-point assumption of the compiler can fold)."""
+    return (v.to(tl.int32, bitcast=True) & 0x7F800000) == 0x7F800000
 
 
 @triton.jit
 def _dot(a, b_ptr, KD: tl.constexpr, ND: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
     """``a [M, KD] @ B [KD, ND]`` for a constant matrix stored at ``b_ptr`` as ``[2, KD, ND]``:
-    its head (tf32 or bf16 values) then its tail (``B - head``, tf32). B (16x16 for the tf32
-    radices, 1 KiB; up to 128x128 for bf16's dense DFT at n_fft 128) is read from L1/L2 per
-    call and staged by ``tl.dot``."""
+    its head (tf32 or bf16 values) then its tail (``B - head``, tf32). B (at most 32x32, 4
+    KiB: the block products of radices up to 16) is read from L1/L2 per call and staged by
+    ``tl.dot``."""
     kn = tl.arange(0, KD)[:, None] * ND + tl.arange(0, ND)[None, :]
     b_hi = tl.load(b_ptr + kn)
     if PRECISION == 2:
@@ -52,32 +67,29 @@ def _dot(a, b_ptr, KD: tl.constexpr, ND: tl.constexpr, PRECISION: tl.constexpr, 
             out = tl.dot(a_hi.to(tl.bfloat16), b_hi.to(tl.bfloat16))
     else:
         a_hi = _tf32(a)
-        out = tl.dot(a_hi, b_hi, input_precision="tf32")
-        if PRECISION == 0:
+        if PRECISION == 0:  # the two small products first (a is dead after the split), the head last
             b_lo = tl.load(b_ptr + KD * ND + kn)
+            out = tl.dot(_tf32(a - a_hi), b_hi, input_precision="tf32")
             out = tl.dot(a_hi, b_lo, out, input_precision="tf32")
-            out = tl.dot(_tf32(a - a_hi), b_hi, out, input_precision="tf32")
+            out = tl.dot(a_hi, b_hi, out, input_precision="tf32")
+        else:
+            out = tl.dot(a_hi, b_hi, input_precision="tf32")
     return out
 
 
 @triton.jit
 def _cdot(ar, ai, f_ptr, KD: tl.constexpr, ND: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
-    """Complex ``(ar + i ai) @ (C + i S)`` in three real products (Gauss): ``f_ptr`` holds
-    ``C``, ``S - C`` and ``C + S``, each as :func:`_dot` expects."""
-    step: tl.constexpr = 2 * KD * ND
-    t1 = _dot(ar + ai, f_ptr, KD, ND, PRECISION, INTERPRET)
-    t2 = _dot(ar, f_ptr + step, KD, ND, PRECISION, INTERPRET)
-    t3 = _dot(ai, f_ptr + 2 * step, KD, ND, PRECISION, INTERPRET)
-    return t1 - t3, t1 + t2
-
-
-@triton.jit
-def _finite(ptr, mask, flags):
-    """Load ``ptr`` where ``mask``; mark non-finite samples in ``flags`` (elementwise, reduced
-    to a per-row count once, after the loop) and zero them."""
-    v = tl.load(ptr, mask=mask, other=0.0)
-    ok = (v == v) & (tl.abs(v) != float("inf"))
-    return tl.where(ok, v, 0.0), flags | tl.where(ok, 0, 1)
+    """Complex ``(ar + i ai) @ (C + i S)``, ``[M, KD] @ [KD, ND]``, for a radix of at most 16:
+    one real product of ``[ar | ai]`` (K = 2 KD) with the block matrix ``[[C, S], [-S, C]]``
+    (``f_ptr``: ``[2, 2 KD, 2 ND]``), whose columns are ``[re | im]``: K at least 16 (what
+    Triton 3.6 requires of 32-bit operands) without zero padding, and 10-20% fewer
+    instructions per row than three products (compiled for sm_90)."""
+    tl.static_assert(KD <= 16)
+    rows: tl.constexpr = ar.shape[0]
+    z = tl.reshape(tl.permute(tl.join(ar, ai), (0, 2, 1)), (rows, 2 * KD))  # [ar | ai]
+    out = _dot(z, f_ptr, 2 * KD, 2 * ND, PRECISION, INTERPRET)  # [re | im]
+    re, im = tl.split(tl.permute(tl.reshape(out, (rows, 2, ND)), (0, 2, 1)))
+    return re, im
 
 
 @triton.jit
@@ -113,8 +125,9 @@ def _pair_power(a, b, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw2_ptr, BR: tl.constexpr
     scale holds the 1/2. A missing partner (``b = 0``) gives
     ``2 |A[k]|^2``, the same.
 
-    The DFT is mixed-radix with at most three radices ``N = N1 N2 N3`` (each <= 16, so each
-    product's constant tile is at most 16x16), sample ``n = n1 M + n2 N3 + n3`` (``M = N2 N3``)
+    The DFT is mixed-radix with at most three radices ``N = N1 N2 N3`` (each from 8 to 16, so
+    each complex product is one real product with a constant tile of at most 32x32,
+    :func:`_cdot`), sample ``n = n1 M + n2 N3 + n3`` (``M = N2 N3``)
     held at ``[r, n2, n3, n1]``, bin ``k = k1 + N1 k2 + N1 N2 k3``:
 
     1. length-N1 DFTs over n1 (one complex product, rows ``BR*M``), then the twiddles
@@ -124,37 +137,34 @@ def _pair_power(a, b, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw2_ptr, BR: tl.constexpr
 
     Before each product the contracted axis is permuted last (a layout change through shared
     memory). Work per segment is ``N (N1 + N2 + N3)`` complex MACs instead of ``N^2``.
-    ``N3 == 1`` skips step 3 (four-step), ``N2 == 1`` step 2 (a dense DFT).
+    ``N3 == 1`` skips step 3 (four-step).
     """
     N: tl.constexpr = N1 * N2 * N3
     M: tl.constexpr = N2 * N3
     yr, yi = _cdot(tl.reshape(a, (BR * M, N1)), tl.reshape(b, (BR * M, N1)), f1_ptr, N1, N1, PRECISION, INTERPRET)
-    if N2 == 1:
-        power = tl.reshape(yr * yr + yi * yi, (BR, N))
+    tw = tl.arange(0, M)[:, None] * N1 + tl.arange(0, N1)[None, :]
+    twr = tl.load(tw1_ptr + tw)
+    twi = tl.load(tw1_ptr + M * N1 + tw)
+    yr = tl.reshape(yr, (BR, M, N1))
+    yi = tl.reshape(yi, (BR, M, N1))
+    ur = tl.reshape(yr * twr[None, :, :] - yi * twi[None, :, :], (BR, N2, N3, N1))
+    ui = tl.reshape(yr * twi[None, :, :] + yi * twr[None, :, :], (BR, N2, N3, N1))
+    # [r, n2, n3, k1] -> [r, k1, n3, n2]: contract n2
+    xr, xi = _cdot(tl.reshape(tl.permute(ur, (0, 3, 2, 1)), (BR * N1 * N3, N2)),
+                   tl.reshape(tl.permute(ui, (0, 3, 2, 1)), (BR * N1 * N3, N2)), f2_ptr, N2, N2, PRECISION,
+                   INTERPRET)  # [r, k1, n3, k2]
+    if N3 == 1:
+        power = tl.reshape(tl.permute(tl.reshape(xr * xr + xi * xi, (BR, N1, N2)), (0, 2, 1)), (BR, N))
     else:
-        tw = tl.arange(0, M)[:, None] * N1 + tl.arange(0, N1)[None, :]
-        twr = tl.load(tw1_ptr + tw)
-        twi = tl.load(tw1_ptr + M * N1 + tw)
-        yr = tl.reshape(yr, (BR, M, N1))
-        yi = tl.reshape(yi, (BR, M, N1))
-        ur = tl.reshape(yr * twr[None, :, :] - yi * twi[None, :, :], (BR, N2, N3, N1))
-        ui = tl.reshape(yr * twi[None, :, :] + yi * twr[None, :, :], (BR, N2, N3, N1))
-        # [r, n2, n3, k1] -> [r, k1, n3, n2]: contract n2
-        xr, xi = _cdot(tl.reshape(tl.permute(ur, (0, 3, 2, 1)), (BR * N1 * N3, N2)),
-                       tl.reshape(tl.permute(ui, (0, 3, 2, 1)), (BR * N1 * N3, N2)), f2_ptr, N2, N2, PRECISION,
-                       INTERPRET)  # [r, k1, n3, k2]
-        if N3 == 1:
-            power = tl.reshape(tl.permute(tl.reshape(xr * xr + xi * xi, (BR, N1, N2)), (0, 2, 1)), (BR, N))
-        else:
-            tw = tl.arange(0, N3)[:, None] * N2 + tl.arange(0, N2)[None, :]
-            twr = tl.load(tw2_ptr + tw)[None, None, :, :]
-            twi = tl.load(tw2_ptr + N3 * N2 + tw)[None, None, :, :]
-            xr = tl.reshape(xr, (BR, N1, N3, N2))
-            xi = tl.reshape(xi, (BR, N1, N3, N2))
-            ur = tl.reshape(tl.permute(xr * twr - xi * twi, (0, 1, 3, 2)), (BR * N1 * N2, N3))  # [r, k1, k2, n3]
-            ui = tl.reshape(tl.permute(xr * twi + xi * twr, (0, 1, 3, 2)), (BR * N1 * N2, N3))
-            xr, xi = _cdot(ur, ui, f3_ptr, N3, N3, PRECISION, INTERPRET)  # [r, k1, k2, k3]
-            power = tl.reshape(tl.permute(tl.reshape(xr * xr + xi * xi, (BR, N1, N2, N3)), (0, 3, 2, 1)), (BR, N))
+        tw = tl.arange(0, N3)[:, None] * N2 + tl.arange(0, N2)[None, :]
+        twr = tl.load(tw2_ptr + tw)[None, None, :, :]
+        twi = tl.load(tw2_ptr + N3 * N2 + tw)[None, None, :, :]
+        xr = tl.reshape(xr, (BR, N1, N3, N2))
+        xi = tl.reshape(xi, (BR, N1, N3, N2))
+        ur = tl.reshape(tl.permute(xr * twr - xi * twi, (0, 1, 3, 2)), (BR * N1 * N2, N3))  # [r, k1, k2, n3]
+        ui = tl.reshape(tl.permute(xr * twi + xi * twr, (0, 1, 3, 2)), (BR * N1 * N2, N3))
+        xr, xi = _cdot(ur, ui, f3_ptr, N3, N3, PRECISION, INTERPRET)  # [r, k1, k2, k3]
+        power = tl.reshape(tl.permute(tl.reshape(xr * xr + xi * xi, (BR, N1, N2, N3)), (0, 3, 2, 1)), (BR, N))
     return power
 
 
@@ -335,9 +345,9 @@ def _store_keys(top, mask, bad, out, IB: tl.constexpr, bins_ptr, pow_ptr, fb_ptr
     tl.store(fb_ptr + out, tl.where(valid, idx.to(tl.float64) + delta, float("nan")), mask=mask)
 
 
-@triton.jit
-def fused(x_ptr, stride, B, S, hop, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw2_ptr, scale_ptr, bins_ptr, pow_ptr,
-          fb_ptr, bad_ptr, K, N1: tl.constexpr, N2: tl.constexpr, N3: tl.constexpr, BR: tl.constexpr,
+@triton.jit(do_not_specialize=["B"])  # one compile for any row count (1 included)
+def fused(x_ptr, stride, B, S, hop, zero, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw2_ptr, scale_ptr, bins_ptr,
+          pow_ptr, fb_ptr, bad_ptr, K, N1: tl.constexpr, N2: tl.constexpr, N3: tl.constexpr, BR: tl.constexpr,
           HALF: tl.constexpr, DETREND: tl.constexpr, KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr,
           IB: tl.constexpr, INTERP: tl.constexpr, ALPHA: tl.constexpr, EDGES: tl.constexpr,
           PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
@@ -348,9 +358,14 @@ def fused(x_ptr, stride, B, S, hop, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw
     ``HALF`` (``hop == N/2``, 50% overlap: the row is read in half-segment chunks, and each
     chunk, kept in registers, is the second half of one segment and the first half of the
     next); for other hops each segment is loaded (overlaps come from L1/L2). Written: ``K``
-    (bin, power, fractional bin) per row and one flag. The segment loop is a runtime loop
-    over pairs (any ``S``, one compile); the DFT constants (at most 6 KiB per radix) are
-    re-read from L1 at each use rather than held in registers across the loop.
+    (bin, power, fractional bin) per row and one flag (non-finite sums: a NaN or infinite
+    sample, or an overflow). The segment loop is a runtime loop over pairs (any ``S``, one
+    compile); the DFT constants (at most 8 KiB per radix) are
+    re-read from L1 in each pair rather than held in registers across the loop: their
+    pointers are offset by ``zero * p`` (``zero`` is always 0, but the compiler cannot know),
+    so their loads and shared-memory staging are not hoisted out of the loop. Hoisted, they
+    stayed live across it and spilled (Triton 3.6, n_fft 4096 fp32: 120 bytes of stack;
+    with the offset, 202 registers and none).
 
     Tile shape: a segment is held as ``[BR, N2, N3, N1]`` (sample ``n1 M + n2 N3 + n3`` at
     ``[.., n2, n3, n1]``) so that step 1's product contracts the last axis as loaded. ``BR *
@@ -370,24 +385,24 @@ def fused(x_ptr, stride, B, S, hop, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw
     rm4 = rmask[:, None, None, None]
     if HALF:
         hT = (m + tl.arange(0, N1 // 2)[None, None, :] * M)[None, :, :, :]
-        prev, flags = _finite(base + hT, rm4, tl.zeros((BR, N2, N3, N1 // 2), tl.int32))
-    else:
-        flags = tl.zeros((BR, N2, N3, N1), tl.int32)
+        prev = tl.load(base + hT, mask=rm4, other=0.0)
     for p in range(0, (S + 1) // 2):
         s = 2 * p
         has_b = rm4 & (tl.full((1, 1, 1, 1), s + 1, tl.int32) < S)  # rows with a second segment
         if HALF:
-            c1, flags = _finite(base + (s + 1) * hop + hT, rm4, flags)
-            c2, flags = _finite(base + (s + 2) * hop + hT, has_b, flags)
+            c1 = tl.load(base + (s + 1) * hop + hT, mask=rm4, other=0.0)
+            c2 = tl.load(base + (s + 2) * hop + hT, mask=has_b, other=0.0)
             a = _cat(prev, c1, BR, N1, N2, N3)
             b = tl.where(has_b, _cat(c1, c2, BR, N1, N2, N3), 0.0)
             prev = c2
         else:
-            a, flags = _finite(base + s * hop + nT[None, :, :, :], rm4, flags)
-            b, flags = _finite(base + (s + 1) * hop + nT[None, :, :, :], has_b, flags)
+            a = tl.load(base + s * hop + nT[None, :, :, :], mask=rm4, other=0.0)
+            b = tl.load(base + (s + 1) * hop + nT[None, :, :, :], mask=has_b, other=0.0)
         a = _prep(a, win, nT, N, DETREND)
         b = _prep(b, win, nT, N, DETREND)  # zeros without a partner: stays zero
-        acc += _pair_power(a, b, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw2_ptr, BR, N1, N2, N3, PRECISION, INTERPRET)
+        z = zero * p  # 0, not loop-invariant to the compiler (see above)
+        acc += _pair_power(a, b, f1_ptr + z, f2_ptr + z, f3_ptr + z, tw1_ptr + z, tw2_ptr + z, BR, N1, N2, N3,
+                           PRECISION, INTERPRET)
     # The Welch sum of bin k is (acc[k] + acc[N - k]) / 2 (see _pair_power): bins 0..N/2-1 take
     # the lower half of acc plus its mirrored upper half (a flip and a shift); bin N/2 is 2 acc[N/2].
     lo, hi = tl.split(tl.permute(tl.reshape(acc, (BR, 2, N // 2)), (0, 2, 1)))
@@ -395,13 +410,18 @@ def fused(x_ptr, stride, B, S, hop, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw
     mirrored = tl.where(f == 0, lo, _shift(tl.flip(hi, 1), 0.0, False))
     scale = tl.load(scale_ptr + tl.arange(0, N // 2))  # holds the 1/2 and 1/S
     last = 2.0 * tl.sum(tl.where(f == 0, hi, 0.0), 1) * tl.load(scale_ptr + N // 2)
-    bad = tl.sum(tl.sum(tl.sum(flags, 3), 2), 1)  # non-finite samples per row
+    # A NaN or infinite sample makes its row's sums non-finite (the rows of a product are
+    # independent), and so does a power past fp32's range: both leave the row's slots empty
+    # and flag it (the caller tells overflow from bad samples by looking at the frame; the
+    # runner also checks the frames itself, since on the H100 this flag stayed 0 for rows with
+    # NaN). One test of the sums instead of one per sample keeps no per-sample flags in registers.
+    bad = tl.sum(_nonfinite(acc).to(tl.int32), 1)
     tl.store(bad_ptr + rows, bad, mask=rmask)
     select_store((lo + mirrored) * scale[None, :], last, rows, rmask, N // 2 + 1, N // 2, True, K, KT, PEAKS,
                  MIN_DIST, IB, INTERP, ALPHA, EDGES, bad, bins_ptr, pow_ptr, fb_ptr)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["B"])
 def block(spec_ptr, B, scale_ptr, bins_ptr, pow_ptr, fb_ptr, bad_ptr, S, K, NB: tl.constexpr, NBP: tl.constexpr,
           BR: tl.constexpr, KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr,
           INTERP: tl.constexpr, ALPHA: tl.constexpr, EDGES: tl.constexpr):

@@ -19,14 +19,18 @@ With ``TRITON_INTERPRET=1`` both run on CPU tensors (slowly): that is how CI tes
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import math
 import os
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
-from welchpeaks.backends import Execution, register
+from welchpeaks.backends import Execution, interpreting, register
 from welchpeaks.backends.torch_exec import BACKEND as TORCH
 from welchpeaks.backends.torch_exec import GPU_EXTRA, as_tensor, bad_rows_of, import_torch, on_device
 from welchpeaks.ir import Backend, Graph, Node, Op
@@ -42,17 +46,22 @@ MAX_FUSED_K = 64
 PRECISION_CODES = {"fp32": 0, "tf32": 1, "bf16": 2}
 #: documented bound of a reported peak's power error against the float64 PSD at its bin:
 #: relative to that power for fp32, to the row's strongest bin for tf32 and bf16 (their error
-#: scales with the segment's energy, not the peak's). Measured in the interpreter, which rounds
-#: operands as the tensor cores do (docs/performance.md).
-PRECISION_RTOL = {"fp32": 1e-5, "tf32": 2e-3, "bf16": 1.5e-2}
+#: scales with the segment's energy, not the peak's). fp32: up to 2.2e-5 measured on an H100 on
+#: signals with offsets 200 times their noise (``triton-block``, whose FFT is cuFFT's, as much:
+#: the float32 mean removal); tf32 and bf16 as the interpreter and the H100 measure them
+#: (docs/performance.md).
+PRECISION_RTOL = {"fp32": 5e-5, "tf32": 2e-3, "bf16": 1.5e-2}
 
 
-def block_tile(nbp: int) -> tuple[int, int]:
-    """(rows per program, warps) of ``triton-block`` for ``nbp`` bin lanes: 16 values per
-    thread (fewer instructions per row than 8), 8 warps where 4 leave a few bytes of stack
-    (``gpu-check`` over k 1-64, both modes, sm_90 and sm_80)."""
+def block_tile(nbp: int, kt: int) -> tuple[int, int]:
+    """(rows per program, warps) of ``triton-block`` for ``nbp`` bin lanes and ``kt`` top-k
+    slots: 16 values per thread (fewer instructions per row than 8), 8 warps where 4 leave a few
+    bytes of stack; 8 values per thread for 64 slots over 2048 lanes, where ptxas keeps 4 CTAs
+    per SM at 64 registers and spills otherwise (Triton 3.6). ``gpu-check`` over k 1-64, both
+    modes, sm_90 and sm_80, Triton 3.6 and 3.9."""
     warps = 4 if 128 < nbp <= 1024 else 8
-    return max(1, 16 * 32 * warps // nbp), warps
+    per_thread = 8 if nbp == 2048 and kt >= 64 else 16
+    return max(1, per_thread * 32 * warps // nbp), warps
 
 
 def select_constants(p: PeakParams, lanes: int, least: int = 2) -> dict:
@@ -65,10 +74,6 @@ def select_constants(p: PeakParams, lanes: int, least: int = 2) -> dict:
             "INTERP": p.interp_code, "ALPHA": float(p.interp_alpha), "EDGES": p.edges}
 
 
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
-
-
 def _unavailable() -> str | None:
     try:
         torch = import_torch()
@@ -76,8 +81,48 @@ def _unavailable() -> str | None:
     except ImportError as exc:
         return f"{exc.name or 'triton'} is not installed: {GPU_EXTRA}"
     if not torch.cuda.is_available() and not interpreting():
-        return "no CUDA device (set TRITON_INTERPRET=1 to run the Triton kernels on CPU tensors, slowly)"
+        return ("torch sees no CUDA device, which the Triton kernels need; use strategy='auto' or a CPU "
+                "execution, or set TRITON_INTERPRET=1 to run the Triton kernels on CPU tensors, slowly")
     return None
+
+
+#: the smallest ``tl.dot`` K assumed when Triton cannot say (every NVIDIA backend accepts 16)
+SAFE_DOT_K = 16
+
+
+def kernel_target():
+    """The Triton target the kernels compile for: the active driver's (the GPU here, or the
+    ahead-of-time target ``gpu-check`` installs); under the interpreter, which has none, an
+    H100's (``sm_90``), so that the interpreter runs the code an H100 would."""
+    from triton.backends.compiler import GPUTarget
+
+    if interpreting():
+        return GPUTarget("cuda", 90, 32)
+    from triton.runtime import driver
+
+    return driver.active.get_current_target()
+
+
+@functools.lru_cache(maxsize=None)
+def _dot_min_k(backend: str, arch: Any, bits: int) -> int:
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.backends.nvidia.compiler import min_dot_size
+
+        operand = SimpleNamespace(scalar=SimpleNamespace(primitive_bitwidth=bits))
+        return int(min_dot_size(GPUTarget(backend, arch, 32))(operand, operand)[2])
+    except Exception:  # an older or newer Triton without this hook: the K every version accepts
+        return SAFE_DOT_K
+
+
+def dot_min_k(precision: str, target: Any = None) -> int:
+    """The least inner size K of ``tl.dot`` for ``precision``'s operands (32-bit for fp32 and
+    tf32, 16-bit for bf16) on ``target`` (default :func:`kernel_target`), as the installed
+    Triton's NVIDIA backend states it (``min_dot_size``): 16 under Triton 3.6, 8 for 32-bit
+    operands from 3.8. The fused kernel contracts a shorter radix with its imaginary part
+    (``_cdot``) to reach it."""
+    target = target if target is not None else kernel_target()
+    return _dot_min_k(target.backend, target.arch, 16 if precision == "bf16" else 32)
 
 
 def _next_pow2(n: int, lo: int = 16) -> int:
@@ -111,27 +156,47 @@ def split_constant(m: np.ndarray, precision: str) -> np.ndarray:
     return np.stack([head, round_tf32((m - head.astype(np.float64)).astype(np.float32))])
 
 
-def dft_factors(n_fft: int, precision: str) -> tuple[int, int, int]:
+def dft_factors(n_fft: int) -> tuple[int, int, int]:
     """``(N1, N2, N3)`` of the fused kernel's mixed-radix DFT, ``N1 N2 N3 = n_fft`` (a power of
-    two): radices of at most 16 where possible (a 16x16 constant tile per product keeps the
-    operands in registers), as even as possible, each at least the tensor cores' smallest
-    inner size (8 for tf32, 16 for bf16, which therefore takes fewer, larger radices at 512 to
-    2048 and a dense DFT, ``(n_fft, 1, 1)``, at 64 and 128)."""
-    least = 4 if precision == "bf16" else 3  # log2 of the smallest radix
+    two from 64 to 4096): as few steps as keep every radix at most :data:`BLOCK_RADIX`, as even
+    as possible, each at least 8 (so every product's inner size, twice the radix, is at least
+    16: what every Triton version takes, bf16 included)."""
     bits = n_fft.bit_length() - 1
-    for steps in range(min(3, -(-bits // 4)), 0, -1):
-        radices = [bits // steps + (i < bits % steps) for i in range(steps)]
-        if steps == 1 or min(radices) >= least:
-            return tuple(1 << r for r in radices) + (1,) * (3 - steps)
-    raise AssertionError("unreachable")
+    steps = -(-bits // 4)
+    if not (6 <= bits <= 12 and 1 << bits == n_fft):
+        raise ValueError(f"n_fft={n_fft}: the fused kernel takes powers of two from 64 to 4096")
+    radices = [bits // steps + (i < bits % steps) for i in range(steps)]
+    return tuple(1 << r for r in radices) + (1,) * (3 - steps)
 
 
-def _gauss_dft(n: int, precision: str) -> np.ndarray:
-    """``[3, 2, n, n]``: the length-``n`` DFT matrix ``C + iS`` (``exp(-2 pi i a b / n)``) as
-    ``C``, ``S - C``, ``C + S`` (three real products per complex one), each split."""
+#: the largest radix: one real product of ``[re | im]`` with a block matrix (``_cdot``)
+BLOCK_RADIX = 16
+
+
+def dft_constant(n: int, precision: str) -> np.ndarray:
+    """The length-``n`` DFT matrix ``C + iS`` (``exp(-2 pi i a b / n)``) as the fused kernel's
+    ``_cdot`` reads it: the block matrix ``[[C, S], [-S, C]]``, ``[2, 2n, 2n]`` split for
+    ``precision`` (one real product gives ``[re | im]``)."""
+    if n > BLOCK_RADIX:
+        raise ValueError(f"radix {n}: the fused kernel's radices are at most {BLOCK_RADIX}")
     ang = 2.0 * math.pi * np.outer(np.arange(n), np.arange(n)) / n
     c, s = np.cos(ang), -np.sin(ang)
-    return np.stack([split_constant(m, precision) for m in (c, s - c, c + s)])
+    return split_constant(np.block([[c, s], [-s, c]]), precision)
+
+
+def contractions(n_fft: int) -> list[int]:
+    """The inner sizes K of the fused kernel's ``tl.dot`` products: ``2 r`` for each radix ``r``."""
+    return [2 * r for r in dft_factors(n_fft) if r > 1]
+
+
+def check_dot_sizes(p: PeakParams, target: Any = None) -> None:
+    """A ValueError when the target's Triton needs a larger ``tl.dot`` K than the fused kernel
+    contracts for ``p`` (:func:`dot_min_k`; every version up to 3.9 takes them all)."""
+    least = dot_min_k(p.precision, target)
+    if min(contractions(p.n_fft)) < least:
+        raise ValueError(f"n_fft={p.n_fft}, precision={p.precision!r}: this Triton needs tl.dot inner sizes of at "
+                         f"least {least}, the fused kernel contracts {contractions(p.n_fft)}; use "
+                         "strategy='triton-block' or another Triton version")
 
 
 class TritonConstants:
@@ -144,11 +209,11 @@ class TritonConstants:
         self.nbp = _next_pow2(nb)
         scale = params.psd_scale() / n_seg
         if dft:
-            self.radices = n1, n2, n3 = dft_factors(n, params.precision)
+            self.radices = n1, n2, n3 = dft_factors(n)
             tw1 = 2.0 * math.pi * np.outer(np.arange(n2 * n3), np.arange(n1)) / n  # exp(-2 pi i m k1 / N)
             tw2 = 2.0 * math.pi * np.outer(np.arange(n3), np.arange(n2)) / (n2 * n3)  # exp(-2 pi i n3 k2 / M)
             host = {"window": params.window_array.astype(np.float32),
-                    **{f"f{i + 1}": _gauss_dft(r, params.precision) if r > 1 else np.zeros(1)
+                    **{f"f{i + 1}": dft_constant(r, params.precision) if r > 1 else np.zeros(1)
                        for i, r in enumerate(self.radices)},
                     "tw1": np.stack([np.cos(tw1), -np.sin(tw1)]), "tw2": np.stack([np.cos(tw2), -np.sin(tw2)]),
                     # a pair's power is twice the two segments' (see _pair_power); lanes past the
@@ -162,12 +227,99 @@ class TritonConstants:
         return {k: get(device) for k, get in self._get.items()}
 
 
-def _outputs(rows: int, k: int, device):
+#: the element type of every tensor a kernel is handed, by role (outputs: bin, power,
+#: fractional bin, non-finite flag); ``gpu-check`` compiles with placeholders of these types
+TENSOR_DTYPES = {"x": "float32", "spec": "float32", "window": "float32", "f1": "float32", "f2": "float32",
+                 "f3": "float32", "tw1": "float32", "tw2": "float32", "scale": "float32", "bins": "int32",
+                 "power": "float32", "fb": "float64", "bad": "int32"}
+
+
+def _outputs(rows: int, k: int, device) -> dict:
     torch = import_torch()
-    return (torch.empty((rows, k), dtype=torch.int32, device=device),
-            torch.empty((rows, k), dtype=torch.float32, device=device),
-            torch.empty((rows, k), dtype=torch.float64, device=device),
-            torch.zeros((rows,), dtype=torch.int32, device=device))
+    return {name: (torch.zeros if name == "bad" else torch.empty)(
+        (rows,) if name == "bad" else (rows, k), dtype=getattr(torch, TENSOR_DTYPES[name]), device=device)
+        for name in ("bins", "power", "fb", "bad")}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of a Triton kernel, as data: ``module.kernel[grid](*args.values(),
+    **constexprs, **options)``. The executions build it and :func:`launch` runs it;
+    ``welchpeaks gpu-check`` builds the same one with placeholder tensors and compiles it
+    through the JIT's own specialisation (:mod:`welchpeaks.bench.gpu_check`), so the kernel
+    checked is the kernel launched."""
+
+    module: str
+    kernel: str
+    grid: tuple[int, ...]
+    args: dict[str, Any]  # runtime arguments in the kernel's order: tensors and ints
+    constexprs: dict[str, Any]
+    options: dict[str, Any]  # num_warps, and compiler options
+
+    def function(self):
+        return getattr(importlib.import_module(self.module), self.kernel)
+
+
+class HostTensorError(ValueError):
+    """A compiled Triton kernel was handed tensors in host memory."""
+
+
+def launch(spec: Launch) -> None:
+    """Run ``spec``. Outside the interpreter every tensor argument must be in CUDA memory: a
+    compiled kernel dereferences its pointers on the GPU, and a host pointer there is an
+    illegal access (Triton's own check says "cannot be accessed from Triton (cpu tensor?)")."""
+    if not interpreting():
+        host = [name for name, a in spec.args.items() if hasattr(a, "is_cuda") and not a.is_cuda]
+        if host:
+            raise HostTensorError(
+                f"the Triton kernel {spec.kernel!r} was handed host tensors ({', '.join(host)}): compiled kernels read "
+                "CUDA memory only; pass the data on a CUDA device, or let welchpeaks upload it (a GPU strategy on "
+                "host data uploads when torch sees a CUDA device; set TRITON_INTERPRET=1 to run the kernels on CPU "
+                "tensors through Triton's interpreter)")
+    spec.function()[spec.grid](*spec.args.values(), **spec.constexprs, **spec.options)
+
+
+_KERNELS = "welchpeaks.backends._triton_kernels"
+
+
+def fused_constants(p: PeakParams) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """(constexprs, options, rows per program) of the fused kernel for ``p``."""
+    n1, n2, n3 = dft_factors(p.n_fft)
+    br, warps, least = FUSED_TILES[p.n_fft]
+    consts = dict(N1=n1, N2=n2, N3=n3, BR=br, HALF=2 * p.hop == p.n_fft, DETREND=p.detrend_code,
+                  PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance, **select_constants(p, p.n_fft // 2, least),
+                  PRECISION=PRECISION_CODES[p.precision], INTERPRET=interpreting())
+    # num_stages=1: no software pipelining of the segment loop. Its loads are loop-variant (see
+    # the kernel's ``zero``), and pipelining would stage the next pairs' constants in shared
+    # memory (408 KiB at n_fft 128 bf16: no launch) for a loop that runs once at 2 segments.
+    return consts, {"num_warps": warps, "num_stages": 1}, br
+
+
+def fused_launch(p: PeakParams, n_seg: int, rows: int, stride: int, t: dict[str, Any]) -> Launch:
+    """The fused kernel's launch on ``rows`` rows ``stride`` samples apart, tensors ``t`` by
+    role (:data:`TENSOR_DTYPES`)."""
+    consts, options, br = fused_constants(p)
+    args = dict(x_ptr=t["x"], stride=stride, B=rows, S=n_seg, hop=p.hop, zero=0, win_ptr=t["window"], f1_ptr=t["f1"],
+                f2_ptr=t["f2"], f3_ptr=t["f3"], tw1_ptr=t["tw1"], tw2_ptr=t["tw2"], scale_ptr=t["scale"],
+                bins_ptr=t["bins"], pow_ptr=t["power"], fb_ptr=t["fb"], bad_ptr=t["bad"], K=p.k)
+    return Launch(_KERNELS, "fused", (max(1, math.ceil(rows / br)),), args, consts, options)
+
+
+def block_constants(p: PeakParams) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """(constexprs, options, rows per program) of ``triton-block``'s selection kernel for ``p``."""
+    nbp = _next_pow2(p.n_bins)
+    select = select_constants(p, nbp)
+    br, warps = block_tile(nbp, select["KT"])
+    consts = dict(NB=p.n_bins, NBP=nbp, BR=br, PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance, **select)
+    return consts, {"num_warps": warps}, br
+
+
+def block_launch(p: PeakParams, n_seg: int, rows: int, t: dict[str, Any]) -> Launch:
+    """The selection kernel's launch on the spectrum ``t['spec']`` of ``rows`` rows."""
+    consts, options, br = block_constants(p)
+    args = dict(spec_ptr=t["spec"], B=rows, scale_ptr=t["scale"], bins_ptr=t["bins"], pow_ptr=t["power"],
+                fb_ptr=t["fb"], bad_ptr=t["bad"], S=n_seg, K=p.k)
+    return Launch(_KERNELS, "block", (max(1, math.ceil(rows / br)),), args, consts, options)
 
 
 def _fused(node: Node, graph: Graph):
@@ -177,26 +329,33 @@ def _fused(node: Node, graph: Graph):
 
 def fused_runner(p: PeakParams, n_seg: int):
     """The fused kernel for ``p`` and ``n_seg`` segments, as a function of the rows (a tensor)."""
+    check_dot_sizes(p)
     const = TritonConstants(p, n_seg, dft=True)
+    frame = p.frame_length(n_seg)
 
     def fused(x):
         x = as_tensor(x, np.float32)
         if x.stride(1) != 1:
             x = x.contiguous()
-        c = const.on(x.device)
         rows = x.shape[0]
-        bins, power, fb, bad = _outputs(rows, p.k, x.device)
-        br, warps, least = FUSED_TILES[p.n_fft]
-        kernels().fused[(math.ceil(rows / br),)](
-            x, x.stride(0), rows, n_seg, p.hop, c["window"], c["f1"], c["f2"], c["f3"], c["tw1"], c["tw2"],
-            c["scale"], bins, power, fb, bad, p.k, N1=const.radices[0], N2=const.radices[1], N3=const.radices[2],
-            BR=br, HALF=2 * p.hop == p.n_fft, DETREND=p.detrend_code, PEAKS=p.mode == "peaks",
-            MIN_DIST=p.min_distance, **select_constants(p, p.n_fft // 2, least),
-            PRECISION=PRECISION_CODES[p.precision], INTERPRET=interpreting(), num_warps=warps,
-        )
-        return RowPeaks(bins, power, fb, bad_rows_of(bad))
+        out = _outputs(rows, p.k, x.device)
+        launch(fused_launch(p, n_seg, rows, x.stride(0), {"x": x, **const.on(x.device), **out}))
+        return RowPeaks(*_empty_nonfinite_rows(x[:, :frame], out), bad_rows_of(out["bad"]))
 
     return fused
+
+
+def _empty_nonfinite_rows(frames, out: dict) -> tuple:
+    """The fused kernel's outputs with every row whose analysed frame holds NaN or infinity
+    flagged and empty, as the contract says, whatever the kernel's own flag (a test of its
+    sums) reported: on the H100 that flag stayed 0 for such rows (docs/performance.md, cause
+    not established). One more read of the frames, on the device, without a synchronisation."""
+    torch = import_torch()
+    ok = torch.isfinite(frames).all(1)
+    out["bad"] = torch.where(ok, out["bad"], 1)
+    keep = ok[:, None]
+    return (torch.where(keep, out["bins"], -1), torch.where(keep, out["power"], float("nan")),
+            torch.where(keep, out["fb"], float("nan")))
 
 
 def _block(node: Node, graph: Graph):
@@ -213,15 +372,10 @@ def block_runner(p: PeakParams, n_seg: int):
         torch = import_torch()
         spec = torch.view_as_real(spec).to(torch.float32).contiguous()
         rows = spec.shape[0]
-        bins, power, fb, bad = _outputs(rows, p.k, spec.device)
-        bad.copy_((~torch.isfinite(spec).flatten(1).all(1)).to(torch.int32))
-        br, warps = block_tile(const.nbp)
-        kernels().block[(math.ceil(rows / br),)](
-            spec, rows, const.on(spec.device)["scale"], bins, power, fb, bad, n_seg, p.k, NB=p.n_bins,
-            NBP=const.nbp, BR=br, PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance,
-            **select_constants(p, const.nbp), num_warps=warps,
-        )
-        return RowPeaks(bins, power, fb, bad_rows_of(bad))
+        out = _outputs(rows, p.k, spec.device)
+        out["bad"].copy_((~torch.isfinite(spec).flatten(1).all(1)).to(torch.int32))
+        launch(block_launch(p, n_seg, rows, {"spec": spec, **const.on(spec.device), **out}))
+        return RowPeaks(out["bins"], out["power"], out["fb"], bad_rows_of(out["bad"]))
 
     return block
 
@@ -244,7 +398,6 @@ def find_peaks_rows(x, f: dict, slots: int, edges: bool) -> dict:
     Triton kernel (``_triton_find_peaks``): the filters ``f`` as ``api.find_peaks.filter_config``
     gives them, outputs as the numba kernel's, as tensors, ``[rows, slots]``."""
     torch = import_torch()
-    kern = importlib.import_module("welchpeaks.backends._triton_find_peaks")
     x = x.to(torch.float64).contiguous()
     rows, n = x.shape
     dev = x.device
@@ -261,21 +414,29 @@ def find_peaks_rows(x, f: dict, slots: int, edges: bool) -> dict:
            "counts": full((rows,), 0, torch.int64)}
     if rows and n:
         distance, wlen = min(distance, n + 1), min(wlen, 2 * n + 2)  # the same rules, within int32
-        kern.find_peaks_rows[(rows,)](
-            x, x.stride(0), n, torch.from_numpy(lim).to(dev), distance, wlen, slots, out["indices"], out["heights"],
-            out["prom"], out["base"], out["wid"], out["ips"], out["counts"], EDGES=bool(edges),
-            NEED_PROM=bool(need_prom), NEED_WIDTH=bool(need_width), **find_peaks_launch(n),
-        )
+        launch(find_peaks_launch(rows, n, x.stride(0), distance, wlen, slots, bool(edges), bool(need_prom),
+                                 bool(need_width), {"x": x, "lims": torch.from_numpy(lim).to(dev), **out}))
     return out
 
 
-def find_peaks_launch(n: int) -> dict:
-    """The launch constants of the find_peaks kernel for rows of ``n`` samples: the row in one
+#: element types of the find_peaks kernel's tensors, by role (see :data:`TENSOR_DTYPES`)
+FIND_PEAKS_DTYPES = {"x": "float64", "lims": "float64", "indices": "int64", "heights": "float64", "prom": "float64",
+                     "base": "int64", "wid": "float64", "ips": "float64", "counts": "int64"}
+
+
+def find_peaks_launch(rows: int, n: int, stride: int, distance: int, wlen: int, slots: int, edges: bool,
+                      need_prom: bool, need_width: bool, t: dict[str, Any]) -> Launch:
+    """The find_peaks kernel's launch, one program per row of ``n`` samples: the row in one
     block of ``NP`` lanes (the next power of two), 4 to 16 warps (``gpu-check`` compiles them
     for sm_90 without spills up to :data:`MAX_FIND_PEAKS_N`), no FMA contraction (scipy's
     ``h - prominence * rel_height`` is two roundings)."""
     np_ = _next_pow2(n, 16)
-    return {"NP": np_, "num_warps": min(16, max(4, np_ // 256)), "enable_fp_fusion": False}
+    args = dict(x_ptr=t["x"], stride=stride, n=n, lims_ptr=t["lims"], distance=distance, wlen=wlen, K=slots,
+                idx_ptr=t["indices"], h_ptr=t["heights"], prom_ptr=t["prom"], base_ptr=t["base"], wid_ptr=t["wid"],
+                ips_ptr=t["ips"], cnt_ptr=t["counts"])
+    return Launch("welchpeaks.backends._triton_find_peaks", "find_peaks_rows", (rows,), args,
+                  dict(NP=np_, EDGES=edges, NEED_PROM=need_prom, NEED_WIDTH=need_width),
+                  {"num_warps": min(16, max(4, np_ // 256)), "enable_fp_fusion": False})
 
 
 class _TritonExecution(Execution):
@@ -304,6 +465,11 @@ class TritonFused(_TritonExecution):
         return fused_unsupported(params) or super().unsupported_reason(params)
 
 
+#: environment variable that lets ``precision='bf16'`` run compiled on a GPU (the device suite
+#: keeps testing it there); without it bf16 runs only in Triton's interpreter
+BF16_OPT_IN = "WELCHPEAKS_TRITON_BF16"
+
+
 def fused_unsupported(params: PeakParams) -> str | None:
     """Why ``triton-fused`` cannot compute ``params`` (None: it can)."""
     if params.n_fft not in FUSED_TILES:
@@ -311,6 +477,10 @@ def fused_unsupported(params: PeakParams) -> str | None:
                 f"{max(FUSED_TILES)}; use strategy='triton-block' (cuFFT, any n_fft)")
     if params.k > MAX_FUSED_K:
         return f"k={params.k} > {MAX_FUSED_K}: triton-fused selects at most {MAX_FUSED_K} peaks; use 'triton-block'"
+    if params.precision == "bf16" and not (interpreting() or os.environ.get(BF16_OPT_IN) == "1"):
+        return ("precision='bf16' is withdrawn from triton-fused on GPUs: on its first device run (an H100) it "
+                f"flagged a finite row as non-finite (docs/performance.md); use precision='tf32' or 'fp32' (or set "
+                f"{BF16_OPT_IN}=1 to run it anyway, to test it)")
     return None
 
 

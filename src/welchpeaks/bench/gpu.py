@@ -33,7 +33,7 @@ def torch_device() -> str:
     """'cuda' when torch sees a GPU; 'cpu' under the Triton interpreter; else an error."""
     import torch
 
-    from welchpeaks.backends.triton_exec import interpreting
+    from welchpeaks.backends import interpreting
 
     if torch.cuda.is_available():
         return "cuda"
@@ -43,29 +43,53 @@ def torch_device() -> str:
                      "on CPU tensors through the Triton interpreter; its numbers are not a GPU's)")
 
 
-def event_round_robin(rows: dict[str, Callable[[], Any]], repeats: int, device: str,
-                      warmup: int = 2) -> dict[str, list[float]]:
+def _error_text(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[-1][:300] if lines else ''}"
+
+
+def event_round_robin(rows: dict[str, Callable[[], Any]], repeats: int, device: str, warmup: int = 2,
+                      errors: dict[str, str] | None = None,
+                      first_ms: dict[str, float] | None = None) -> dict[str, list[float]]:
     """Milliseconds of ``repeats`` calls of every row (one per row per round) after ``warmup``
-    calls each: CUDA events around each call on a GPU, the host clock otherwise."""
+    calls each: CUDA events around each call on a GPU, the host clock otherwise. A row that
+    raises is dropped, its error kept in ``errors`` (the others are still timed); the first
+    call of each row (compiles included) is timed on the host clock into ``first_ms``."""
     import torch
 
-    for fn in rows.values():
-        for _ in range(warmup):
+    errors = {} if errors is None else errors
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    live = dict(rows)
+    for name, fn in rows.items():
+        try:
+            t0 = time.perf_counter()
             fn()
-    samples: dict[str, list[float]] = {name: [] for name in rows}
+            sync()
+            if first_ms is not None:
+                first_ms[name] = (time.perf_counter() - t0) * 1e3
+            for _ in range(warmup - 1):
+                fn()
+        except Exception as exc:  # noqa: BLE001 - one failing row is recorded, the others timed
+            errors[name] = _error_text(exc)
+            del live[name]
+    samples: dict[str, list[float]] = {name: [] for name in live}
     for _ in range(repeats):
-        for name, fn in rows.items():
-            if device == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                samples[name].append(start.elapsed_time(end))
-            else:
-                t0 = time.perf_counter()
-                fn()
-                samples[name].append((time.perf_counter() - t0) * 1e3)
+        for name, fn in list(live.items()):
+            try:
+                if device == "cuda":
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    fn()
+                    end.record()
+                    end.synchronize()
+                    samples[name].append(start.elapsed_time(end))
+                else:
+                    t0 = time.perf_counter()
+                    fn()
+                    samples[name].append((time.perf_counter() - t0) * 1e3)
+            except Exception as exc:  # noqa: BLE001
+                errors[name] = _error_text(exc)
+                del live[name], samples[name]
     return samples
 
 
@@ -98,40 +122,41 @@ def rows_for(cell: Cell, device: str, resident: str) -> tuple[dict[str, Callable
         ex = backends.get(name)
         if ex.unavailable_reason() or ex.unsupported_reason(params):
             continue
-        if resident == "host" and device == "cuda":
-            wp = welchpeaks.WelchPeaks(strategy=name, device="cuda", **opts)
-            rows[name] = lambda wp=wp: wp(host)
-        else:  # on the device (or, without a GPU, CPU tensors through the interpreter)
-            wp = welchpeaks.WelchPeaks(strategy=name, **opts)
-            rows[name] = lambda wp=wp: wp(x)
+        wp = welchpeaks.WelchPeaks(strategy=name, **opts)  # host data is uploaded by each call
+        rows[name] = (lambda wp=wp: wp(host)) if resident == "host" else (lambda wp=wp: wp(x))
     if device == "cuda":
         try:
             import cupy
-
+        except ImportError:
+            cupy = None
+        if cupy is not None:
             xc = cupy.asarray(x) if resident == "device" else None
             rows["cupy"] = (lambda: _cupy_peer(xc, cell.n_fft, cell.k, cell.mode)) if xc is not None else (
                 lambda: _cupy_peer(cupy.asarray(host), cell.n_fft, cell.k, cell.mode))
-        except ImportError:
-            pass
     return rows, x
 
 
 def time_cuda_cell(cell: Cell, repeats: int, resident: str = "device") -> list[dict[str, Any]]:
-    """Median, min and max ms of every row of one cell, with algorithm and copy bandwidth."""
+    """Median, min and max ms of every row of one cell, with algorithm and copy bandwidth and
+    the first call's time (compiles included); a row that failed is reported with its error."""
     from welchpeaks.timing import summary
 
     device = torch_device()
     rows, x = rows_for(cell, device, resident)
-    samples = event_round_robin(rows, repeats, device)
+    errors: dict[str, str] = {}
+    first: dict[str, float] = {}
+    samples = event_round_robin(rows, repeats, device, errors=errors, first_ms=first)
     med = {name: float(np.median(s)) for name, s in samples.items()}
     read = x.numel() * 4
     written = cell.batch * (cell.k * (4 + 4 + 8) + 4)
-    copy_gbps = 2 * read / (med["device-copy"] * 1e6)
+    copy_gbps = 2 * read / (med["device-copy"] * 1e6) if "device-copy" in med else float("nan")
+    where = {"device": device, "resident": resident, "batch": cell.batch, "n_fft": cell.n_fft, "k": cell.k,
+             "segments": cell.segments, "mode": cell.mode}
     out = []
     for name, s in samples.items():
         alg = (2 * read if name == "device-copy" else read + written) / (med[name] * 1e6)
-        out.append({"execution": name, "device": device, "resident": resident, "batch": cell.batch,
-                    "n_fft": cell.n_fft, "k": cell.k, "segments": cell.segments, "mode": cell.mode, **summary(s),
+        out.append({"execution": name, **where, **summary(s), "first_call_ms": first.get(name),
                     "algorithm_gbps": alg, "copy_gbps": copy_gbps, "of_copy_bandwidth": alg / copy_gbps,
                     "speedup_vs_torch": med["torch"] / med[name] if "torch" in med else float("nan")})
+    out.extend({"execution": name, **where, "error": error} for name, error in errors.items())
     return out

@@ -73,3 +73,31 @@ def filter_options(height: Optional[float], prominence: Optional[float], snr_db:
     names = [m.strip() for m in measures.split(",") if m.strip()] if measures else None
     given = dict(height=height, prominence=prominence, snr_db=snr_db, measures=names)
     return {name: v for name, v in given.items() if v is not None}
+
+
+def int_list(text: str, name: str) -> list[int]:
+    """'32,1024' or a power-of-two range '32-8192'."""
+    try:
+        if "-" in text:
+            lo, hi = (int(v) for v in text.split("-", 1))
+            out, v = [], 1
+            while v <= hi:
+                if v >= lo:
+                    out.append(v)
+                v *= 2
+        else:
+            out = [int(v) for v in text.split(",") if v.strip()]
+        if not out or min(out) < 1:
+            raise ValueError
+        return out
+    except ValueError:
+        fail(f"--{name} {text!r}: use comma-separated integers >= 1 (32,1024) or a range (32-8192)")
+        raise  # unreachable
+
+
+def check_mode(mode: str) -> list[str]:
+    modes = [m.strip() for m in mode.split(",")]
+    for m in modes:
+        if m not in ("peaks", "bins"):
+            fail(f"--mode {m!r}: use peaks, bins or peaks,bins")
+    return modes

@@ -13,10 +13,12 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from welchpeaks.cli import scale
+from welchpeaks.cli import gpu, scale
 from welchpeaks.cli.common import (app_options, check_output, console, err, filter_options, finish_background_calibration,
                                    write_output)
+from welchpeaks.cli.common import check_mode as _check_mode
 from welchpeaks.cli.common import fail as _fail
+from welchpeaks.cli.common import int_list as _int_list
 from welchpeaks.cli.common import write_json as _write_json
 
 app = typer.Typer(**app_options("The strongest spectral peaks of batches of signals (Welch PSD + top-K)."))
@@ -24,26 +26,6 @@ def _parse_segments(value: Optional[str]) -> int | str | None:
     if value is None or value.lower() in ("all", "none"):
         return None
     return int(value) if value.isdigit() else value
-
-
-def _int_list(text: str, name: str) -> list[int]:
-    """'32,1024' or a power-of-two range '32-8192'."""
-    try:
-        if "-" in text:
-            lo, hi = (int(v) for v in text.split("-", 1))
-            out, v = [], 1
-            while v <= hi:
-                if v >= lo:
-                    out.append(v)
-                v *= 2
-        else:
-            out = [int(v) for v in text.split(",") if v.strip()]
-        if not out or min(out) < 1:
-            raise ValueError
-        return out
-    except ValueError:
-        _fail(f"--{name} {text!r}: use comma-separated integers >= 1 (32,1024) or a range (32-8192)")
-        raise  # unreachable
 
 
 @app.command()
@@ -70,7 +52,7 @@ def peaks(
     strategy: str = typer.Option("auto", "--strategy", help="auto or an execution (welchpeaks strategies)."),
     device: str = typer.Option("cpu", "--device", help="cpu, or cuda: the GPU executions may run (data is uploaded)."),
     precision: str = typer.Option(
-        "fp32", "--precision", help="Tensor-core products of triton-fused: fp32 (accurate), tf32 or bf16 (faster)."),
+        "fp32", "--precision", help="Tensor-core products of triton-fused: fp32 (accurate) or tf32 (faster); bf16: see docs."),
     layout: Optional[str] = typer.Option(
         None, "--layout", help="auto: the original's speed-only choice of 1 or 2 segments (changes the numbers)."
     ),
@@ -175,6 +157,7 @@ def peaks(
 
 
 app.command()(scale.track)
+app.command("gpu-check")(gpu.gpu_check)
 
 
 def _estimator_errors(x: np.ndarray, res: Any, true: np.ndarray, fs: float, n_fft: int) -> None:
@@ -267,14 +250,6 @@ bench_app = typer.Typer(**{**app_options(
     "Benchmarks (JSON with --json). Without a subcommand: the executions against scipy + top-k."),
     "no_args_is_help": False})
 app.add_typer(bench_app, name="bench")
-
-
-def _check_mode(mode: str) -> list[str]:
-    modes = [m.strip() for m in mode.split(",")]
-    for m in modes:
-        if m not in ("peaks", "bins"):
-            _fail(f"--mode {m!r}: use peaks, bins or peaks,bins")
-    return modes
 
 
 @bench_app.callback(invoke_without_command=True)
@@ -642,19 +617,30 @@ def _bench_cuda(cells: list, repeats: int, resident: str, info: dict, json_path:
         info = {**info, "gpu": torch.cuda.get_device_name(0), "cuda": torch.version.cuda}
     else:
         console.print("no GPU: CPU tensors through the Triton interpreter (the numbers are not a GPU's)")
-    all_rows = []
-    for cell in cells:
-        rows = time_cuda_cell(cell, repeats, resident)
+    all_rows: list[dict] = []
+    for i, cell in enumerate(cells):
+        title = (f"{dev}, signals on the {resident}: batch {cell.batch}, n_fft {cell.n_fft}, k {cell.k}, "
+                 f"segments {cell.segments}, mode {cell.mode}")
+        try:
+            rows = time_cuda_cell(cell, repeats, resident)
+        except Exception as exc:  # noqa: BLE001 - a cell that fails as a whole is recorded; the next is timed
+            rows = [{"execution": "(cell)", "batch": cell.batch, "n_fft": cell.n_fft, "k": cell.k,
+                     "segments": cell.segments, "mode": cell.mode, "error": f"{type(exc).__name__}: {exc}"[:400]}]
         all_rows.extend(rows)
-        table = Table(title=f"{dev}, signals on the {resident}: batch {cell.batch}, n_fft {cell.n_fft}, k {cell.k}, "
-                            f"segments {cell.segments}, mode {cell.mode}")
-        for col in ("execution", "median ms", "min-max ms", "GB/s", "of copy", "x torch"):
+        table = Table(title=title)
+        for col in ("execution", "median ms", "min-max ms", "GB/s", "of copy", "x torch", "first call ms"):
             table.add_column(col, justify="right")
         for r in rows:
+            if "error" in r:
+                table.add_row(r["execution"], f"failed: {r['error'][:60]}", *("-",) * 5)
+                continue
             table.add_row(r["execution"], f"{r['median_ms']:.3f}", f"{r['min_ms']:.3f}-{r['max_ms']:.3f}",
-                          f"{r['algorithm_gbps']:.1f}", f"{r['of_copy_bandwidth']:.2f}", f"{r['speedup_vs_torch']:.1f}")
+                          f"{r['algorithm_gbps']:.1f}", f"{r['of_copy_bandwidth']:.2f}", f"{r['speedup_vs_torch']:.1f}",
+                          f"{r['first_call_ms']:.0f}" if r.get("first_call_ms") is not None else "-")
         console.print(table)
-    _write_json(json_path, {"machine": info, "device": dev, "resident": resident, "rows": all_rows})
+        # after every cell: what was measured survives a failure or a time limit later on
+        _write_json(json_path, {"machine": info, "device": dev, "resident": resident, "rows": all_rows,
+                                "cells_done": i + 1, "cells": len(cells)})
 
 
 @app.command()
@@ -706,113 +692,16 @@ def calibrate(
         f"round trip {model.roundtrip_ns:,.0f} ns, memory {model.memory_bw:.1f} GB/s, {model.threads} threads; "
         f"cached in {path}"
     )
+    failures = model.meta.get("failures") or []
+    if failures:
+        err.print(f"[yellow]{model.label}: what failed was taken from the default model (published figures):[/]")
+        for f in failures[:8]:
+            err.print(f"  {f['step']}: {f['error']}", markup=False, highlight=False)
+        if len(failures) > 8:
+            err.print(f"  ... and {len(failures) - 8} more (the model's meta.failures lists them all)")
     if model.under_load() is not None:
         err.print(f"[yellow]other processes kept {model.under_load():g} cores busy while measuring: the model "
                   "may price every execution too high; run `welchpeaks calibrate` again when the machine is idle[/]")
-
-
-@app.command("gpu-check")
-def gpu_check(
-    arch: str = typer.Option("sm_90,sm_80", "--arch", help="Target architectures: sm_90 (H100/H200), sm_80 (A100)."),
-    kernel: str = typer.Option("block,fused,find_peaks", "--kernel",
-                               help="Triton kernels: block (triton-block), fused, find_peaks (welchpeaks.find_peaks)."),
-    find_peaks_n: str = typer.Option("1025,8192", "--find-peaks-n", help="Row lengths of the find_peaks kernel."),
-    n_fft: str = typer.Option("64,128,256,512,1024,2048,4096", "--n-fft",
-                              help="Segment lengths (comma-separated or a range)."),
-    k: str = typer.Option("1,16,64", "--k", help="Peaks per signal."),
-    segments: str = typer.Option("1,2,8,64", "--segments",
-                                 help="Segments per signal (a runtime loop: changes the roofline, not the code)."),
-    mode: str = typer.Option("peaks,bins", "--mode", help="peaks, bins or peaks,bins."),
-    precision: str = typer.Option("fp32,tf32,bf16", "--precision",
-                                  help="Tensor-core precisions of the fused kernel: fp32, tf32, bf16."),
-    timeout: float = typer.Option(120.0, "--timeout", help="Seconds one compile may take."),
-    strict: bool = typer.Option(False, "--strict", help="Exit 1 when a configuration spills, needs more than 255 "
-                                                       "registers, or fails to compile."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write every configuration's figures as JSON."),
-) -> None:
-    """Compile the Triton kernels ahead of time for a GPU that need not be here: registers,
-    spills, shared memory, compile time, PTX size, tensor cores, and an analytic roofline."""
-    from welchpeaks.bench import gpu_check as gc
-    from welchpeaks.machine import machine_info
-    from welchpeaks.params import PRECISIONS
-
-    check_output(json_path, "--json")
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        _fail("gpu-check needs triton: pip install 'welchpeaks[gpu]'")
-    archs = [a.strip() for a in arch.split(",") if a.strip()]
-    bad = [a for a in archs if a not in gc.PUBLISHED]
-    kernels = [kn.strip() for kn in kernel.split(",") if kn.strip()]
-    if bad or not archs:
-        _fail(f"--arch {arch!r}: use some of {sorted(gc.PUBLISHED)}")
-    if not kernels or set(kernels) - set(gc.KERNELS) - {"find_peaks"}:
-        _fail(f"--kernel {kernel!r}: use some of {list(gc.KERNELS) + ['find_peaks']}")
-    fp_rows = _int_list(find_peaks_n, "find-peaks-n") if "find_peaks" in kernels else []
-    kernels = [kn for kn in kernels if kn != "find_peaks"]
-    if timeout <= 0:
-        _fail("--timeout must be > 0 seconds")
-    precisions = tuple(pr.strip() for pr in precision.split(",") if pr.strip())
-    if not precisions or set(precisions) - set(PRECISIONS):
-        _fail(f"--precision {precision!r}: use some of {list(PRECISIONS)}")
-    configs = gc.grid(kernels, _int_list(n_fft, "n-fft"), _int_list(k, "k"), _int_list(segments, "segments"),
-                      _check_mode(mode), archs, precisions)
-    rows: list[dict] = []
-    compiled: dict = {}
-    table = Table(title=f"{len(configs)} configurations, compiled ahead of time (no GPU needed)")
-    for col in ("kernel", "arch", "n_fft", "k", "seg", "mode", "precision", "status", "warps", "REG", "STACK",
-                "SHARED (dyn)", "compile s", "PTX lines", "tensor cores", "ns/row (roofline)", "x floor",
-                "x floor (SASS)"):
-        table.add_column(col, justify="right")
-    with err.status("compiling") as status:
-        for cfg in configs:
-            status.update(f"compiling {cfg.label()}")
-            row = gc.check(cfg, timeout, compiled)
-            row["verdict"] = gc.verdict(row)
-            rows.append(row)
-            roof = row["roofline"] or {"ns_per_row": float("nan"), "over_floor": float("nan")}
-            ok = row["status"] == "ok"
-            table.add_row(cfg.kernel, cfg.arch, str(cfg.n_fft), str(cfg.k), str(cfg.segments), cfg.mode,
-                          cfg.precision if cfg.kernel == "fused" else "-", row["status"][:40],
-                          *(str(row.get(f, "-")) for f in ("num_warps", "reg", "stack", "shared_dynamic")),
-                          ("(same code)" if row.get("shared_compile") else f"{row.get('compile_s', float('nan')):.1f}"),
-                          str(row.get("ptx_lines", "-")),
-                          ("yes" if row.get("tensor_core_instructions") else "no") if ok else "-",
-                          f"{roof['ns_per_row']:.3f}", f"{roof['over_floor']:.1f}",
-                          f"{roof.get('over_floor_compiled', float('nan')):.1f}")
-    if configs:
-        console.print(table)
-    found = _gpu_check_find_peaks(gc, fp_rows, archs, timeout)
-    summary = gc.summary(rows)
-    if configs:
-        console.print(f"{summary['compiled']} of {summary['configurations']} compiled; {summary['spilling']} spill; "
-                      f"{summary['timeouts']} timed out; {summary['errors']} failed. Roofline from published "
-                      "figures: " + "; ".join(f"{a}: {gc.PUBLISHED[a]['name']}" for a in archs), highlight=False)
-    _write_json(json_path, {"machine": machine_info(), "summary": summary, "configurations": rows,
-                            "find_peaks": found})
-    if strict and any(r["verdict"] for r in rows + found):
-        raise typer.Exit(1)
-
-
-def _gpu_check_find_peaks(gc, lengths: list[int], archs: list[str], timeout: float) -> list[dict]:
-    """gpu-check's figures of the find_peaks kernel (rows of each length, every property)."""
-    found = []
-    if not lengths:
-        return found
-    table = Table(title="find_peaks kernel (float64 rows, prominence and width), compiled ahead of time")
-    for col in ("arch", "n", "lanes", "status", "warps", "REG", "STACK", "compile s", "PTX lines"):
-        table.add_column(col, justify="right")
-    with err.status("compiling find_peaks"):
-        for arch in archs:
-            for n in lengths:
-                row = gc.check_find_peaks(n, arch, timeout)
-                row["verdict"] = gc.verdict(row)
-                found.append(row)
-                table.add_row(arch, str(n), str(row.get("np", "-")), row["status"][:40],
-                              *(str(row.get(f, "-")) for f in ("num_warps", "reg", "stack")),
-                              f"{row.get('compile_s', float('nan')):.1f}", str(row.get("ptx_lines", "-")))
-    console.print(table)
-    return found
 
 
 @app.command()

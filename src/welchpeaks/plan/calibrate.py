@@ -82,8 +82,10 @@ def cache_dir() -> Path:
     env = os.environ.get("WELCHPEAKS_CACHE_DIR")
     if env:
         return Path(env)
-    import platformdirs
-
+    try:
+        import platformdirs
+    except ImportError:  # a core dependency, but a bare image may lack it: its default on Linux
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "welchpeaks"
     return Path(platformdirs.user_cache_dir("welchpeaks"))
 
 

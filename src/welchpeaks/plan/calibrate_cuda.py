@@ -9,6 +9,7 @@ the numbers are not a GPU's, and such a model is labelled and never cached.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
@@ -57,21 +58,49 @@ def _wall_ns(fn: Callable[[], Any], repeats: int) -> float:
     return float(np.median(ts))
 
 
+def _error_text(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[-1][:300] if lines else ''}"
+
+
 def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = None, device: str = "cuda",
                  grid: dict | None = None) -> BackendCostModel:
     """Measure launch overhead, the empty-sync round trip, host-to-device and device-to-host
     bandwidth (pageable and pinned), device copy bandwidth, the cuFFT curve, and the curves of
-    the fused kernel (1 and 2 segments) and of ``triton-block``'s selection kernel."""
+    the fused kernel (1 and 2 segments) and of ``triton-block``'s selection kernel.
+
+    A step that fails (a kernel that does not compile or launch on this device, memory, a
+    driver error) is recorded in ``meta['failures']`` with its error and the others are still
+    measured; its figures and curve points come from the default model (the published
+    figures), counted in ``meta['filled']``, and the model is labelled partial
+    (:attr:`BackendCostModel.label`)."""
     import torch
 
+    from welchpeaks.backends import interpreting
     from welchpeaks.backends.triton_exec import block_runner, fused_runner
+    from welchpeaks.plan.cost import default_cuda_model
 
+    on_gpu = torch.device(device).type == "cuda"
+    if not on_gpu and not interpreting():
+        raise ValueError(f"measure_cuda(device={device!r}): the compiled Triton kernels read CUDA memory only; pass "
+                         "device='cuda' on a machine with a GPU, or set TRITON_INTERPRET=1 to exercise the "
+                         "measurement on CPU tensors through Triton's interpreter (its numbers are not a GPU's)")
     grid = grid or (QUICK_GRID if quick else FULL_GRID)
     reps = grid["repeats"]
     tick = progress or (lambda what: None)
-    on_gpu = torch.device(device).type == "cuda"
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
     timed = _timer(torch, device)
+    default = default_cuda_model()
+    failures: list[dict[str, str]] = []
+
+    def attempt(what: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``, or NaN with the failure recorded: one failing step costs only its figure."""
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - any failure of one step is recorded, the rest measured
+            failures.append({"step": what, "error": _error_text(exc)})
+            return math.nan
+
     a = torch.ones(8, device=device)
     n_launch = 200
 
@@ -80,63 +109,99 @@ def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = N
             a.add_(0)
         sync()
 
-    dispatch = _wall_ns(launches, reps) / n_launch
+    dispatch = attempt("launch overhead", lambda: _wall_ns(launches, reps) / n_launch)
     tick("launch overhead")
-    roundtrip = _wall_ns(lambda: (a.add_(0), sync()), reps)
+    roundtrip = attempt("round trip", lambda: _wall_ns(lambda: (a.add_(0), sync()), reps))
     tick("round trip")
     mib = (64 if quick else 256) if on_gpu else 4
-    src = torch.ones(mib << 18, device=device)  # mib MiB of float32
-    dst = torch.empty_like(src)
-    copy_bw = 2 * src.nbytes / timed(lambda: dst.copy_(src), reps)
+    bufs: dict[str, Any] = {}
+
+    def copy_bw() -> float:
+        bufs["src"] = torch.ones(mib << 18, device=device)  # mib MiB of float32
+        bufs["dst"] = torch.empty_like(bufs["src"])
+        return 2 * bufs["src"].nbytes / timed(lambda: bufs["dst"].copy_(bufs["src"]), reps)
+
+    memory_bw = attempt("device copy bandwidth", copy_bw)
     tick("device copy bandwidth")
     bws = {}
     for pinned in (False, True):
-        host = torch.ones(mib << 18, pin_memory=pinned and on_gpu)
-        bws[f"h2d_{'pinned' if pinned else 'pageable'}"] = host.nbytes / _wall_ns(
-            lambda host=host: (src.copy_(host, non_blocking=pinned), sync()), reps)
-        bws[f"d2h_{'pinned' if pinned else 'pageable'}"] = host.nbytes / _wall_ns(
-            lambda host=host: (host.copy_(src, non_blocking=pinned), sync()), reps)
-        tick(f"transfers ({'pinned' if pinned else 'pageable'})")
-    src = dst = None  # free the device memory before the curves
+        kind = "pinned" if pinned else "pageable"
+
+        def transfer(to_device: bool, pinned=pinned) -> float:
+            host = torch.ones(mib << 18, pin_memory=pinned and on_gpu)
+            src = bufs.get("src")
+            if src is None:
+                src = bufs["src"] = torch.ones(mib << 18, device=device)
+            fn = ((lambda: (src.copy_(host, non_blocking=pinned), sync())) if to_device
+                  else (lambda: (host.copy_(src, non_blocking=pinned), sync())))
+            return host.nbytes / _wall_ns(fn, reps)
+
+        bws[f"h2d_{kind}"] = attempt(f"host-to-device ({kind})", lambda: transfer(True))
+        bws[f"d2h_{kind}"] = attempt(f"device-to-host ({kind})", lambda: transfer(False))
+        tick(f"transfers ({kind})")
+    bufs.clear()  # free the device memory before the curves
     ns_, rows_ = [float(n) for n in grid["n_fft"]], [float(r) for r in grid["rows"]]
     gen = torch.Generator(device=device).manual_seed(0)
-    tables: dict[str, LogLogTable] = {}
-    fft, fused = [], {1: [], 2: []}
-    select: dict[str, list] = {"peaks": [], "bins": []}
+    names = ["fft:float32", "fused:float32:s1", "fused:float32:s2", "select:peaks", "select:bins"]
+    curves: dict[str, list[list[float]]] = {name: [] for name in names}
     for n in grid["n_fft"]:
-        row_fft, row_fused, row_sel = [], {1: [], 2: []}, {"peaks": [], "bins": []}
+        row: dict[str, list[float]] = {name: [] for name in names}
         for r in grid["rows"]:
-            x = torch.randn((r, n), device=device, generator=gen)
-            row_fft.append(timed(lambda x=x: torch.fft.rfft(x, dim=-1), reps))
-            for s in (1, 2):
-                p = make_params(n_fft=n, k=16, segments=s)
-                run = fused_runner(p, s)
-                frames = torch.randn((r, p.frame_length(s)), device=device, generator=gen)
-                row_fused[s].append(timed(lambda run=run, f=frames: run(f), reps))
+            x = attempt(f"signals {n} x {r}", lambda: torch.randn((r, n), device=device, generator=gen))
+            ok = not isinstance(x, float)
+            row["fft:float32"].append(attempt(f"cuFFT n_fft {n} x {r}", lambda: timed(
+                lambda: torch.fft.rfft(x, dim=-1), reps)) if ok else math.nan)
+            for seg in (1, 2):
+                def fused(seg=seg) -> float:
+                    p = make_params(n_fft=n, k=16, segments=seg)
+                    run = fused_runner(p, seg)
+                    frames = torch.randn((r, p.frame_length(seg)), device=device, generator=gen)
+                    return timed(lambda: run(frames), reps)
+
+                row[f"fused:float32:s{seg}"].append(attempt(f"triton-fused n_fft {n} x {r}, {seg} segments", fused))
             for mode in ("peaks", "bins"):
-                run = block_runner(make_params(n_fft=n, k=16, segments=1, mode=mode), 1)
-                spec = torch.fft.rfft(x, dim=-1)[:, None, :]
-                row_sel[mode].append(timed(lambda run=run, spec=spec: run(spec), reps))
+                def select(mode=mode) -> float:
+                    run = block_runner(make_params(n_fft=n, k=16, segments=1, mode=mode), 1)
+                    spec = torch.fft.rfft(x, dim=-1)[:, None, :]
+                    return timed(lambda: run(spec), reps)
+
+                row[f"select:{mode}"].append(attempt(f"triton-block selection ({mode}) n_fft {n} x {r}", select)
+                                             if ok else math.nan)
             tick(f"n_fft {n} x {r}")
-        fft.append(row_fft)
-        for s in (1, 2):
-            fused[s].append(row_fused[s])
-        for mode in select:
-            select[mode].append(row_sel[mode])
-    tables["fft:float32"] = LogLogTable(ns_, rows_, fft)
-    tables["fft:float64"] = LogLogTable(ns_, rows_, [[2 * v for v in row] for row in fft])  # not measured: 2x
-    for s in (1, 2):
-        tables[f"fused:float32:s{s}"] = LogLogTable(ns_, rows_, fused[s])
-    for mode in select:  # the selection's curve is over bins, as the CPU model's
-        tables[f"select:{mode}"] = LogLogTable([n // 2 + 1 for n in ns_], rows_, select[mode])
+        for name in names:
+            curves[name].append(row[name])
+    filled: dict[str, int] = {}
+
+    def fill(name: str, values: list[list[float]], x1: list[float]) -> LogLogTable:
+        """The measured curve, its failed points taken from the default model."""
+        out = [[v if math.isfinite(v) and v > 0 else default.tables[name](a1, a2) for v, a2 in zip(vals, rows_)]
+               for vals, a1 in zip(values, x1)]
+        missing = sum(1 for vals in values for v in vals if not (math.isfinite(v) and v > 0))
+        if missing:
+            filled[name] = missing
+        return LogLogTable(x1, rows_, out)
+
+    tables = {name: fill(name, curves[name], ns_) for name in names if not name.startswith("select")}
+    tables["fft:float64"] = LogLogTable(ns_, rows_, [[2 * v for v in vals] for vals in tables["fft:float32"].ns])
+    for mode in ("peaks", "bins"):  # the selection's curve is over bins, as the CPU model's
+        tables[f"select:{mode}"] = fill(f"select:{mode}", curves[f"select:{mode}"], [n // 2 + 1 for n in ns_])
+    scalars = {"dispatch_ns": (dispatch, default.dispatch_ns), "roundtrip_ns": (roundtrip, default.roundtrip_ns),
+               "memory_bw": (memory_bw, default.memory_bw), "h2d_bw": (bws["h2d_pageable"], default.h2d_bw),
+               "d2h_bw": (bws["d2h_pageable"], default.d2h_bw)}
+    for name, (v, fallback) in scalars.items():
+        if not math.isfinite(v):
+            filled[name] = 1
+            scalars[name] = (fallback, fallback)
     name = torch.cuda.get_device_name(device) if on_gpu else f"{device} (Triton interpreter: not a GPU's numbers)"
+    points = len(grid["n_fft"]) * len(grid["rows"]) * len(names) + len(scalars)
     return BackendCostModel(
-        device="cuda", status="measured" if on_gpu else "stand-in (Triton interpreter)", dispatch_ns=dispatch,
-        roundtrip_ns=roundtrip, memory_bw=copy_bw, h2d_bw=bws["h2d_pageable"], d2h_bw=bws["d2h_pageable"],
-        unified_memory=False, threads=1, tables=tables, min_gain_ns=dispatch,
+        device="cuda", status="measured" if on_gpu else "stand-in (Triton interpreter)",
+        **{k: v for k, (v, _) in scalars.items()}, unified_memory=False, threads=1, tables=tables,
+        min_gain_ns=scalars["dispatch_ns"][0],
         meta={"quick": quick, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "grid": grid, "gpu": name,
               "bandwidth_gbps": bws, "torch": torch.__version__,
-              "driver": getattr(torch.version, "cuda", None) if on_gpu else None},
+              "driver": getattr(torch.version, "cuda", None) if on_gpu else None,
+              "failures": failures, "filled": filled, "points": points},
     )
 
 

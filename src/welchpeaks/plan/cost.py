@@ -184,6 +184,17 @@ class BackendCostModel:
         d["tables"] = {k: v.to_dict() for k, v in self.tables.items()}
         return d
 
+    @property
+    def label(self) -> str:
+        """``status``, and for a measurement with failed steps how much of it came from the
+        default (published figures) instead."""
+        filled = self.meta.get("filled") if isinstance(self.meta, dict) else None
+        if not filled:
+            return self.status
+        points = self.meta.get("points") or 0
+        return (f"{self.status}, partial: {sum(filled.values())} of {points} figures from the default, "
+                f"{len(self.meta.get('failures') or [])} steps failed")
+
     @classmethod
     def from_dict(cls, d: Any) -> "BackendCostModel":
         """A model from :meth:`to_dict`'s form, every field checked (type and range): a ValueError

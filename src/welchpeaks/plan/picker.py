@@ -150,7 +150,7 @@ def pick_for(params: PeakParams, n_seg: int, batch: int, length: int, compute: A
         choice, why = legacy_pick(list(finite), batch, device), "legacy rule (WELCHPEAKS_PICKER=legacy)"
     else:
         choice = min(finite, key=finite.get)
-        why = f"auto: lowest predicted time on {device} ({resolved.status} cost model)"
+        why = f"auto: lowest predicted time on {device} ({resolved.label} cost model)"
         if resolved.under_load() is not None:
             why += (f"; that model was measured while other processes kept {resolved.under_load():g} cores busy, "
                     "so its times may be high (`welchpeaks calibrate` on an idle machine)")

@@ -75,7 +75,7 @@ class CallPlan:
     why: str
     fusion: dict[str, Any]  # the gate's decision that shaped the graph
     layout: tuple[str, str] | None  # (name, why) under layout='auto'
-    upload: bool  # host rows go to the CUDA device first
+    upload: bool  # host rows go to the CUDA device first (a GPU execution on host data, with a GPU here)
     working_bytes: int  # intermediate memory of one run of the whole batch
     block_rows: int | None  # rows per run when the whole batch would exceed the memory budget
     segment_piece: int | None = None  # segments per piece when one row would exceed it
@@ -106,7 +106,7 @@ class CallPlan:
         if self.upload:
             import torch
 
-            rows = torch.from_numpy(rows).to("cuda")
+            rows = torch.from_numpy(np.ascontiguousarray(rows)).to(backends.upload_device())
         if self.segment_piece is not None:
             return self.program.segments_in_pieces(rows, self.segment_piece)[0]
         return self.program(x=rows)[0]
@@ -239,12 +239,12 @@ class Planner:
         model = cuda_model()
         name, info, why = pick_for(self.params, n_seg, rows, length, compute, "cuda", model, budget=budget)
         if model.status != "measured":
-            return backends.get(name), why + "; the data is uploaded (device='cuda')"
+            return backends.get(name), why + " (device='cuda')"
         upload_ns = rows * length * np.dtype(compute).itemsize / model.h2d_bw
         gpu_ns = info[name]["total_ns"] + upload_ns
         cpu_model = cost_model_for("cpu", wait=False)
         if cpu_model is None:
-            return backends.get(name), why + "; the data is uploaded (no CPU model to compare with yet)"
+            return backends.get(name), why + " (device='cuda'; no CPU model to compare with yet)"
         cpu_name, cpu_info, _ = pick_for(self.params, n_seg, rows, length, compute, "cpu", cpu_model, budget=budget)
         cpu_ns = cpu_info[cpu_name]["total_ns"]
         if cpu_ns < gpu_ns:
@@ -300,7 +300,12 @@ class Planner:
             compute = self.compute_dtype(input_dtype)
             budget = self.budget()
             ex, why = self._execution(rows, n_seg, length, compute, tensor, budget)
-            upload = not tensor and ex.device == "cuda" and self.device == "cuda"
+            upload = False
+            if not tensor and ex.device == "cuda":  # host data for a GPU execution
+                upload = backends.upload_device() is not None
+                why += ("; the host data is uploaded to the CUDA device" if upload else
+                        "; on CPU tensors through Triton's interpreter (TRITON_INTERPRET=1)"
+                        if backends.interpreting() else "; on CPU tensors (torch sees no CUDA device)")
             program, fusion = self.program(ex, n_seg, rows, length, compute)
             # this batch's graph: the compiled program is shared by every batch of its structure
             graph = self.graph(ex, n_seg, rows, length, compute)[0]

@@ -22,19 +22,32 @@ PUBLISHED = {
 }
 
 
-def issue_bound(roof: dict[str, Any], cfg: "KernelConfig", sass_instructions: int) -> dict[str, Any]:
-    """``roof`` with the time the compiled code's instruction issue implies: each SM issues at
-    most 4 warp-instructions per cycle (one per scheduler), a program of ``num_warps`` warps
-    runs every instruction of the kernel once per warp (static count: the dynamic count for one
-    pair of segments; a longer row repeats the pair loop's share) and covers ``BR`` rows.
-    ``over_floor_compiled`` then compares max(memory, tensor, issue) with the memory floor."""
+def issue_bound(roof: dict[str, Any], cfg: "KernelConfig", figures: dict[str, Any]) -> dict[str, Any]:
+    """``roof`` with what the compiled code (``figures``: ``gpu-check``'s SASS counts and
+    residency) implies. Each SM issues at most 4 warp-instructions per cycle (one per
+    scheduler); a program of ``num_warps`` warps runs every instruction of the kernel once per
+    warp (the static count: the pair loop's body counted once, as for one pair of segments)
+    and covers ``BR`` rows. Per row: warp-instructions, CTA barriers and shuffles. The issue-
+    bound time of ``cfg.batch`` rows sits beside the memory-bound one (bytes over the published
+    bandwidth); ``over_floor_compiled`` compares max(memory, tensor, issue) with the memory
+    floor. With one CTA per SM, barriers and memory latency are exposed rather than hidden by
+    other warps, so the real time is above this bound: it is a floor, not a forecast."""
     c = launch_constants(cfg)
     pub = PUBLISHED[cfg.arch]
-    per_row = sass_instructions * c["num_warps"] / c.get("BR", 1)
+    per_program = c["num_warps"] / c.get("BR", 1)  # warps per row
+    per_row = figures["sass_instructions"] * per_program
     issue_ns = per_row / (4 * pub["sms"] * pub["boost_ghz"])
     best = max(roof["ns_per_row_memory"], roof["ns_per_row_tensor"], issue_ns)
-    return {**roof, "warp_instructions_per_row": per_row, "ns_per_row_issue": issue_ns,
-            "over_floor_compiled": best / roof["ns_per_row_memory_floor"]}
+    out = {**roof, "warp_instructions_per_row": per_row, "ns_per_row_issue": issue_ns,
+           "over_floor_compiled": best / roof["ns_per_row_memory_floor"],
+           "batch": cfg.batch, "us_issue_bound": issue_ns * cfg.batch / 1e3,
+           "us_memory_bound": roof["ns_per_row_memory"] * cfg.batch / 1e3,
+           "us_memory_floor": roof["ns_per_row_memory_floor"] * cfg.batch / 1e3}
+    if "barriers" in figures:  # a CTA-wide barrier holds the whole program once; a shuffle runs per warp
+        out["barriers_per_row"] = figures["barriers"] / c.get("BR", 1)
+        out["shuffles_per_row"] = figures["shuffles"] * per_program
+    out["of_bandwidth_predicted"] = roof["ns_per_row_memory_floor"] / best
+    return out
 
 
 @dataclass(frozen=True)
@@ -42,18 +55,15 @@ class KernelConfig:
     kernel: str
     n_fft: int
     k: int
-    segments: int  # a runtime argument of both kernels: changes the roofline, not the compiled code
+    segments: int  # a runtime argument of both kernels (the JIT specialises only segments == 1)
     mode: str
     arch: str
     precision: str = "fp32"  # the fused kernel's tensor-core products; the block kernel has none
+    batch: int = 65536  # rows of the launch compiled (the JIT specialises on B == 1 and B % 16)
 
     def label(self) -> str:
         prec = f" {self.precision}" if self.kernel == "fused" else ""
         return f"{self.kernel} n_fft {self.n_fft} k {self.k} seg {self.segments} {self.mode}{prec} {self.arch}"
-
-    def compile_key(self) -> tuple:
-        """What the compiled code depends on (configurations that share it compile once)."""
-        return (self.kernel, self.arch, tuple(sorted(launch_constants(self).items())))
 
 
 def _params(cfg: KernelConfig):
@@ -63,22 +73,13 @@ def _params(cfg: KernelConfig):
 
 
 def launch_constants(cfg: KernelConfig) -> dict[str, Any]:
-    """The constexpr arguments (and ``num_warps``) the execution launches this configuration with."""
-    from welchpeaks.backends.triton_exec import (FUSED_TILES, PRECISION_CODES, _next_pow2, block_tile, dft_factors,
-                                                 select_constants)
+    """The constexpr arguments and options (``num_warps``) the execution launches this
+    configuration with."""
+    from welchpeaks.backends.triton_exec import block_constants, fused_constants
 
     p = _params(cfg)
-    common = dict(PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance)
-    if cfg.kernel == "block":
-        nbp = _next_pow2(p.n_bins)
-        br, warps = block_tile(nbp)
-        return dict(common, **select_constants(p, nbp), NB=p.n_bins, NBP=nbp, BR=br,
-                    num_warps=warps)
-    n1, n2, n3 = dft_factors(p.n_fft, p.precision)
-    br, warps, least = FUSED_TILES[p.n_fft]
-    return dict(common, **select_constants(p, p.n_fft // 2, least), N1=n1, N2=n2, N3=n3,
-                BR=br, HALF=2 * p.hop == p.n_fft, DETREND=p.detrend_code, PRECISION=PRECISION_CODES[p.precision],
-                INTERPRET=False, num_warps=warps)
+    consts, options, _ = fused_constants(p) if cfg.kernel == "fused" else block_constants(p)
+    return {**consts, **options}
 
 
 def unsupported(cfg: KernelConfig) -> str | None:
@@ -120,8 +121,9 @@ def roofline(cfg: KernelConfig) -> dict[str, Any]:
         read = frame * 4 if c["HALF"] else s * n * 4  # 50% overlap: each sample once
         pairs = (s + 1) // 2
         radices = [c[r] for r in ("N1", "N2", "N3") if c[r] > 1]
-        tensor_flops = pairs * (3 if p.precision == "fp32" else 1) * 3 * 2 * n * sum(radices)  # Gauss: 3 products
-        prep = 18 if p.precision == "fp32" else 9  # operand rounding (and split) of 3 operands, the Gauss sums
+        # one real product [rows, 2r] @ [2r, 2r] per radix r (three for fp32's split operands)
+        tensor_flops = pairs * (3 if p.precision == "fp32" else 1) * 8 * n * sum(radices)
+        prep = 12 if p.precision == "fp32" else 6  # operand rounding (and split) of [re | im], the joins
         alu_ops = (read / 4 * 6  # load, finite test, zeroing, count
                    + s * n * 3  # detrend, window
                    + pairs * n * (len(radices) * prep + (len(radices) - 1) * 10 + 6)  # twiddles, permutes, power

@@ -208,3 +208,21 @@ def test_errors_are_one_line(recording, tmp_path):
     res = runner.invoke(app, ["track", str(path), "--out", str(tmp_path / "x.csv"), "--workers", "1",
                               "--scheduler", "tcp://127.0.0.1:1"])
     assert res.exit_code == 2 and "pass one of them" in res.output
+
+
+def test_a_file_failing_while_a_job_runs_is_one_line_and_exit_2(tmp_path, monkeypatch):
+    """SignalFileError is a ValueError (issue 35, defect 12): a file that turns unreadable
+    while a job reads it (truncated, say) is reported like any bad input, not as a traceback."""
+    from welchpeaks.loaders import SignalFileError
+    from welchpeaks.sources import SignalSource
+
+    assert issubclass(SignalFileError, ValueError)
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((4, 4096)).astype(np.float32))
+
+    def truncated(self, part, r0, r1, s0, s1):
+        raise SignalFileError(f"{self.parts[part].name}: reading rows {r0}..{r1 - 1} failed (file truncated)")
+
+    monkeypatch.setattr(SignalSource, "read", truncated)
+    for cmd in (["track", "--n-fft", "128"], ["peaks", "--n-fft", "128"]):
+        res = runner.invoke(app, [cmd[0], str(tmp_path / "x.npy"), "--out", str(tmp_path / f"{cmd[0]}.csv"), *cmd[1:]])
+        assert res.exit_code == 2 and "file truncated" in res.output and "Traceback" not in res.output, res.output

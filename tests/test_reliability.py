@@ -267,6 +267,24 @@ def test_oversized_or_odd_cache_files_are_not_read(monkeypatch, tmp_path):
 # ------------------------------------------------------------------------------ files written
 
 
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_files_written_have_the_mode_the_umask_gives(tmp_path, mask):
+    """Results are written through a temporary file (0600) renamed into place: they must end
+    with the mode a plain open gives (0644 under umask 0022), so that others can read them."""
+    import stat
+
+    old = os.umask(mask)
+    try:
+        write_atomic(tmp_path / "a.csv", "x")
+        write_atomic(tmp_path / "b.png", lambda p: p.write_bytes(b"y"))  # a writer that opens the path itself
+        (tmp_path / "c.json").write_text("old")
+        write_atomic(tmp_path / "c.json", "new")  # replacing a file
+    finally:
+        os.umask(old)
+    for name in ("a.csv", "b.png", "c.json"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~mask, name
+
+
 def test_write_atomic_keeps_the_old_file_when_writing_fails(tmp_path):
     target = tmp_path / "out.json"
     target.write_text("old")

@@ -33,11 +33,32 @@ def check_writable(path: str | os.PathLike, what: str = "output") -> Path:
     return path
 
 
+def umask() -> int:
+    """The process's file-mode creation mask, read without changing it where Linux says it
+    (``/proc/self/status``), else by setting it and putting it back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def as_umask_allows(path: str | os.PathLike, directory: bool = False) -> None:
+    """Give ``path`` (made by ``tempfile``, which creates 0600 files and 0700 folders) the mode
+    a plain ``open`` or ``mkdir`` would: 0666 or 0777 less the umask (0644 / 0755 under 0022)."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~umask())
+
+
 def write_atomic(path: str | os.PathLike, data: bytes | str | Callable[[Path], None]) -> Path:
     """Write ``data`` (bytes, text, or a function that writes a given path) to a new, exclusively
     created temporary file beside ``path`` (never through a link planted there), flush it to
     disk, then rename it over ``path``: readers see the old file or the whole new one, and a
-    full disk or an interruption leaves the old file as it was."""
+    full disk or an interruption leaves the old file as it was. The file gets the mode the
+    umask gives new files (0644 under 0022), not the temporary file's 0600."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.",
                                suffix=".tmp")
@@ -52,6 +73,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | str | Callable[[Path], N
                 fh.write(data.encode() if isinstance(data, str) else data)
                 fh.flush()
                 os.fsync(fh.fileno())
+        as_umask_allows(tmp)  # after the writer, which may have made the file anew
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

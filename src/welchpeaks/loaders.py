@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 
-class SignalFileError(Exception):
+class SignalFileError(ValueError):
     """A file could not be read as signals; the message says why, in one line."""
 
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from welchpeaks.files import write_atomic
+from welchpeaks.files import as_umask_allows, write_atomic
 
 FORMATS = (".parquet", ".zarr", ".csv", ".jsonl")
 #: the columns of every job of a kind; the measures asked for (``measures=``) follow them
@@ -339,6 +339,7 @@ class Job:
         total = sum(len(c["signal"]) for c in self.columns())
         tmp = Path(tempfile.mkdtemp(dir=self.out.parent if str(self.out.parent) else ".", prefix=f".{self.out.name}."))
         try:
+            as_umask_allows(tmp, directory=True)
             group = zarr.open_group(str(tmp), mode="w")
             group.attrs.update(files=self.names, kind=self.kind)
             arrays = {}

@@ -792,3 +792,36 @@ def test_help_keeps_bracketed_defaults_and_install_hints():
 
     res = CliRunner().invoke(app, ["peaks", "--help"], terminal_width=200)
     assert "[default: n_fft/2]" in res.output and "--nan-policy" in res.output
+
+
+def test_a_background_measurement_stops_cleanly_at_exit(tmp_path):
+    """Issue 35, defect 14: a process that exits while the background calibration runs must not
+    freeze it mid-kernel (that aborted with "terminate called without an active exception"):
+    at exit the measurement is told to stop at its next step and is waited for."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "stopped"
+    script = f"""
+import pathlib, time
+from welchpeaks.plan import calibrate
+
+def long_measure(quick=False, progress=None):
+    try:
+        for i in range(100000):  # far longer than the process lives
+            progress(f"step {{i}}")
+            time.sleep(0.01)
+    except calibrate._Stopped:
+        pathlib.Path({str(marker)!r}).write_text("stopped at a step boundary")
+        raise
+
+calibrate.measure_cpu = long_measure
+calibrate.start_background("cpu")
+time.sleep(0.05)
+"""
+    env = dict(os.environ, WELCHPEAKS_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and "terminate called" not in proc.stderr, proc.stderr
+    assert marker.read_text() == "stopped at a step boundary"
+    assert not list((tmp_path / "cache").glob("cost-*.json"))  # a stopped measurement caches nothing

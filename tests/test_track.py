@@ -249,3 +249,19 @@ def test_tensors_cpu_and_triton_in_the_interpreter():
     assert got.strategy == "triton-fused" and got.bins.shape == (2, len(ref), 3)
     np.testing.assert_array_equal(got.bins.numpy(), oracle.bins)
     np.testing.assert_allclose(got.power.numpy(), oracle.power, rtol=1e-4)
+
+
+@pytest.mark.parametrize("strategy", ["numpy", "fused-cpu"])
+def test_frames_without_peaks_are_not_an_overflow(strategy):
+    """Issue 35, defect 7: with overlapping frames fused-cpu shares segments between frames,
+    and took every frame without a peak (a silent channel) for an overflow."""
+    x = np.zeros((2, 4096))
+    x[1] = np.sin(0.3 * np.arange(4096)) + 0.1 * np.random.default_rng(3).standard_normal(4096)
+    res = welchpeaks.track(x, frame_segments=8, frame_hop=4, strategy=strategy)
+    ref = welchpeaks.track(x, frame_segments=8, frame_hop=4, strategy="numpy")
+    assert (res.bins[0] == -1).all() and (res.bins[1, :, 0] >= 0).all()
+    np.testing.assert_array_equal(res.bins, ref.bins)
+    loud = np.full((1, 4096), 1e30, np.float32)
+    loud[0, ::2] = -1e30  # a power past float32's range is still an error, under both
+    with pytest.raises(ValueError, match="overflows"):
+        welchpeaks.track(loud, frame_segments=8, frame_hop=4, strategy=strategy)

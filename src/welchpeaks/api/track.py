@@ -206,9 +206,10 @@ class Tracker:
                 t1 = min(n_frames, t0 + frames_per_block)
                 view = as_strided(rows[r0:, t0 * self.step:], shape=(r1 - r0, t1 - t0, self.frame),
                                   strides=(row_stride, self.step * item, item), writeable=False)
+                flagged = None  # the shared pass's frames left empty for a non-finite power
                 try:
                     if shared is not None:
-                        res = self._run_shared(shared, rows[r0:r1], t0, t1, arr.dtype)
+                        res, flagged = self._run_shared(shared, rows[r0:r1], t0, t1, arr.dtype)
                     else:
                         res = peaks(np.ascontiguousarray(view).reshape(-1, self.frame))
                 except ValueError as exc:
@@ -219,9 +220,13 @@ class Tracker:
                 freqs[r0:r1, t0:t1] = res.freqs.reshape(shape)
                 for n, v in measures.items():
                     v[r0:r1, t0:t1] = res.measures[n].reshape(shape)
-                empty = np.flatnonzero(res.bins[:, 0] < 0)  # frames with no peak: not finite, or all filtered
-                if empty.size:
-                    self._check_frames(view, empty, lead, r0, t0, first_sample, overflow=shared is not None)
+                if flagged is not None:  # NaN, infinity or an overflow; a frame without peaks is not flagged
+                    if flagged.size:
+                        self._check_frames(view, flagged, lead, r0, t0, first_sample, overflow=True)
+                else:
+                    empty = np.flatnonzero(res.bins[:, 0] < 0)  # frames with no peak: not finite, or all filtered
+                    if empty.size:
+                        self._check_frames(view, empty, lead, r0, t0, first_sample)
         shape = lead + (n_frames, k)
         return TrackResult(bins.reshape(shape), power.reshape(shape), freqs.reshape(shape),
                            self.times(n_frames, first_sample), self.strategy, self.info(),
@@ -287,7 +292,10 @@ class Tracker:
             self._shared_plans[compute.name] = SharedFrames(self.params, self.frame_segments, self.frame_hop, compute)
         return self._shared_plans[compute.name]
 
-    def _run_shared(self, shared: SharedFrames, rows: np.ndarray, t0: int, t1: int, dtype: np.dtype) -> PeakResult:
+    def _run_shared(self, shared: SharedFrames, rows: np.ndarray, t0: int, t1: int,
+                    dtype: np.dtype) -> tuple[PeakResult, np.ndarray]:
+        """The shared pass over frames ``t0..t1-1`` of ``rows``, and the frames (row-major
+        indices) it left empty because their power is not finite."""
         out = shared.run(rows, t0 * self.step, t1 - t0)
         power = out.power
         if power.dtype != dtype:
@@ -296,7 +304,7 @@ class Tracker:
             if np.isinf(power).any():
                 raise ValueError(f"a power is computed in {out.power.dtype} but does not fit {dtype.name}, the "
                                  "precision of x (results come back in it); pass x as float64 or scale it down")
-        return PeakResult(out.bins, power, out.fbins * self.params.freq_scale(), "fused-cpu", {})
+        return PeakResult(out.bins, power, out.fbins * self.params.freq_scale(), "fused-cpu", {}), out.bad_rows
 
     def _check_frames(self, frames: np.ndarray, empty: np.ndarray, lead: tuple[int, ...], r0: int, t0: int,
                       first_sample: int, overflow: bool = False) -> None:

@@ -9,6 +9,7 @@ file that cannot be read back as a model is re-measured with a warning.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import json
@@ -161,6 +162,30 @@ def load(device: str) -> BackendCostModel | None:
 
 _BACKGROUND: dict[str, threading.Thread] = {}
 _BACKGROUND_LOCK = threading.Lock()
+#: set at interpreter exit: a background measurement stops at its next step
+_STOP = threading.Event()
+
+
+class _Stopped(Exception):
+    """The process is exiting: the background measurement stops (nothing is cached)."""
+
+
+def _step(what: str) -> None:
+    """A background measurement's progress callback: where it stops when the process exits."""
+    if _STOP.is_set():
+        raise _Stopped(what)
+
+
+@atexit.register
+def _stop_background() -> None:
+    """At exit, let each background measurement finish the step it is in (a kernel's compile
+    or a timing, seconds) and stop, rather than freeze it mid-kernel: a daemon thread inside a
+    numba parallel region when the interpreter finalises aborts the process ("terminate called
+    without an active exception", exit 134)."""
+    _STOP.set()
+    for thread in list(_BACKGROUND.values()):
+        if thread.is_alive():
+            thread.join()
 
 
 def start_background(device: str = "cpu", replacing: BackendCostModel | None = None) -> None:
@@ -242,7 +267,9 @@ def _complete_and_cache(model: BackendCostModel, device: str) -> None:
     try:
         grid = QUICK_GRID
         with QUIET.armed():
-            table = _find_peaks_curve(grid, grid["repeats"], np.random.default_rng(0), lambda what: None)
+            table = _find_peaks_curve(grid, grid["repeats"], np.random.default_rng(0), _step)
+    except _Stopped:
+        return
     except Exception as exc:  # the model stays as it was: priced by the fallback
         warnings.warn(f"welchpeaks: measuring the find_peaks kernel for the {device} cost model failed ({exc})",
                       stacklevel=2)
@@ -269,9 +296,11 @@ def _measure_and_cache(device: str, tries: int = 0) -> None:
 
     try:
         with QUIET.armed():
-            model = measure_cpu(quick=True)
+            model = measure_cpu(quick=True, progress=_step)
         if tries:
             model.meta["remeasures"] = tries
+    except _Stopped:
+        return
     except Exception as exc:  # reported, and the planner keeps the numpy execution
         warnings.warn(f"welchpeaks: measuring the {device} cost model failed ({exc}); strategy='auto' keeps "
                       "the numpy execution; run `welchpeaks calibrate` to see why", stacklevel=2)

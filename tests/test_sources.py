@@ -1,6 +1,8 @@
 """Out-of-core sources (open_signals): welch_peaks and track read them block by block and give
 exactly the in-memory results; hostile and damaged files get one-line errors."""
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -145,3 +147,32 @@ def test_long_rows_in_pieces_bit_for_bit(tmp_path, detrend, dtype):
     with pytest.raises(ValueError, match="signal 1 holds NaN or infinity"):
         welchpeaks.welch_peaks(welchpeaks.open_signals(tmp_path / "x.npy"), max_memory=1 << 20,
                                **dict(kw, nan_policy="raise"))
+
+
+def test_pipes_devices_and_dangling_links_are_refused_by_name(tmp_path):
+    """Issue 35, defect 11: a glob matching a FIFO hung (the folder branch checked for regular
+    files, the glob branch did not); a .wav linked to /dev/zero said "no such file". Run in a
+    child process, so that a regression fails by its time limit instead of hanging the tests."""
+    import subprocess
+    import sys
+
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    os.mkfifo(rec / "a.wav")
+    (tmp_path / "z.wav").symlink_to("/dev/zero")
+    (tmp_path / "gone.wav").symlink_to(tmp_path / "nothing-here.wav")
+    script = f"""
+from welchpeaks.loaders import SignalFileError
+from welchpeaks.sources import open_signals
+for src in ({str(rec / '*.wav')!r}, {str(rec)!r}, {str(tmp_path / 'z.wav')!r}, {str(tmp_path / 'gone.wav')!r}):
+    try:
+        open_signals(src)
+        print("opened", src)
+    except SignalFileError as exc:
+        print(exc)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0 and len(lines) == 4, proc.stdout + proc.stderr
+    assert all("not a regular file" in line for line in lines), lines
+    assert "a.wav" in lines[0] and "a.wav" in lines[1] and "z.wav" in lines[2] and "gone.wav" in lines[3]

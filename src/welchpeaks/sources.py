@@ -266,6 +266,17 @@ def _audio(paths: list[Path], what: str) -> SignalSource:
     return SignalSource(parts, next(iter(rates)), np.float32, f"audio {what}")
 
 
+def _regular_file(path: Path) -> Path:
+    """``path`` if it is a regular file (links followed); else a :class:`SignalFileError` that
+    says what it is: reading a pipe would wait forever, a device would never end."""
+    if path.is_file():
+        return path
+    if path.exists() or path.is_symlink():
+        raise SignalFileError(f"{path}: not a regular file (a pipe, a device, a directory, or a link to one or to "
+                              "nothing); name a file")
+    raise SignalFileError(f"{path}: no such file")
+
+
 def open_signals(source: str | os.PathLike) -> SignalSource:
     """A lazy, chunked view of the signals in ``source``.
 
@@ -278,27 +289,23 @@ def open_signals(source: str | os.PathLike) -> SignalSource:
     text = os.fspath(source)
     head, sep, dataset = text.partition(":")
     if sep and Path(head).suffix.lower() in (".h5", ".hdf5"):
-        path = Path(head)
-        if not path.is_file():
-            raise SignalFileError(f"{path}: no such file")
-        return _hdf5(path, dataset)
+        return _hdf5(_regular_file(Path(head)), dataset)
     path = Path(text)
     if any(c in text for c in "*?["):
         paths = sorted(Path(p) for p in _glob.glob(text) if Path(p).suffix.lower() in AUDIO_SUFFIXES)
         if not paths:
             raise SignalFileError(f"{text}: the pattern matches no .wav, .flac or .ogg file")
-        return _audio(paths, text)
+        return _audio([_regular_file(p) for p in paths], text)
     if path.suffix.lower() == ".zarr" or (path.is_dir() and (path / "zarr.json").exists()):
         if not path.exists():
             raise SignalFileError(f"{path}: no such Zarr store")
         return _zarr(path)
     if path.is_dir():
-        paths = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
+        paths = sorted(p for p in path.iterdir() if p.suffix.lower() in AUDIO_SUFFIXES)
         if not paths:
             raise SignalFileError(f"{path}: the directory holds no .wav, .flac or .ogg file")
-        return _audio(paths, str(path))
-    if not path.is_file():
-        raise SignalFileError(f"{path}: no such file")
+        return _audio([_regular_file(p) for p in paths], str(path))
+    _regular_file(path)
     suffix = path.suffix.lower()
     if suffix == ".npy":
         return _npy(path)

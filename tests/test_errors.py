@@ -71,3 +71,27 @@ def test_bad_input_never_changes_the_callers_array():
 def test_available_strategies_rejects_unknown_device():
     with pytest.raises(ValueError, match="device='cuda': torch sees no CUDA device"):
         welchpeaks.available_strategies("cuda")
+
+
+def test_parameters_that_size_memory_are_bounded_at_the_door():
+    """Issue 35, defect 13: parameters that size buffers or loops are refused with the fix, or
+    clamped where every larger value means the same, before anything is allocated."""
+    import scipy.signal
+
+    from welchpeaks.cli.scale import parse_memory
+
+    x = np.random.default_rng(0).standard_normal((2, 200))
+    far = welchpeaks.find_peaks(x, distance=float("inf"))  # past the row: one peak per row, as scipy's
+    assert [far.indices[i][far.indices[i] >= 0].tolist() for i in range(2)] == \
+        [scipy.signal.find_peaks(x[i], distance=10**6)[0].tolist() for i in range(2)]
+    whole = welchpeaks.find_peaks(x, prominence=0.1, wlen=float("inf"))  # past twice the row: the whole row
+    for i in range(2):
+        got = np.sort(whole.indices[i][whole.indices[i] >= 0])
+        np.testing.assert_array_equal(got, scipy.signal.find_peaks(x[i], prominence=0.1)[0])
+    with pytest.raises(ValueError, match=r"k=2147483648 asks for .* GiB .* pass k <= 102"):
+        welchpeaks.find_peaks(x, k=2**31)
+    with pytest.raises(ValueError, match=r"noise_bins=1000000000 is over"):
+        welchpeaks.welch_peaks(x, n_fft=64, k=2, measures=("snr",), noise_bins=10**9)
+    with pytest.raises(ValueError, match=r"the stream would hold .* pass fewer frame_segments"):
+        welchpeaks.WelchPeakStream(n_fft=16, k=1, frame_segments=2**40)
+    assert parse_memory("1e400") == 2**50 and parse_memory("1GB") == 10**9

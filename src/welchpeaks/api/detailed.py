@@ -29,12 +29,20 @@ def check_measures(measures: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+#: the widest local noise window: its scratch (3 (2 noise_bins + 1) floats per thread) stays
+#: under about 50 MB
+MAX_NOISE_BINS = 1 << 20
+
+
 def check_noise_bins(noise_bins: Any) -> int | None:
     if noise_bins is None:
         return None
     if not is_int(noise_bins) or noise_bins < 1:
         raise ValueError(f"noise_bins={noise_bins!r} must be a positive integer (the local noise floor is the "
                          "median over +-noise_bins bins) or None (the median of the whole row)")
+    if noise_bins > MAX_NOISE_BINS:
+        raise ValueError(f"noise_bins={noise_bins!r} is over {MAX_NOISE_BINS:,} bins (its scratch memory grows with "
+                         "it); pass a smaller window, or None for the median of the whole row")
     return int(noise_bins)
 
 

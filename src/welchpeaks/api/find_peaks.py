@@ -44,6 +44,11 @@ def _interval(name: str, value: Any) -> tuple[np.ndarray, bool]:
     return np.array([_number(name, value), _NONE]), True
 
 
+#: ``distance`` and ``wlen`` are clamped here: larger ones (infinity included) act as this on
+#: any row an array can hold, and the kernels take them as int32
+MAX_SAMPLES = (1 << 31) - 1
+
+
 def filter_config(*, height: Any = None, threshold: Any = None, distance: float | None = None, prominence: Any = None,
                   width: Any = None, wlen: float | None = None, rel_height: float = 0.5) -> dict[str, Any]:
     """scipy's filter arguments, checked, as the kernels take them: ``*_lim`` ``[min, max]``
@@ -58,13 +63,13 @@ def filter_config(*, height: Any = None, threshold: Any = None, distance: float 
         d = _number("distance", distance)
         if d < 1:
             raise ValueError(f"distance={distance!r} must be >= 1 (samples)")
-        dist = math.ceil(d)
+        dist = math.ceil(min(d, MAX_SAMPLES))  # past any row's length (inf included) all are alike
     wl = -1
     if wlen is not None:
         w = _number("wlen", wlen)
         if not w > 1:
             raise ValueError(f"wlen={wlen!r} must be larger than 1 (samples)")
-        wl = math.ceil(w)
+        wl = math.ceil(min(w, MAX_SAMPLES))  # past twice any row's length (inf included): the whole row
     rh = _number("rel_height", rel_height)
     if rh < 0:
         raise ValueError(f"rel_height={rel_height!r} must be >= 0")
@@ -143,6 +148,12 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
         raise ValueError(f"k={k!r} must be a positive integer, or None for every peak")
     else:
         slots = min(int(k), cap)
+        from welchpeaks.api.peaks import MAX_EMPTY_SLOT_BYTES
+
+        if k > cap and x.shape[0] * int(k) * 32 > MAX_EMPTY_SLOT_BYTES:  # the result holds k slots per row
+            raise ValueError(f"k={k} asks for {x.shape[0] * int(k) * 32 / 2**30:.1f} GiB of results, but rows of {n} "
+                             f"samples hold at most {cap} peaks, so every slot past {cap} is empty; pass k <= {cap} "
+                             "or k=None (as many slots as the fullest row)")
     rows_n = x.shape[0]
     if t is not None:
         from welchpeaks.backends.triton_exec import find_peaks_available, find_peaks_rows

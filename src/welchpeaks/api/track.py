@@ -393,6 +393,10 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
     return Tracker(**kw)(x)
 
 
+#: the most samples a stream holds per channel (a frame and a step; 16 GiB of float64)
+MAX_STREAM_SAMPLES = 1 << 31
+
+
 class WelchPeakStream:
     """Peaks over time as the samples arrive: ``push(chunk)`` returns the frames that chunk
     completes (a :class:`TrackResult`, possibly with no frame), ``flush()`` ends the stream.
@@ -415,6 +419,11 @@ class WelchPeakStream:
 
     def __init__(self, **params: Any):
         self.tracker = Tracker(**params)
+        held = self.tracker.frame + self.tracker.step
+        if held > MAX_STREAM_SAMPLES:
+            raise ValueError(f"a frame of {self.tracker.frame:,} samples (n_fft + (frame_segments-1)*hop) and a step "
+                             f"of {self.tracker.step:,}: the stream would hold {held:,} samples per channel, over "
+                             f"{MAX_STREAM_SAMPLES:,}; pass fewer frame_segments, a smaller frame_hop or n_fft")
         self._buf: np.ndarray | None = None
         self._fill = 0
         self.consumed = 0  # samples of the stream before the buffer's first one

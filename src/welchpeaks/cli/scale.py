@@ -21,7 +21,8 @@ _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb
 
 
 def parse_memory(text: str) -> int:
-    """'1GB', '512MiB', '2e9' -> bytes (at least 16 MiB)."""
+    """'1GB', '512MiB', '2e9' -> bytes (at least 16 MiB, at most 1 PiB: past any machine's
+    memory, infinity included, a budget means "no limit" and is clamped there)."""
     m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([a-zA-Z]*)\s*", text)
     try:
         value = float(m.group(1)) * _UNITS[m.group(2).lower()] if m else None
@@ -29,7 +30,7 @@ def parse_memory(text: str) -> int:
         value = None
     if value is None or not value == value or value < 16 * 2**20:
         _fail(f"--memory {text!r}: give a size of at least 16MiB, such as 1GB, 512MiB or 2e9 (bytes)")
-    return int(value)
+    return int(min(value, 2**50))
 
 
 def open_sources(files: list[str], fs: Optional[float]) -> tuple[list[Any], list[Optional[float]]]:

@@ -176,3 +176,15 @@ for src in ({str(rec / '*.wav')!r}, {str(rec)!r}, {str(tmp_path / 'z.wav')!r}, {
     assert proc.returncode == 0 and len(lines) == 4, proc.stdout + proc.stderr
     assert all("not a regular file" in line for line in lines), lines
     assert "a.wav" in lines[0] and "a.wav" in lines[1] and "z.wav" in lines[2] and "gone.wav" in lines[3]
+
+
+def test_an_hdf5_link_loop_is_a_file_error(tmp_path):
+    """Issue 35, defect 11: a soft-link loop in an HDF5 file let h5py's RuntimeError escape."""
+    path = tmp_path / "loop.h5"
+    with h5py.File(path, "w") as fh:
+        fh["a"] = h5py.SoftLink("/b")
+        fh["b"] = h5py.SoftLink("/a")
+        fh["ok"] = np.zeros((2, 64), np.float32)
+    with pytest.raises(SignalFileError, match=r"loop\.h5: cannot open '/a'.*loops or leads nowhere"):
+        welchpeaks.open_signals(f"{path}:/a")
+    assert welchpeaks.open_signals(f"{path}:/ok").rows == 2

@@ -227,7 +227,12 @@ def _hdf5(path: Path, dataset: str) -> SignalSource:
         fh.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
         raise SignalFileError(f"{path}: name the dataset as {path}:/path/to/dataset (datasets here: "
                               f"{', '.join('/' + n for n in names[:10]) or 'none'})")
-    ds = fh.get(dataset)
+    try:  # a soft-link loop or a broken external link raises from inside h5py
+        ds = fh.get(dataset)
+    except Exception as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SignalFileError(f"{path}: cannot open {dataset!r} ({reason}); it may be a link that loops or leads "
+                              "nowhere") from None
     if not isinstance(ds, h5py.Dataset):
         raise SignalFileError(f"{path}: has no dataset {dataset!r}")
     out = _real_dtype(ds.dtype, f"{path}:{dataset}")

@@ -25,7 +25,7 @@ def case(name, x, n_fft=256, prec="fp32", seg=2):
         torch.cuda.synchronize()
         out[name] = {"bad_rows": r.bad_rows.tolist(), "bins": r.bins.cpu().numpy().tolist(),
                      "power": r.power.cpu().numpy().tolist()}
-    except Exception as e:
+    except Exception:
         out[name] = {"error": traceback.format_exc()[-1500:]}
     print(name, json.dumps(out[name])[:600], flush=True)
 

@@ -20,7 +20,6 @@ the compiled code's instruction issue implies, from the target's **published** f
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil

@@ -9,9 +9,6 @@ try:
         os.environ.setdefault("TRITON_INTERPRET", "1")
 except ImportError:
     pass
-# bf16 is withdrawn from compiled GPUs unless asked for; the tests ask, so that a device run
-# keeps checking it (tests/test_gpu_exec.py tests the withdrawal itself)
-os.environ.setdefault("WELCHPEAKS_TRITON_BF16", "1")
 
 import numpy as np
 import pytest

@@ -72,11 +72,10 @@ def test_numpy_in_numpy_out_and_bad_rows(strategy):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
-def test_fused_flags_rows_holding_the_gpus_canonical_nan(precision, monkeypatch):
+def test_fused_flags_rows_holding_the_gpus_canonical_nan(precision):
     """A GPU's arithmetic makes NaN 0x7FFFFFFF: rounding an operand to tf32 or bf16 must keep
     it NaN (adding the half ulp carried it into the sign bit, -0.0: on an H100 a row's NaN
     vanished and its other segment's peaks came back)."""
-    monkeypatch.setenv(te.BF16_OPT_IN, "1")
     x = np.random.default_rng(8).standard_normal((6, 384)).astype(np.float32)
     x[2, 10] = np.array([0x7FFFFFFF], np.uint32).view(np.float32)[0]
     x[4, 300] = np.array([0xFFFFFFFF], np.uint32).view(np.float32)[0]  # negative, in the second segment only
@@ -111,20 +110,6 @@ def test_rows_with_nan_are_empty_and_flagged_whatever_the_kernels_flag(monkeypat
     assert (res.bins[[0, 1, 3, 5]] == 7).all()
     with pytest.raises(ValueError, match=r"NaN or infinity in signal \(2,\)"):
         welchpeaks.welch_peaks(torch.from_numpy(x).to(DEV), k=4, segments=2, strategy="triton-fused")
-
-
-def test_bf16_runs_compiled_only_when_asked_for(monkeypatch):
-    """bf16 flagged a finite row on its first device run: withdrawn from compiled GPUs unless
-    the opt-in variable is set (the interpreter keeps checking its arithmetic)."""
-    from welchpeaks.params import make_params
-
-    p = make_params(n_fft=256, k=4, segments=2, precision="bf16")
-    monkeypatch.setattr(te, "interpreting", lambda: False)
-    monkeypatch.delenv(te.BF16_OPT_IN, raising=False)
-    assert "withdrawn" in te.fused_unsupported(p) and te.BF16_OPT_IN in te.fused_unsupported(p)
-    assert te.fused_unsupported(make_params(n_fft=256, k=4, segments=2, precision="tf32")) is None
-    monkeypatch.setenv(te.BF16_OPT_IN, "1")
-    assert te.fused_unsupported(p) is None
 
 
 def test_tensor_input_under_auto_keeps_the_device_and_type():

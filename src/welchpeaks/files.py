@@ -1,13 +1,30 @@
-"""Writing files safely: every file welchpeaks writes (results, reports, weights, the cost-model
-cache, plots) goes through :func:`write_atomic`, and the command line checks an output path
-with :func:`check_writable` before it starts the work that fills it."""
+"""Files, safely: every file welchpeaks writes (results, reports, weights, the cost-model cache,
+plots) goes through :func:`write_atomic`, the command line checks an output path with
+:func:`check_writable` before it starts the work that fills it, and every small file it reads
+back and cannot trust (manifests, saved units, weights, caches) goes through
+:func:`read_regular` or :func:`load_json`: a regular file only (never a pipe, a device or a
+folder), at most a stated number of bytes, JSON of bounded nesting, or a
+:class:`FileContentError` naming the path."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import stat
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+import numpy as np
+
+#: the deepest JSON nesting :func:`load_json` accepts (welchpeaks' own files nest at most 5 deep)
+MAX_JSON_DEPTH = 64
+
+
+class FileContentError(ValueError):
+    """A file welchpeaks reads back (a manifest, a saved unit, weights, a cache) that is not what
+    it should be: not a regular file, too large, or malformed. The message names the path."""
 
 
 class OutputPathError(ValueError):
@@ -79,3 +96,54 @@ def write_atomic(path: str | os.PathLike, data: bytes | str | Callable[[Path], N
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def read_regular(path: str | os.PathLike, limit: int, what: str = "file") -> bytes:
+    """The bytes of ``path``, a regular file (links followed) of at most ``limit`` bytes, else a
+    :class:`FileContentError` naming ``what`` and the path. The file is opened without waiting
+    (a pipe would block a plain ``open`` until a writer comes) and checked on the opened
+    descriptor, so a file swapped after the check is not read either; a file that grows past
+    ``limit`` while it is read (``/dev/zero`` behind a link reports size 0) is refused."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise FileContentError(f"{what} {path}: no such file") from None
+    except IsADirectoryError:
+        raise FileContentError(f"{what} {path}: a directory, not a file") from None
+    except OSError as exc:
+        raise FileContentError(f"{what} {path}: cannot be opened ({exc.strerror or exc})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise FileContentError(f"{what} {path}: not a regular file (a pipe, a device or a directory)")
+    with os.fdopen(fd, "rb") as fh:
+        if st.st_size > limit:
+            raise FileContentError(f"{what} {path}: {st.st_size} bytes, more than such a file ever holds ({limit})")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise FileContentError(f"{what} {path}: more than {limit} bytes, more than such a file ever holds")
+    return data
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+
+def json_depth(data: bytes) -> int:
+    """The deepest nesting of arrays and objects in the JSON text ``data`` (strings skipped)."""
+    codes = np.frombuffer(_JSON_STRING.sub(b"", data), np.uint8)
+    step = (np.isin(codes, (ord("["), ord("{"))).astype(np.int64)
+            - np.isin(codes, (ord("]"), ord("}"))).astype(np.int64))
+    return int(np.cumsum(step).max(initial=0))
+
+
+def load_json(path: str | os.PathLike, limit: int, what: str = "file", max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """The JSON document in ``path`` (read with :func:`read_regular`), nested at most
+    ``max_depth`` deep, else a :class:`FileContentError` naming ``what`` and the path."""
+    data = read_regular(path, limit, what)
+    if json_depth(data) > max_depth:
+        raise FileContentError(f"{what} {path}: JSON nested deeper than {max_depth} levels; not a welchpeaks file")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise FileContentError(f"{what} {path}: not valid JSON ({str(exc).splitlines()[0][:120]})") from None

@@ -1,5 +1,7 @@
 """welchpeaks.find_peaks against scipy.signal.find_peaks, row by row (the oracle)."""
 
+import math
+
 import numpy as np
 import pytest
 import scipy.signal as ss
@@ -56,12 +58,24 @@ def _random_cases(seed, total, max_n, max_rows, quantized_share, k_none_share, m
         done += n_rows
 
 
+def _tied_under_distance(row, kw):
+    """Whether ``distance`` applies to ``row`` and two of its peaks before distance (after
+    height and threshold) are equal in height: there scipy's answer depends on its unstable
+    sort (issue 35, defect 17), so the oracle compares only rows without such ties, and
+    :func:`test_distance_ties_go_to_the_lower_index` checks those against the stated rule."""
+    if "distance" not in kw:
+        return False
+    heights = row[ss.find_peaks(row, **{f: kw[f] for f in ("height", "threshold") if f in kw})[0]]
+    return np.unique(heights).size < heights.size
+
+
 def _check_rows(x, got, kw, k):
     """Every row equals scipy's peaks, then the top k by height (ties to the lower index)."""
     props_kw = {f: kw[f] for f in ("height", "threshold", "distance", "prominence", "width", "wlen", "rel_height")
                 if f in kw}
     rows = got.to_list()
     for r in range(x.shape[0]):
+        assert not _tied_under_distance(x[r], kw), "equal peak heights under distance: scipy's answer is its sort's"
         peaks, props = ss.find_peaks(x[r], **props_kw)
         order = np.lexsort((peaks, -x[r][peaks]))[:k]  # highest first, ties to the lower index
         assert got.counts[r] == len(order)
@@ -430,3 +444,105 @@ def test_every_kernel_helper_states_whether_it_has_numba_runtime():
     assert unstated == []
     assert _numba_find_peaks._rows.targetoptions["_nrt"] is False
     assert _numba_find_peaks._sorted_order.targetoptions["_nrt"] is True  # it allocates
+
+
+def _lower_index_rule(row, k, distance, height=None, prominence=None):
+    """The stated tie rule in plain Python: scipy's peaks before distance (local maxima, plateaus
+    at their middle, then ``height``); then from the highest, ties by index ascending, each peak
+    still kept removes the peaks closer than ``distance``; then scipy's prominence minimum; the
+    ``k`` highest, ties to the lower index."""
+    peaks = [int(p) for p in ss.find_peaks(row, height=height)[0]]
+    reach = math.ceil(distance)
+    removed = set()
+    for p in sorted(peaks, key=lambda p: (-row[p], p)):
+        if p not in removed:
+            removed.update(q for q in peaks if q != p and abs(q - p) < reach)
+    kept = [p for p in peaks if p not in removed]
+    if prominence is not None and kept:
+        prom = ss.peak_prominences(row, kept)[0]
+        kept = [p for p, v in zip(kept, prom) if v >= prominence]
+    return sorted(kept, key=lambda p: (-row[p], p))[:k]
+
+
+def _tied_rows(rng):
+    """Rows with many equal peak heights under distance: integers of few levels (plateaus, equal
+    neighbours), and steps of four levels without equal neighbours (long enough for the block
+    index with a small k)."""
+    ints = rng.integers(0, 4, (300, 50)).astype(float)
+    steps = (np.cumsum(rng.integers(1, 4, (100, 600)), axis=1) % 4).astype(float)
+    return ints, steps
+
+
+def _check_tie_rule(x, got, k, kw):
+    ties = 0
+    for r in range(x.shape[0]):
+        want = _lower_index_rule(x[r], x.shape[1] if k is None else k, **kw)
+        assert got.counts[r] == len(want), (r, kw, k)
+        np.testing.assert_array_equal(got.indices[r, :len(want)], want, err_msg=f"row {r}, {kw}, k={k}")
+        ties += _tied_under_distance(x[r], kw)
+    assert ties > x.shape[0] // 2  # the rows do tie
+
+
+def test_distance_ties_go_to_the_lower_index():
+    """Issue 35, defect 17: of peaks of equal height under ``distance`` the lower index wins
+    (scipy breaks such ties with numpy's unstable sort: its answer depends on the CPU). Every
+    path of the numba kernel (every maximum then the distance sweep for k=None; the visits
+    from the highest for a small k, candidates listed or from the block index; prominences
+    walked or in lanes) equals the rule written plainly, on rows full of ties."""
+    rng = np.random.default_rng(35)
+    for x in _tied_rows(rng):
+        for kw in (dict(distance=2), dict(distance=3), dict(distance=4.5), dict(distance=7, height=1.0),
+                   dict(distance=3, prominence=1.0), dict(distance=5, prominence=2.0)):
+            for k in (None, 1, 3, 8):
+                _check_tie_rule(x, welchpeaks.find_peaks(x, k=k, **kw), k, kw)
+
+
+@pytest.mark.gpu
+def test_triton_distance_ties_go_to_the_lower_index():
+    """The Triton kernel's tie rule under ``distance`` is the numba kernel's: the lower index
+    wins (Triton's interpreter on CPU tensors without a GPU)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from welchpeaks.backends.triton_exec import find_peaks_available
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    x = np.random.default_rng(36).integers(0, 4, (12, 40)).astype(float)
+    assert find_peaks_available(torch.from_numpy(x).to(dev), x.shape[1])
+    for kw in (dict(distance=3), dict(distance=4, prominence=1.0)):
+        for k in (None, 2):
+            got = welchpeaks.find_peaks(torch.from_numpy(x).to(dev), k=k, **kw)
+            host = type(got)(got.indices.cpu().numpy(), got.heights.cpu().numpy(), got.counts.cpu().numpy(), {})
+            _check_tie_rule(x, host, k, kw)
+
+
+def test_read_only_rows_run_the_compiled_kernel(tmp_path):
+    """Issue 35, defect 16: read-only rows (a memory map opened 'r', an array with
+    writeable=False) run the find_peaks kernel compiled for writeable rows: numba compiles no
+    read-only specialisation (20-60 s), and the peaks are the same. The rows reach the kernel
+    as a writeable-typed view of the same memory, not a copy."""
+    import numba
+
+    from welchpeaks.backends import _numba_find_peaks as kern
+    from welchpeaks.numba_base import kernel_input
+
+    x = np.random.default_rng(16).standard_normal((50, 300))
+    np.save(tmp_path / "rows.npy", x)
+    mapped = np.load(tmp_path / "rows.npy", mmap_mode="r")
+    frozen = x.copy()
+    frozen.setflags(write=False)
+    for ro in (mapped, frozen):
+        view = kernel_input(ro)
+        assert not ro.flags.writeable and view.flags.writeable and np.shares_memory(view, ro)
+        assert numba.typeof(view) == numba.typeof(x) != numba.typeof(ro)
+    assert kernel_input(x) is x and kernel_input(3) == 3
+    kw = dict(distance=3, prominence=0.5, width=(None, None), k=6)
+    want = welchpeaks.find_peaks(x, **kw)
+    signatures = list(kern.find_peaks_rows.signatures)
+    for ro in (mapped, frozen):
+        got = welchpeaks.find_peaks(ro, **kw)
+        assert kern.find_peaks_rows.signatures == signatures  # nothing compiled for read-only rows
+        np.testing.assert_array_equal(got.indices, want.indices)
+        np.testing.assert_array_equal(got.counts, want.counts)
+        for name, v in want.properties.items():
+            np.testing.assert_array_equal(got.properties[name], v)
+    assert not any(getattr(t, "readonly", False) for sig in kern.find_peaks_rows.signatures for t in sig)

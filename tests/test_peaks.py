@@ -276,3 +276,28 @@ def test_non_contiguous_input(rng):
     r = welchpeaks.welch_peaks(x, k=4, n_fft=128, dtype="float64")
     r2 = welchpeaks.welch_peaks(np.ascontiguousarray(x), k=4, n_fft=128, dtype="float64")
     np.testing.assert_array_equal(r.bins, r2.bins)
+
+
+def test_read_only_inputs_run_the_compiled_kernels(rng, tmp_path):
+    """Issue 35, defect 16: a read-only signal (a memory map opened 'r', an array with
+    writeable=False) runs the fused-cpu kernels compiled for writeable signals, the plain pass
+    and the pass with scipy's filters: numba compiles no read-only specialisation (20-60 s,
+    unannounced), and the peaks are the same."""
+    from welchpeaks.backends import _numba_find_peaks, _numba_kernels
+
+    x = rng.standard_normal((40, 640)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    frozen = x.copy()
+    frozen.setflags(write=False)
+    for kernel, kw in ((_numba_kernels.fused_pow2, {}),
+                       (_numba_find_peaks.welch_find_peaks, dict(prominence=1e-4, distance=2))):
+        want = welchpeaks.welch_peaks(x, k=5, n_fft=128, strategy="fused-cpu", **kw)
+        signatures = list(kernel.signatures)
+        for ro in (mapped, frozen):
+            assert not ro.flags.writeable
+            got = welchpeaks.welch_peaks(ro, k=5, n_fft=128, strategy="fused-cpu", **kw)
+            assert kernel.signatures == signatures, kernel  # nothing compiled for read-only signals
+            np.testing.assert_array_equal(got.bins, want.bins)
+            np.testing.assert_array_equal(got.power, want.power)
+        assert not any(getattr(t, "readonly", False) for sig in kernel.signatures for t in sig)

@@ -39,6 +39,33 @@ INLINE = dict(OPTS, inline="always")
 KERNEL_LOCK = threading.RLock()
 
 
+class _WriteableInterface:
+    """An array interface over ``base``'s memory that NumPy takes as writeable (it keeps
+    ``base``, so the memory, alive as long as the view)."""
+
+    def __init__(self, interface: dict, base: np.ndarray):
+        self.__array_interface__ = interface
+        self.base = base
+
+
+def kernel_input(a):
+    """``a`` as every numba kernel of welchpeaks takes an array it only reads: a read-only array
+    (``np.load(path, mmap_mode='r')``, a view with ``writeable=False``, a stride trick) becomes a
+    view of the same memory flagged writeable, without a copy; any other value is returned as is.
+
+    numba types a read-only array as its own type, so a read-only input used to compile a second
+    specialisation of each kernel on its first use (20-60 s on 2 cores, unannounced; issue 35,
+    defect 16). NumPy refuses ``setflags(write=True)`` on a view of a read-only memory map, so the
+    view is made from the array's own ``__array_interface__`` with the read-only bit cleared
+    (same pointer, shape, strides and dtype: the same numba type as a writeable array). Only
+    arrays the kernels never write may pass through here (a write to a read-only map faults)."""
+    if not isinstance(a, np.ndarray) or a.flags.writeable:
+        return a
+    interface = dict(a.__array_interface__)
+    interface["data"] = (interface["data"][0], False)
+    return np.asarray(_WriteableInterface(interface, a))
+
+
 class CompileNotice(UserWarning):
     """Said before welchpeaks waits for numba to compile a kernel (the first time on a machine)."""
 

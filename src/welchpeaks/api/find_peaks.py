@@ -85,7 +85,8 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     Each row gets exactly what ``scipy.signal.find_peaks(row, height=..., threshold=...,
     distance=..., prominence=..., width=..., wlen=..., rel_height=...)`` returns (the filters
     in scipy's order: height, threshold, distance, prominence, width), then the ``k`` highest
-    of those peaks, ties to the lower index.
+    of those peaks, ties to the lower index. Under ``distance`` a tie of heights also goes to
+    the lower index (scipy's answer there depends on its sort; see ``distance``).
 
     Parameters
     ----------
@@ -99,7 +100,11 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
         As in scipy: a number is the minimum, either end of a pair may be None. ``prominence``
         or ``width`` given (even ``(None, None)``) returns those properties.
     distance : number >= 1, optional
-        Minimal distance between peaks in samples; the higher peak stays.
+        Minimal distance between peaks in samples; the higher peak stays. Of peaks of equal
+        height the LOWER INDEX stays (greedy by height descending, ties by index ascending, each
+        peak kept removing the peaks closer than ``distance``). scipy breaks such ties with
+        numpy's unstable sort, so its answer there depends on the CPU's sort; on rows without
+        equal peak heights the two agree exactly.
     wlen : number > 1, optional
         Window of the prominence computation, in samples.
     rel_height : float
@@ -125,7 +130,7 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     [[3, 1, 5], [3, 5, -1]]
     """
     from welchpeaks.backends import _numba_find_peaks as kern
-    from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, numba_threads
+    from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, kernel_input, numba_threads
     from welchpeaks.timing import QUIET
 
     t = tensor_input(rows, "rows")
@@ -166,7 +171,7 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     out = kern.outputs(rows_n, slots, need_prom, need_width, False, False)
     announce_compile(kern.find_peaks_rows, "the find_peaks kernel", kern.COMPILE_TIME)
     with QUIET.work(), KERNEL_LOCK:
-        kern.find_peaks_rows(x, cfg, out, max(1, min(rows_n, 4 * numba_threads())))
+        kern.find_peaks_rows(kernel_input(x), cfg, out, max(1, min(rows_n, 4 * numba_threads())))
     got = dict(zip(("indices", "heights", "prom", "base", "wid", "ips"), out[:6]), counts=out[8])
     return _found(got, lead, k, need_prom, need_width, device=None if t is None else t.device)
 

@@ -1131,9 +1131,10 @@ def _lazy_top(row, r, m, cfg, scr, floor, prom_mode, from_blocks):
     and keeping the ``k`` highest gives:
 
     * distance: scipy's rule keeps a peak unless a kept peak of higher priority lies closer than
-      ``distance``; priority is height, and on equal heights the later index. Every peak of
-      higher priority is visited before, so one visit decides; equal heights are visited as a
-      group, decided from the highest index, and kept in index order (the output's order).
+      ``distance``; priority is height, and on equal heights the lower index (the stated tie
+      rule, :func:`_above`). Every peak of higher priority is visited before, so one visit
+      decides; equal heights are visited as a group, decided from the lowest index, and kept in
+      index order (the output's order).
       Kept peaks mark the samples they block in ``mark`` (stamped ``r + 1``: no clearing).
     * prominence (unless all are known, ``prom_mode``), width and SNR only for the peaks the
       distance rule keeps; the prominence by a walk (:func:`_prominence`) or, from the valleys
@@ -1171,7 +1172,7 @@ def _lazy_top(row, r, m, cfg, scr, floor, prom_mode, from_blocks):
             ranked, m, t_hi, more = _next_tier(row, cfg, cand, hts, order, sel, tmp, bpk, bbits, guess, m, want,
                                                   t_hi, from_blocks)  # the group may go on
             want *= 2
-        for g in range(e - 1, s - 1, -1):  # the distance rule, from the later index
+        for g in range(s, e):  # the distance rule, from the lower index (the group is in index order)
             j = order[g]
             p = cand[j]
             ok = True
@@ -1415,18 +1416,23 @@ def _refine_hann_rows(x, first, last, at, out_idx, counts, out_fbin, abc, flag, 
 
 @njit(**_OPTS)
 def _above(hts, i, j):
-    """Whether candidate ``i`` goes before ``j`` in scipy's order (higher; on equal heights the
-    later one, as a stable ascending sort walked from its end gives)."""
-    return hts[i] > hts[j] or (hts[i] == hts[j] and i > j)
+    """Whether candidate ``i`` goes before ``j`` under the distance rule: higher, or as high and at
+    a lower index (``cand`` is ascending). scipy breaks ties of height with numpy's unstable
+    introsort, so its answer depends on the CPU's sort (this kernel, which took the later
+    index, differed from it on 531 of 1,000 integer rows of 50 samples; issue 35, defect 17):
+    the tie rule is stated instead, of equal heights the lower index wins (as ``welch_peaks``'
+    ``min_distance`` does)."""
+    return hts[i] > hts[j] or (hts[i] == hts[j] and i < j)
 
 
 @njit(**_OPTS)
 def _by_distance(cand, hts, m, distance, keep, stack):
-    """scipy's distance rule: in order from the highest, each peak still kept removes the peaks
-    closer than ``distance``. Equivalently a peak stays exactly when no peak that stays goes
-    before it within ``distance``; that is resolved here depth first through the (few) peaks
-    nearby that go before it, with no sort of the whole row: ``keep[:m]`` (0 unknown, then
-    1 kept, 2 removed, held in ``stack``'s scratch)."""
+    """scipy's distance rule: in order from the highest (of equal heights the lower index
+    first, :func:`_above`), each peak still kept removes the peaks closer than ``distance``.
+    Equivalently a peak stays exactly when no peak that stays goes before it within
+    ``distance``; that is resolved here depth first through the (few) peaks nearby that go
+    before it, with no sort of the whole row: ``keep[:m]`` (0 unknown, then 1 kept, 2 removed,
+    held in ``stack``'s scratch)."""
     state = stack[m:2 * m]  # scratch after the stack: both need m slots (cap >= 2m)
     for j in range(m):
         state[j] = 0

@@ -6,13 +6,14 @@ of scipy's loops:
 
 * candidates: samples above their left neighbour and not below their right one (the start of a
   plateau), height filter; with ``EDGES`` the first and last samples above their one neighbour;
-* visits from the highest candidate, equal heights as a group decided from the later index
-  (scipy's distance priority): a plateau start resolves to its middle (or is no peak when the
-  plateau ends with a rise or at the row's end), then threshold, then the distance rule against
-  the peaks it kept (a peak that fails a later filter still keeps its neighbours away, as in
-  scipy, where distance comes before prominence and width), then prominence and width, each a
-  handful of reductions over the row (the nearest higher sample on each side, the lowest sample
-  between, the crossing of the width line);
+* visits from the highest candidate, equal heights as a group decided from the lower index
+  (the distance rule's tie rule, as in the numba kernel): a plateau start resolves to its
+  middle (or is no peak when the plateau ends with a rise or at the row's end), then
+  threshold, then the distance rule against the peaks it kept (a peak that fails a later
+  filter still keeps its neighbours away, as in scipy, where distance comes before prominence
+  and width), then prominence and width, each a handful of reductions over the row (the
+  nearest higher sample on each side, the lowest sample between, the crossing of the width
+  line);
 * a group's survivors are written in index order until ``K`` (their properties computed again
   there: nothing per lane is kept but three masks).
 
@@ -124,8 +125,8 @@ def find_peaks_rows(x_ptr, stride, n, lims_ptr, distance, wlen, K, idx_ptr, h_pt
         navail = tl.sum(cand.to(tl.int32), axis=0)
         ng = tl.sum(grp.to(tl.int32), axis=0)
         passed = none
-        while ng > 0:  # the group, from its later index
-            s = tl.max(tl.where(grp, offs, -1), axis=0)
+        while ng > 0:  # the group, from its lower index
+            s = tl.min(tl.where(grp, offs, NP), axis=0)
             grp = grp & (offs != s)
             ng -= 1
             # a plateau start: its end is the first later sample that differs

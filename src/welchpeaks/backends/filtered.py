@@ -59,7 +59,7 @@ def host_rows(p: PeakParams) -> Callable[[np.ndarray], RowPeaks]:
     """The host kernel of ``p``'s filters: PSD rows ``[R, n_bins]`` (any float precision) in,
     :class:`RowPeaks` with the measures asked for out; rows that are not finite left empty and
     reported in ``bad_rows``."""
-    from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, numba_threads
+    from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, kernel_input, numba_threads
 
     host = HostFilters(p)
     kern = host.kern
@@ -69,7 +69,7 @@ def host_rows(p: PeakParams) -> Callable[[np.ndarray], RowPeaks]:
         out = host.outputs(x.shape[0])
         announce_compile(kern.find_peaks_rows, "the find_peaks kernel", kern.COMPILE_TIME)
         with KERNEL_LOCK:
-            kern.find_peaks_rows(x, host.cfg, out, max(1, min(x.shape[0], 4 * numba_threads())))
+            kern.find_peaks_rows(kernel_input(x), host.cfg, out, max(1, min(x.shape[0], 4 * numba_threads())))
         return host.result(out, psd.dtype)
 
     return run

@@ -24,7 +24,8 @@ from numpy.lib.stride_tricks import as_strided
 from welchpeaks.backends import Execution, register
 from welchpeaks.backends.numpy_exec import BACKEND as NUMPY
 from welchpeaks.ir import Backend, Graph, Node, Op
-from welchpeaks.numba_base import KERNEL_LOCK, LANES, announce_compile, bit_reverse, numba_threads, worker_blocks
+from welchpeaks.numba_base import (KERNEL_LOCK, LANES, announce_compile, bit_reverse, kernel_input, numba_threads,
+                                   worker_blocks)
 from welchpeaks.params import DETREND_CODES, PeakParams
 from welchpeaks.result import RowPeaks
 
@@ -111,7 +112,7 @@ class FusedCpuPlan:
         with KERNEL_LOCK:
             bad = self._bad_rows(rows)
             _kernels().fused_pow2(
-                x2d, rows, p.n_fft, p.hop, n_seg, self.window, self.ramp, self.consts,
+                kernel_input(x2d), rows, p.n_fft, p.hop, n_seg, self.window, self.ramp, self.consts,
                 p.detrend_code, self.rev, self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend,
                 self.scale, p.k, p.mode_code, p.min_distance, p.interp_code, p.interp_alpha,
                 p.edge_sentinel, self.whole, self.tile, self.stats, self.sums,
@@ -150,7 +151,7 @@ class FusedFindPeaks(FusedCpuPlan):
         announce_compile(kern.welch_find_peaks, "the fused-cpu find_peaks kernel", kern.FUSED_COMPILE_TIME)
 
     def run(self, x2d: np.ndarray) -> RowPeaks:
-        x2d = np.ascontiguousarray(x2d)
+        x2d = kernel_input(np.ascontiguousarray(x2d))
         p, rows = self.params, x2d.shape[0]
         out = self.host.outputs(rows)
         with KERNEL_LOCK:
@@ -264,7 +265,7 @@ class SpectrumSelect:
         fbin = np.empty((rows, p.k), np.float64)
         bad = np.empty(rows, np.bool_)
         with KERNEL_LOCK:
-            _kernels().power_select_spectrum(spec, rows, self.scale[: spec.shape[2]], p.k, p.mode_code,
+            _kernels().power_select_spectrum(kernel_input(spec), rows, self.scale[: spec.shape[2]], p.k, p.mode_code,
                                              p.min_distance, p.interp_code, p.interp_alpha, p.n_fft,
                                              p.edge_sentinel, *self.select, bad, bins, power, fbin)
         return RowPeaks(bins, power, fbin, np.flatnonzero(bad))
@@ -304,7 +305,7 @@ def _window(node: Node, graph: Graph):
     def windowed(segs_in):
         out = np.empty(segs_in.shape, compute)
         with KERNEL_LOCK:
-            kern.window_segments(segs_in, window, detrend, out)
+            kern.window_segments(kernel_input(segs_in), window, detrend, out)
         return out
 
     return windowed

@@ -847,3 +847,42 @@ def test_untrusted_files_are_read_only_if_regular_small_and_shallow(tmp_path):
     (tmp_path / "ok.json").write_text(json.dumps({"s": "[[[[" * 50, "v": [1, [2]]}))  # brackets in strings
     assert load_json(tmp_path / "ok.json", 1000, "manifest", max_depth=3) == {"s": "[[[[" * 50, "v": [1, [2]]}
     assert read_regular(tmp_path / "ok.json", 1000) == (tmp_path / "ok.json").read_bytes()
+
+
+def test_weights_from_a_pipe_a_device_or_deep_json_are_weights_errors(tmp_path):
+    """Issue 35, defect 9: ``load()`` (and ``--model``) naming a FIFO hung in ``open``; a link to
+    /dev/zero (size 0, under the 64 MiB cap) was read until memory ran out; a header of 100,000
+    nested brackets raised RecursionError. Each is now a WeightsError naming the path. Run in a
+    child process with its address space capped, so a regression fails (by its time limit or a
+    MemoryError) instead of hanging the tests or taking the machine's memory."""
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "fifo.safetensors"
+    os.mkfifo(fifo)
+    (tmp_path / "zero.safetensors").symlink_to("/dev/zero")
+    head = b"[" * 100_000 + b"]" * 100_000
+    (tmp_path / "deep.safetensors").write_bytes(struct.pack("<Q", len(head)) + head)
+    deep = "[" * 5000 + "]" * 5000  # the metadata, under a checksum a forger recomputed
+    meta = json.dumps({"__metadata__": {"welchpeaks": deep, "sha256": _digest({}, deep, b"")}}).encode()
+    (tmp_path / "deepmeta.safetensors").write_bytes(struct.pack("<Q", len(meta)) + meta)
+    paths = [fifo, tmp_path / "zero.safetensors", tmp_path / "deep.safetensors", tmp_path / "deepmeta.safetensors"]
+    script = f"""
+import resource
+from welchpeaks.learned.weights import read
+size = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize:")][0] * 1024
+resource.setrlimit(resource.RLIMIT_AS, (size + (1 << 30), resource.RLIM_INFINITY))
+for path in {[str(p) for p in paths]!r}:
+    try:
+        read(path)
+        print("read", path)
+    except Exception as exc:
+        print(type(exc).__name__, "|", isinstance(exc, ValueError), "|", str(exc).replace(chr(10), " "))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0 and len(lines) == 4, proc.stdout + proc.stderr
+    for line, path in zip(lines, paths):
+        assert line.startswith("WeightsError | True |") and str(path) in line, line
+    assert "not a regular file" in lines[0] and "not a regular file" in lines[1] and "learn" in lines[0]
+    assert "nested at most 64 deep" in lines[2] and "nested at most 64 deep" in lines[3]

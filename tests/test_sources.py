@@ -188,3 +188,54 @@ def test_an_hdf5_link_loop_is_a_file_error(tmp_path):
     with pytest.raises(SignalFileError, match=r"loop\.h5: cannot open '/a'.*loops or leads nowhere"):
         welchpeaks.open_signals(f"{path}:/a")
     assert welchpeaks.open_signals(f"{path}:/ok").rows == 2
+
+
+def test_declared_sizes_are_checked_against_what_is_stored(tmp_path):
+    """Issue 35, defect 10: a 26 KB HDF5 dataset declaring shape (1, 10**12), or an 8 KB Zarr
+    array declaring 10**13 samples, was opened, and welch_peaks on it read fill values for
+    terabytes (track allocated 1.71 TiB up front); only .npy was checked. Now every store's
+    declared size is checked against what it stores when it is opened, before any work; stores
+    that hold their data (compressed, sharded, Zarr's skipped fill-value chunks) still open."""
+    path = tmp_path / "tiny.h5"
+    with h5py.File(path, "w") as fh:
+        fh.create_dataset("huge", shape=(1, 10**12), chunks=(1, 1000), dtype="float32")[0, :1000] = 1.0
+        fh.create_dataset("blank", shape=(2, 100_000), dtype="float32")  # contiguous, never written
+        fh.create_dataset("zeros", data=np.zeros((2, 20_000), np.float32), chunks=(1, 1000), compression="gzip")
+        layout = h5py.VirtualLayout(shape=(2, 20_000), dtype="float32")
+        layout[0] = h5py.VirtualSource(".", "zeros", shape=(2, 20_000))[0]
+        fh.create_virtual_dataset("virtual", layout, fillvalue=0)
+    assert path.stat().st_size < 64_000
+    with pytest.raises(SignalFileError, match=r"tiny\.h5:/huge: declares shape \(1, 1000000000000\) .*stores only 1 "
+                                              r"of them.*fill values"):
+        welchpeaks.open_signals(f"{path}:/huge")
+    with pytest.raises(SignalFileError, match=r"tiny\.h5:/blank: declares shape .* stores 0 bytes"):
+        welchpeaks.open_signals(f"{path}:/blank")
+    with pytest.raises(SignalFileError, match=r"tiny\.h5:/virtual: a virtual dataset"):
+        welchpeaks.open_signals(f"{path}:/virtual")
+    src = welchpeaks.open_signals(f"{path}:/zeros")  # compressed to a few KB: every chunk stored
+    assert src.rows == 2 and np.all(welchpeaks.welch_peaks(src, **KW).bins == -1)
+
+    z = zarr.create_array(str(tmp_path / "huge.zarr"), shape=(10**13,), chunks=(10**6,), dtype="float32")
+    z[:1000] = 1.0
+    assert sum(f.stat().st_size for f in (tmp_path / "huge.zarr").rglob("*") if f.is_file()) < 16_000
+    with pytest.raises(SignalFileError, match=r"huge\.zarr: declares shape \(10000000000000,\) .*stores only 1 of "
+                                              r"them.*write_empty_chunks=True"):
+        welchpeaks.open_signals(tmp_path / "huge.zarr")
+    silent = zarr.create_array(str(tmp_path / "silent.zarr"), shape=(4, 10_000), chunks=(1, 1000), dtype="float32")
+    silent[:] = 0.0  # zarr stores no chunk of fill values: small, so still opened
+    sharded = zarr.create_array(str(tmp_path / "sharded.zarr"), shape=(4, 10_000), chunks=(1, 1000),
+                                shards=(2, 5000), dtype="float32")
+    sharded[:] = np.random.default_rng(3).standard_normal((4, 10_000)).astype(np.float32)
+    assert welchpeaks.open_signals(tmp_path / "silent.zarr").rows == 4
+    _same(welchpeaks.welch_peaks(welchpeaks.open_signals(tmp_path / "sharded.zarr"), **KW),
+          welchpeaks.welch_peaks(sharded[:], **KW))
+
+    sf.write(tmp_path / "ok.flac", np.zeros((100_000, 1), np.float32), 8000, subtype="PCM_16")
+    blob = bytearray((tmp_path / "ok.flac").read_bytes())
+    fields = int.from_bytes(blob[18:26], "big")  # STREAMINFO: ... 36 bits of total samples
+    blob[18:26] = (fields | ((1 << 36) - 1)).to_bytes(8, "big")
+    (tmp_path / "forged.flac").write_bytes(bytes(blob))
+    assert sf.info(str(tmp_path / "forged.flac")).frames == (1 << 36) - 1
+    with pytest.raises(SignalFileError, match=r"forged\.flac: declares 68,719,476,735 frames .* bytes hold at most"):
+        welchpeaks.open_signals(tmp_path / "forged.flac")
+    assert welchpeaks.open_signals(tmp_path / "ok.flac").parts[0].samples == 100_000

@@ -194,21 +194,91 @@ def test_exports():
     assert r.freqs[s, t, int(row["rank"])] == row["freq"] and r.bins[s, t, int(row["rank"])] == row["bin"]
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
-@given(cuts=st.lists(st.integers(1, 900), min_size=1, max_size=12), frame_hop=st.sampled_from([None, 1, 2]),
-       dtype=st.sampled_from([np.float32, np.float64]), strategy=st.sampled_from(["numpy", "fused-cpu"]))
-def test_stream_equals_track_for_any_chunking(cuts, frame_hop, dtype, strategy):
-    """Bit for bit, whatever the chunks."""
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(cuts=st.lists(st.one_of(st.integers(1, 4), st.integers(1, 900)), min_size=1, max_size=12),
+       singles=st.integers(0, 400), hop=st.sampled_from([None, 24, 64]), frame_segments=st.sampled_from([1, 3]),
+       frame_hop=st.sampled_from([None, 1, 2, 3, 5, 9]), dtype=st.sampled_from([np.float32, np.float64]),
+       strategy=st.sampled_from(["numpy", "fused-cpu"]))
+def test_stream_equals_track_for_any_chunking(cuts, singles, hop, frame_segments, frame_hop, dtype, strategy):
+    """Bit for bit, whatever the chunks (the first ``singles`` samples pushed one at a time, then
+    chunks of random sizes) and whatever the frame geometry: overlapping frames, adjacent ones,
+    and frames with gaps between them (``frame_hop * hop > frame``: 16 of the 36
+    geometries). Between pushes the stream holds fewer than a frame, in a buffer of at most two
+    frames (never the samples of a gap). Issue 35, defect 6: with gaps the stream used to skip
+    the gap in its count of samples but not in the samples, giving frames that track does not
+    (more of them, at other times, past the end of the input)."""
     x = np.random.default_rng(len(cuts)).standard_normal((2, 3000)).astype(dtype)
-    kw = dict(n_fft=64, k=4, frame_segments=3, frame_hop=frame_hop, fs=50.0, strategy=strategy)
+    kw = dict(n_fft=64, hop=hop, k=4, frame_segments=frame_segments, frame_hop=frame_hop, fs=50.0, strategy=strategy)
     whole = welchpeaks.track(x, **kw)
     stream = welchpeaks.WelchPeakStream(**kw)
-    edges = np.unique(np.clip(np.cumsum(cuts), 0, 3000))
-    parts = [stream.push(c) for c in np.split(x, edges[edges < 3000], axis=-1) if c.shape[-1]]
+    frame = stream.tracker.frame
+    edges = np.unique(np.clip(np.concatenate([np.arange(1, singles + 1), singles + np.cumsum(cuts)]), 0, 3000))
+    parts, held = [], 0
+    for c in np.split(x, edges[edges < 3000], axis=-1):
+        parts.append(stream.push(c))
+        held = max(held, stream.pending)
+    buffer = stream._buf.shape[-1]
     parts.append(stream.flush())
+    np.testing.assert_array_equal(np.concatenate([p.times for p in parts]), whole.times)
     for field in ("bins", "power", "freqs"):
         np.testing.assert_array_equal(np.concatenate([getattr(p, field) for p in parts], axis=-2), getattr(whole, field))
+    assert held < frame and buffer <= 2 * frame
+
+
+def test_stream_with_gaps_between_frames_regression():
+    """Issue 35, defect 6, the reported case: frames of 16 samples, 24 apart (8-sample gaps),
+    300 samples pushed 16 at a time. The stream gave 18 frames, centred up to sample 416 of
+    300; track gives 12, and so must the stream, at the same times with the same peaks."""
+    x = np.random.default_rng(35).standard_normal(300)
+    kw = dict(n_fft=16, k=1, frame_segments=1, frame_hop=3, strategy="numpy")
+    whole = welchpeaks.track(x, **kw)
+    stream = welchpeaks.WelchPeakStream(**kw)
+    parts = [stream.push(x[i:i + 16]) for i in range(0, 300, 16)] + [stream.flush()]
+    assert len(whole) == 12 and sum(len(p) for p in parts) == 12
     np.testing.assert_array_equal(np.concatenate([p.times for p in parts]), whole.times)
+    np.testing.assert_array_equal(whole.times, 8.0 + 24.0 * np.arange(12))
+    np.testing.assert_array_equal(np.concatenate([p.bins for p in parts]), whole.bins)
+    np.testing.assert_array_equal(np.concatenate([p.power for p in parts]), whole.power)
+    # the second report (a frame centred at sample 52 of 40): 8-sample frames, 12 apart
+    x = x[:40]
+    kw = dict(n_fft=8, k=1, frame_segments=1, frame_hop=3, strategy="numpy")
+    stream = welchpeaks.WelchPeakStream(**kw)
+    times = np.concatenate([stream.push(x[i:i + 4]).times for i in range(0, 40, 4)])
+    np.testing.assert_array_equal(times, welchpeaks.track(x, **kw).times)
+    np.testing.assert_array_equal(times, [4.0, 16.0, 28.0])
+
+
+@pytest.mark.parametrize("frame_hop", [2, 3, 7, 40])
+def test_stream_of_single_samples_skips_the_gaps(frame_hop):
+    """Samples pushed one at a time through frames with gaps (16-sample frames, 8-sample hop,
+    frame_hop 2 is the last geometry without one): the same frames as track, and the stream
+    holds fewer than a frame in a buffer of two frames, whatever the step (the gap's samples
+    are counted off, never stored)."""
+    x = np.random.default_rng(frame_hop).standard_normal((2, 700))
+    kw = dict(n_fft=16, k=2, frame_segments=1, frame_hop=frame_hop, strategy="numpy")
+    stream = welchpeaks.WelchPeakStream(**kw)
+    got, held = [], 0
+    for i in range(700):
+        got.append(stream.push(x[:, i:i + 1]))
+        held = max(held, stream.pending)
+    whole = welchpeaks.track(x, **kw)
+    assert sum(len(g) for g in got) == len(whole)
+    np.testing.assert_array_equal(np.concatenate([g.times for g in got]), whole.times)
+    np.testing.assert_array_equal(np.concatenate([g.bins for g in got], axis=-2), whole.bins)
+    np.testing.assert_array_equal(np.concatenate([g.power for g in got], axis=-2), whole.power)
+    assert held < 16 and stream._buf.shape[-1] == 32
+
+
+def test_stream_memory_is_bounded_by_the_frame_not_the_step():
+    """Frames of 16 samples, 2**33 apart: the stream holds two frames' worth of samples, not
+    the step (which the old stream allocated, and so refused as over 2**31 samples); a chunk
+    inside a gap makes no frame and keeps nothing."""
+    stream = welchpeaks.WelchPeakStream(n_fft=16, k=1, frame_segments=1, frame_hop=2**30, strategy="numpy")
+    x = np.random.default_rng(1).standard_normal(1000)
+    assert stream.capacity == 32
+    first = stream.push(x)
+    assert len(first) == 1 and first.times[0] == 8.0 and stream.pending == 0 and stream._buf.shape[-1] == 32
+    assert len(stream.push(x)) == 0 and stream.pending == 0 and stream.consumed == 2**33
 
 
 def test_stream_of_single_samples_holds_less_than_a_frame():
@@ -265,3 +335,30 @@ def test_frames_without_peaks_are_not_an_overflow(strategy):
     loud[0, ::2] = -1e30  # a power past float32's range is still an error, under both
     with pytest.raises(ValueError, match="overflows"):
         welchpeaks.track(loud, frame_segments=8, frame_hop=4, strategy=strategy)
+
+
+def test_whole_results_are_checked_before_they_are_allocated(tmp_path, monkeypatch):
+    """Issue 35, defect 13 (the rest): ``track`` with k past the bins allocated the whole
+    [rows, frames, k] result of empty slots (1.3 GB for a 4M-sample signal): the 256 MiB guard
+    was per block of frames. Here one block's slots stay under it, the 601 frames' (0.4 GB) do
+    not: refused before anything is allocated. And a result (of track, or welch_peaks on a
+    source) over the memory it may use is refused with the way to write it to disk instead."""
+    x = np.random.default_rng(0).standard_normal(13_000)  # 601 frames of 8,200 samples, 511 per block
+    with pytest.raises(ValueError, match=r"k=32800 asks for 0.4 GiB of results \[1 signals, 601 frames, "
+                                         r"k=32800\].* pass k <= 9"):
+        welchpeaks.track(x, n_fft=16, hop=8, frame_segments=1024, frame_hop=1, k=32800)
+
+    monkeypatch.setattr("welchpeaks.plan.planner.default_budget", lambda: 1 << 20)  # half the memory: 1 MiB
+    y = np.random.default_rng(1).standard_normal((1, 1 << 17)).astype(np.float32)  # 16,383 frames: 2.25 MiB
+    kw = dict(n_fft=16, frame_segments=1, k=9, strategy="numpy")
+    with pytest.raises(ValueError, match=r"the result \[1 signals, 16,383 frames, k=9\] would take 2.25 MiB, over the "
+                                         r"1 MiB it may use.*welchpeaks track FILE --out"):
+        welchpeaks.track(y, **kw)
+    assert welchpeaks.track(y, max_memory=64 << 20, **kw).bins.shape == (1, 16_383, 9)  # more may be used
+    np.save(tmp_path / "rows.npy", y.reshape(-1, 16))  # 8,192 signals of 16 samples
+    src = welchpeaks.open_signals(tmp_path / "rows.npy")
+    with pytest.raises(ValueError, match=r"the result \[8,192, k=9\] would take 1.12 MiB.*welchpeaks peaks FILE --out"):
+        welchpeaks.welch_peaks(src, segments=1, n_fft=16, k=9, strategy="numpy")
+    with pytest.raises(ValueError, match=r"the result \[8,192 signals, 1 frames, k=9\] .*welchpeaks track FILE --out"):
+        welchpeaks.track(src, **kw)
+    assert welchpeaks.welch_peaks(src, segments=1, n_fft=16, k=9, max_memory=64 << 20).bins.shape == (8192, 9)

@@ -24,6 +24,16 @@ from welchpeaks.loaders import SignalFileError
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
 ARRAY_SUFFIXES = (".npy", ".zarr", ".h5", ".hdf5")
+#: A Zarr array may leave out chunks (zarr skips those holding only the fill value), but not
+#: most of them when they would stand for more than this many bytes of samples
+MAX_UNSTORED_BYTES = 64 << 20
+#: The most frames a compressed sound file (FLAC, Ogg) may declare per byte it holds: FLAC's
+#: smallest frame (a constant block of 65,535 samples) takes 10 bytes, Vorbis and Opus more
+MAX_FRAMES_PER_BYTE = 8192
+#: Bytes per sample of the uncompressed sound encodings (their data is exactly frames x channels x this)
+_PCM_BYTES = {"PCM_S8": 1, "PCM_U8": 1, "ULAW": 1, "ALAW": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4, "FLOAT": 4,
+              "DOUBLE": 8}
+_COMPRESSED_AUDIO = ("FLAC", "OGG", "MPEG")
 
 
 @dataclass(frozen=True)
@@ -174,8 +184,45 @@ def _zarr(path: Path) -> SignalSource:
         raise SignalFileError(f"{path}: not a Zarr array ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     out = _real_dtype(arr.dtype, str(path))
     rows, samples = _rows_samples(tuple(arr.shape), str(path))
+    _check_zarr_stored(arr, path, rows * samples * np.dtype(arr.dtype).itemsize)
     fs = _check_fs(arr.attrs.get("fs", arr.attrs.get("sample_rate")), str(path))
     return SignalSource([Part(str(path), rows, samples, _nd_reader(arr, _zarr_into))], fs, out, f"zarr {path}")
+
+
+def _size_text(n: float) -> str:
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} bytes"
+
+
+def _chunk_count(shape: tuple[int, ...], chunks: tuple[int, ...]) -> int:
+    """The chunks of shape ``chunks`` covering an array of shape ``shape``."""
+    return math.prod(-(-int(s) // max(1, int(c))) for s, c in zip(shape, chunks))
+
+
+def _check_zarr_stored(arr: Any, path: Path, declared: int) -> None:
+    """Refuse a Zarr array whose declared shape is mostly not stored: zarr leaves out chunks
+    holding only the fill value, so a missing chunk may be silence, but an 8 KB store declaring
+    10**13 samples would have every block of work read fill values for terabytes. Chunk files
+    (shards, for a sharded array) are counted in the store's folder, at most as many as needed."""
+    grid = tuple(getattr(arr, "shards", None) or arr.chunks)
+    need = _chunk_count(tuple(arr.shape), grid)
+    per_chunk = declared / need
+    # refused when over half the chunks are missing and they stand for over MAX_UNSTORED_BYTES
+    want = min(-(-need // 2), need - int(MAX_UNSTORED_BYTES // per_chunk))
+    if want <= 0:
+        return
+    have = 0
+    for _, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        have += sum(1 for f in files if f != "zarr.json" and not f.startswith("."))
+        if have >= want:
+            return
+    raise SignalFileError(f"{path}: declares shape {tuple(arr.shape)} ({_size_text(declared)} of samples) in {need:,} "
+                          f"chunks of {grid}, but stores only {have:,} of them; the rest would be read as fill "
+                          "values, not samples. It is damaged or was never fully written; if it really is mostly "
+                          "fill value, write it with zarr's write_empty_chunks=True")
 
 
 def _zarr_into(arr: Any, selection: tuple, out: np.ndarray) -> None:
@@ -237,9 +284,53 @@ def _hdf5(path: Path, dataset: str) -> SignalSource:
         raise SignalFileError(f"{path}: has no dataset {dataset!r}")
     out = _real_dtype(ds.dtype, f"{path}:{dataset}")
     rows, samples = _rows_samples(tuple(ds.shape), f"{path}:{dataset}")
+    _check_h5_stored(h5py, ds, f"{path}:{dataset}", path.stat().st_size, rows * samples * ds.dtype.itemsize)
     fs = _check_fs(ds.attrs.get("fs", ds.attrs.get("sample_rate")), f"{path}:{dataset}")
     return SignalSource([Part(f"{path}:{dataset}", rows, samples, _nd_reader(ds, _h5_into))], fs, out,
                         f"hdf5 {path}:{dataset}")
+
+
+def _check_h5_stored(h5py: Any, ds: Any, name: str, file_size: int, declared: int) -> None:
+    """Refuse an HDF5 dataset whose declared shape is not stored in the file: HDF5 allocates a
+    chunk whenever any of it is written, so a chunk missing from a chunked dataset (compressed
+    or not) was never written, and reading it gives fill values, not samples (a 26 KB file
+    declaring (1, 10**12) samples is all but empty); a contiguous dataset must hold all its
+    bytes within the file. A virtual dataset or one kept in external raw files stores nothing
+    here to check (and parts mapped to nothing read as fill values): refused, with the fix."""
+    fix = ("it is truncated, damaged or was never fully written (write every sample, or resize it to the samples "
+           "written)")
+    try:
+        plist = ds.id.get_create_plist()
+        layout = plist.get_layout()
+        if layout == h5py.h5d.VIRTUAL:
+            raise SignalFileError(f"{name}: a virtual dataset (its samples live in other datasets, and parts mapped to "
+                                  "none read as fill values); copy it into a regular dataset first (h5repack, or "
+                                  "h5py: new[name] = old[name][...])")
+        if plist.get_external_count():
+            raise SignalFileError(f"{name}: keeps its samples in external raw files, which welchpeaks does not follow; "
+                                  "copy them into the HDF5 file first (h5repack)")
+        stored = ds.id.get_storage_size()
+        if stored > file_size:
+            raise SignalFileError(f"{name}: its storage of {stored:,} bytes does not fit the file's {file_size:,}; it is "
+                                  "truncated or damaged")
+        if layout == h5py.h5d.CHUNKED:
+            need = _chunk_count(tuple(ds.shape), tuple(ds.chunks))
+            have = ds.id.get_num_chunks()
+            if have < need:
+                raise SignalFileError(f"{name}: declares shape {tuple(ds.shape)} ({_size_text(declared)} of samples) in "
+                                      f"{need:,} chunks of {tuple(ds.chunks)}, but stores only {have:,} of them "
+                                      f"({stored:,} bytes); the rest would be read as fill values, not samples: {fix}")
+        elif layout == h5py.h5d.CONTIGUOUS:
+            offset = ds.id.get_offset()
+            if stored < declared or offset is None or offset + declared > file_size:
+                raise SignalFileError(f"{name}: declares shape {tuple(ds.shape)} ({_size_text(declared)} of samples) but "
+                                      f"stores {stored if offset is not None else 0:,} bytes of them in the file; the "
+                                      f"rest would be read as fill values, not samples: {fix}")
+    except SignalFileError:
+        raise
+    except Exception as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SignalFileError(f"{name}: cannot check how much of it is stored ({reason}); it may be damaged") from None
 
 
 def _audio(paths: list[Path], what: str) -> SignalSource:
@@ -255,6 +346,7 @@ def _audio(paths: list[Path], what: str) -> SignalSource:
             raise SignalFileError(f"{path}: not a sound file soundfile can read ({str(exc).splitlines()[0]})") from None
         if info.frames <= 0 or info.channels <= 0:
             raise SignalFileError(f"{path}: holds no samples")
+        _check_audio_stored(path, info)
         rates.setdefault(float(info.samplerate), []).append(path.name)
 
         def read(r0: int, r1: int, s0: int, s1: int, path: Path = path) -> np.ndarray:
@@ -269,6 +361,20 @@ def _audio(paths: list[Path], what: str) -> SignalSource:
                            for rate, names in rates.items())
         raise SignalFileError(f"{what}: the files have different sample rates ({listed}); analyse each rate separately")
     return SignalSource(parts, next(iter(rates)), np.float32, f"audio {what}")
+
+
+def _check_audio_stored(path: Path, info: Any) -> None:
+    """Refuse a sound file declaring more frames than it can hold: uncompressed samples take
+    exactly frames x channels x their size; a compressed file (FLAC, Ogg) holds at most
+    ``MAX_FRAMES_PER_BYTE`` frames per byte (a forged FLAC header of 363 bytes declared 2**36)."""
+    size = path.stat().st_size
+    frames, channels = int(info.frames), int(info.channels)
+    per = None if info.format in _COMPRESSED_AUDIO else _PCM_BYTES.get(info.subtype)
+    room = size // (channels * per) if per is not None else size * MAX_FRAMES_PER_BYTE
+    if frames > room:
+        raise SignalFileError(f"{path}: declares {frames:,} frames of {channels} channel(s) ({info.format} "
+                              f"{info.subtype}), but its {size:,} bytes hold at most {room:,}; it is truncated, "
+                              "damaged or its header is wrong")
 
 
 def _regular_file(path: Path) -> Path:

@@ -33,6 +33,31 @@ DEVICES = ("cpu", "cuda")
 MAX_EMPTY_SLOT_BYTES = 256 << 20
 
 
+def check_result_size(params: PeakParams, rows: int, frames: int | None, dtype: Any, max_memory: int | None,
+                      fix: str) -> None:
+    """Refuse a whole result (``[rows, k]``, or ``[rows, frames, k]`` of ``track``) before it is
+    allocated: when ``k`` past the bins makes its empty slots over ``MAX_EMPTY_SLOT_BYTES`` (the
+    same limit as one block's), or when it does not fit the memory budget (half the memory
+    available, or ``max_memory`` where larger: ``max_memory`` bounds the working memory beyond
+    the results, so a small one does not shrink the room for them). ``fix``: the way to write
+    such a result to disk instead."""
+    from welchpeaks.plan import planner
+    from welchpeaks.plan.io import size_text
+
+    k = params.k
+    slots = rows * (1 if frames is None else frames) * k
+    shape = f"[{rows:,}, k={k}]" if frames is None else f"[{rows:,} signals, {frames:,} frames, k={k}]"
+    need = slots * (4 + np.dtype(dtype).itemsize + 8 + 8 * len(params.measure_names()))
+    if k > params.n_bins and slots * 16 > MAX_EMPTY_SLOT_BYTES:
+        raise ValueError(f"k={k} asks for {need / 2**30:.1f} GiB of results {shape}, but n_fft={params.n_fft} has only "
+                         f"{params.n_bins} bins, so every slot past {params.n_bins} is empty; pass k <= {params.n_bins}")
+    budget = max(max_memory or 0, planner.default_budget())
+    if need > budget:
+        raise ValueError(f"the result {shape} would take {size_text(need)}, over the {size_text(budget)} it may use "
+                         f"(half the memory available, or max_memory= where larger); pass a smaller k or max_memory= "
+                         f"(bytes) if the memory is there, or {fix}")
+
+
 def available_strategies(device: str = "cpu") -> list[str]:
     """Executions installed and usable here on ``device`` (for example ``['numpy', 'fused-cpu']``)."""
     _check_device(device)
@@ -248,6 +273,8 @@ class WelchPeaks:
     def _run_source(self, src: SignalSource) -> PeakResult:
         """Peaks of every signal of a source, read in blocks of rows (only each row's analysed
         frame is read), ``[rows, k]`` in the source's row order."""
+        check_result_size(self.params, src.rows, None, src.dtype, self.planner.max_memory,
+                          "write it to disk as it is computed: welchpeaks peaks FILE --out results.parquet")
         budget = self.planner.max_memory or SOURCE_BLOCK_BYTES
         results = [self.source_block(src, i, r0, r1, budget)
                    for i in range(len(src.parts)) for r0, r1, _ in self.source_blocks(src, i, budget)]

@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
-from welchpeaks.api.peaks import SOURCE_BLOCK_BYTES, WelchPeaks
+from welchpeaks.api.peaks import SOURCE_BLOCK_BYTES, WelchPeaks, check_result_size
 from welchpeaks.result import PeakResult, TrackResult
 from welchpeaks.sources import SignalSource
 
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 #: Bytes of frames copied side by side per executor call (the working set of a block).
 BLOCK_BYTES = 32 << 20
+#: How a result too large for memory is computed instead
+WRITE_TO_DISK = ("track it on the command line, which writes frames to disk as they are computed: welchpeaks track "
+                 "FILE --out results.parquet")
 
 
 def _check_count(name: str, value: Any, fix: str) -> int:
@@ -151,6 +154,8 @@ class Tracker:
         lead, length = tuple(t.shape[:-1]), t.shape[-1]
         rows = t.reshape(-1, length)
         n_frames, k = self.n_frames(length), self.params.k
+        check_result_size(self.params, rows.shape[0], n_frames, np_dtype(t), self.peaks.planner.max_memory,
+                          WRITE_TO_DISK)
         frames = rows.unfold(1, self.frame, self.step)  # [rows, T, frame], a view
         per_block = max(1, BLOCK_BYTES // (self.frame * t.element_size()))  # frames per block
         peaks = self.executor(np_dtype(t), tensor=True)
@@ -190,6 +195,7 @@ class Tracker:
         n_rows, n_frames, k = rows.shape[0], self.n_frames(length), self.params.k
         if n_frames == 0:
             return self.empty(lead, arr.dtype, first_sample)
+        check_result_size(self.params, n_rows, n_frames, arr.dtype, self.peaks.planner.max_memory, WRITE_TO_DISK)
         bins = np.empty((n_rows, n_frames, k), np.int32)
         power = np.empty((n_rows, n_frames, k), arr.dtype)
         freqs = np.empty((n_rows, n_frames, k), np.float64)
@@ -262,6 +268,7 @@ class Tracker:
             raise ValueError(f"{src.description}: the files give different numbers of frames ({listed}); track each "
                              "file on its own (welchpeaks track on the command line writes them all)")
         k, n_frames = self.params.k, next(iter(frames.values()))
+        check_result_size(self.params, src.rows, n_frames, src.dtype, self.peaks.planner.max_memory, WRITE_TO_DISK)
         bins = np.empty((src.rows, n_frames, k), np.int32)
         power = np.empty((src.rows, n_frames, k), src.dtype)
         freqs = np.empty((src.rows, n_frames, k), np.float64)
@@ -393,7 +400,8 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
     return Tracker(**kw)(x)
 
 
-#: the most samples a stream holds per channel (a frame and a step; 16 GiB of float64)
+#: the most samples a stream holds per channel (its buffer, :meth:`WelchPeakStream.capacity`;
+#: 16 GiB of float64)
 MAX_STREAM_SAMPLES = 1 << 31
 
 
@@ -403,8 +411,15 @@ class WelchPeakStream:
 
     Parameters are those of :func:`track`. Chunks are ``[..., n]`` with the same leading shape
     and dtype every time, any ``n >= 1``. The concatenated output equals ``track`` on the
-    concatenated input, exactly; per channel the stream keeps fewer than ``frame + step``
-    samples between calls.
+    concatenated input, exactly (the same frames, times, bins and power), for every frame
+    geometry and any chunking; per channel the stream keeps fewer than ``frame`` samples
+    between calls, in a buffer of :meth:`capacity` samples.
+
+    The stream's position is that of the next frame's first sample (``consumed``): the buffer
+    holds the samples from there on. When frames have gaps (``frame_hop * hop > frame``) the
+    samples between one frame's end and the next one's start belong to no frame: they are
+    counted off as they arrive and never copied (a chunk that ends inside a gap leaves the rest
+    of the gap to skip at the start of the next push).
 
     Examples
     --------
@@ -419,32 +434,56 @@ class WelchPeakStream:
 
     def __init__(self, **params: Any):
         self.tracker = Tracker(**params)
-        held = self.tracker.frame + self.tracker.step
+        held = self.capacity
         if held > MAX_STREAM_SAMPLES:
             raise ValueError(f"a frame of {self.tracker.frame:,} samples (n_fft + (frame_segments-1)*hop) and a step "
                              f"of {self.tracker.step:,}: the stream would hold {held:,} samples per channel, over "
                              f"{MAX_STREAM_SAMPLES:,}; pass fewer frame_segments, a smaller frame_hop or n_fft")
         self._buf: np.ndarray | None = None
         self._fill = 0
-        self.consumed = 0  # samples of the stream before the buffer's first one
+        self._skip = 0  # samples still to drop before the next frame's first one (a gap between frames)
+        self.consumed = 0  # samples of the stream before the buffer's first one (the next frame's start)
+
+    @property
+    def capacity(self) -> int:
+        """Samples per channel of the buffer: ``frame + min(step, frame)``. Between calls it
+        holds fewer than a frame; a push whose chunk fits beside them is copied in, a larger
+        one is joined to them for that call only. With gaps between frames (``step > frame``) it never holds a
+        sample of a gap, so it is bounded by two frames, not by the step."""
+        tr = self.tracker
+        return tr.frame + min(tr.step, tr.frame)
 
     @property
     def pending(self) -> int:
-        """Samples held for frames not yet complete."""
+        """Samples held for frames not yet complete (the samples of a gap between frames,
+        skipped, are never held)."""
         return self._fill
 
     def push(self, chunk: Any) -> TrackResult:
-        """Add ``chunk [..., n]``; return the frames it completes."""
+        """Add ``chunk [..., n]``; return the frames it completes.
+
+        The chunk's first samples that fall in a gap between frames are dropped; the rest are
+        joined to the samples held (which start at the next frame's first sample, ``consumed``);
+        every whole frame in them is computed; the stream then moves to the start of the frame
+        after the last one computed: the samples from there on are kept (fewer than a frame),
+        and where that start lies past the samples received, the difference is the gap left to
+        skip in later pushes."""
         arr = as_real_array(chunk, "chunk")
         tr = self.tracker
         if self._buf is None:
-            self._buf = np.empty(arr.shape[:-1] + (tr.frame + tr.step,), arr.dtype)
+            self._buf = np.empty(arr.shape[:-1] + (self.capacity,), arr.dtype)
         buf = self._buf
         if arr.shape[:-1] != buf.shape[:-1]:
             raise ValueError(f"chunk has leading shape {arr.shape[:-1]}, but this stream's channels are "
                              f"{buf.shape[:-1]}; push chunks shaped [..., n] with the same leading shape")
         if arr.dtype != buf.dtype:
             raise TypeError(f"chunk has dtype {arr.dtype}, but this stream holds {buf.dtype}; push one dtype throughout")
+        if self._skip:  # samples in a gap between frames: part of no frame, never held
+            drop = min(self._skip, arr.shape[-1])
+            self._skip -= drop
+            arr = arr[..., drop:]
+            if arr.shape[-1] == 0:
+                return tr.empty(buf.shape[:-1], buf.dtype, self.consumed)
         n = arr.shape[-1]
         if self._fill + n <= buf.shape[-1]:  # small chunks: copied into the buffer
             buf[..., self._fill:self._fill + n] = arr
@@ -455,11 +494,12 @@ class WelchPeakStream:
         n_frames = tr.n_frames(data.shape[-1])
         if n_frames == 0:  # then data is the buffer: a concatenation is longer than a frame
             return tr.empty(buf.shape[:-1], buf.dtype, self.consumed)
-        used = n_frames * tr.step
+        used = n_frames * tr.step  # the next frame's start, from data's first sample
         out = tr.run(data[..., :(n_frames - 1) * tr.step + tr.frame], self.consumed)
-        rest = data[..., used:]
+        rest = data[..., used:]  # empty when the next frame starts past data (a gap)
         buf[..., :rest.shape[-1]] = rest  # fewer than a frame remain (an overlapping copy is safe)
         self._fill = rest.shape[-1]
+        self._skip = max(0, used - data.shape[-1])  # the rest of the gap, dropped as it arrives
         self.consumed += used
         return out
 
@@ -469,5 +509,5 @@ class WelchPeakStream:
         if self._buf is None:
             raise ValueError("flush() before any push(); the stream has no channels yet")
         out = self.tracker.empty(self._buf.shape[:-1], self._buf.dtype, self.consumed)
-        self._buf, self._fill, self.consumed = None, 0, 0
+        self._buf, self._fill, self._skip, self.consumed = None, 0, 0, 0
         return out

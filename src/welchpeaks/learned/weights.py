@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from welchpeaks.files import write_atomic
+from welchpeaks.files import MAX_JSON_DEPTH, FileContentError, json_depth, read_regular, write_atomic
 from welchpeaks.params import is_int
 
 FORMAT = 2  # 2: the checksum covers the tensor table
@@ -86,14 +86,12 @@ def save(model: Any, path: str | os.PathLike) -> Path:
 def read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(metadata, tensors) of a weights file, after every check."""
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > _MAX_FILE:
-            raise WeightsError(f"{str(path)!r} has {size} bytes; a welchpeaks weights file (n_fft <= {MAX_N_FFT}) has "
-                               f"at most {_MAX_FILE}: it is not one")
-        blob = path.read_bytes()
-    except OSError as exc:
-        raise WeightsError(f"cannot read weights {str(path)!r}: {exc.strerror or exc}") from None
+    try:  # a regular file only (a FIFO would block, /dev/zero behind a link reports size 0), size capped
+        blob = read_regular(path, _MAX_FILE, "weights")
+    except FileContentError as exc:
+        raise WeightsError(f"cannot read {exc}; a welchpeaks weights file (n_fft <= {MAX_N_FFT}) is a regular file "
+                           f"of at most {_MAX_FILE} bytes and this is not one: pass the path of weights that "
+                           "welchpeaks learn fft / learn prune wrote") from None
     bad = f"{str(path)!r} is not a welchpeaks weights file"
     if len(blob) < 8:
         raise WeightsError(f"{bad} (only {len(blob)} bytes)")
@@ -101,13 +99,26 @@ def read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]
     if n > min(_MAX_HEADER, len(blob) - 8):
         raise WeightsError(f"{bad} (header length {n} does not fit the file's {len(blob)} bytes)")
     try:
-        header = json.loads(blob[8 : 8 + n])
+        header = _shallow_json(blob[8 : 8 + n])
         meta_json = header["__metadata__"]["welchpeaks"]
         if not isinstance(header, dict) or not isinstance(meta_json, str):
             raise TypeError
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise WeightsError(f"{bad} (its header is not safetensors JSON with welchpeaks metadata)") from None
+        raise WeightsError(f"{bad} (its header is not safetensors JSON with welchpeaks metadata, nested at most "
+                           f"{MAX_JSON_DEPTH} deep); pass weights that welchpeaks learn fft / learn prune wrote") from None
     return _checked(path, header, meta_json, blob[8 + n :])
+
+
+def _shallow_json(text: bytes | str) -> Any:
+    """``text`` parsed as JSON nested at most ``MAX_JSON_DEPTH`` deep, else a ValueError (deep
+    nesting raised RecursionError). Parsed first: on valid JSON ``json_depth`` is linear."""
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    if json_depth(text.encode() if isinstance(text, str) else bytes(text)) > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return doc
 
 
 def _checked(path: Path, header: dict, meta_json: str, data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -117,9 +128,10 @@ def _checked(path: Path, header: dict, meta_json: str, data: bytes) -> tuple[dic
         raise WeightsError(f"{where} fail their checksum: the file was edited or damaged after it was written; "
                            "train or prune again (welchpeaks learn ...)")
     try:
-        meta = json.loads(meta_json)
+        meta = _shallow_json(meta_json)
     except ValueError:
-        raise WeightsError(f"{where}: the welchpeaks metadata is not JSON") from None
+        raise WeightsError(f"{where}: the welchpeaks metadata is not JSON nested at most {MAX_JSON_DEPTH} deep; "
+                           "train or prune again (welchpeaks learn ...)") from None
     if not isinstance(meta, dict):
         raise WeightsError(f"{where}: the welchpeaks metadata is a JSON {type(meta).__name__}, not an object")
     if meta.get("format") != FORMAT:

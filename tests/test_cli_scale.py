@@ -4,6 +4,7 @@ to an output byte-identical to an uninterrupted run's."""
 
 import importlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -148,10 +149,19 @@ def test_interrupted_then_resumed_is_byte_identical(long_recording, tmp_path, mo
     # what a kill in the middle of a write leaves: a temporary file, and a damaged unit
     (stage / ".unit-0000002.npz.x.tmp").write_bytes(b"half")
     saved[1].write_bytes(saved[1].read_bytes()[:20])
-    monkeypatch.setattr(job_mod, "compute_unit", real)
+    n_units = _units_of(stage)
+    rerun = []
+    monkeypatch.setattr(job_mod, "compute_unit", lambda spec, unit, data=None: rerun.append(unit) or real(spec, unit, data))
     res = runner.invoke(app, args + ["--out", str(out)])
     assert res.exit_code == 0, res.output
     assert out.read_bytes() == clean.read_bytes() and not stage.exists()
+    # the intact unit was reused, the damaged one computed again, and the run said so
+    assert len(rerun) == n_units - 1 and calls[0] not in rerun and calls[1] in rerun
+    assert f"resuming: 1 of {n_units} chunks already done" in res.output
+
+
+def _units_of(stage):
+    return json.loads((stage / "manifest.json").read_text())["units"]
 
 
 def test_other_arguments_do_not_resume_a_run(recording, tmp_path, monkeypatch):
@@ -191,8 +201,11 @@ def test_killed_process_resumes(long_recording, tmp_path):
     stage = job_mod.staging_dir(out)
     assert killed.returncode == -signal.SIGKILL and not out.exists()
     assert len(list(stage.glob("unit-*.npz"))) == 2
-    subprocess.run([sys.executable, "-m", "welchpeaks", *args, "--out", str(out)], check=True, capture_output=True)
+    n_units = _units_of(stage)
+    rerun = subprocess.run([sys.executable, "-m", "welchpeaks", *args, "--out", str(out)], check=True,
+                           capture_output=True, text=True)
     assert out.read_bytes() == clean.read_bytes() and not stage.exists()
+    assert f"resuming: 2 of {n_units} chunks already done" in rerun.stdout and f"the other {n_units - 2}" in rerun.stdout
 
 
 def test_errors_are_one_line(recording, tmp_path):
@@ -226,3 +239,194 @@ def test_a_file_failing_while_a_job_runs_is_one_line_and_exit_2(tmp_path, monkey
     for cmd in (["track", "--n-fft", "128"], ["peaks", "--n-fft", "128"]):
         res = runner.invoke(app, [cmd[0], str(tmp_path / "x.npy"), "--out", str(tmp_path / f"{cmd[0]}.csv"), *cmd[1:]])
         assert res.exit_code == 2 and "file truncated" in res.output and "Traceback" not in res.output, res.output
+
+
+# ---------------------------------------------------------------- jobs that resume (issue 35)
+TRACK = ["track", "--n-fft", "64", "--k", "2", "--frame-segments", "2", "--quiet"]
+
+
+def _interrupted(monkeypatch, args, after=2):
+    """Run ``args`` with a Ctrl-C as unit ``after + 1`` starts: ``after`` units saved."""
+    real, calls = job_mod.compute_unit, []
+
+    def stop(spec, unit, data=None):
+        calls.append(unit)
+        if len(calls) > after:
+            raise KeyboardInterrupt
+        return real(spec, unit, data)
+
+    monkeypatch.setattr(job_mod, "compute_unit", stop)
+    assert runner.invoke(app, args).exit_code == 130
+    monkeypatch.setattr(job_mod, "compute_unit", real)
+
+
+def _counting(monkeypatch):
+    real, calls = job_mod.compute_unit, []
+    monkeypatch.setattr(job_mod, "compute_unit", lambda spec, unit, data=None: calls.append((unit, spec)) or
+                        real(spec, unit, data))
+    return calls
+
+
+def test_auto_is_pinned_once_so_memory_and_cost_model_do_not_change_the_output(long_recording, tmp_path,
+                                                                               monkeypatch):
+    """Under auto a job runs one execution, chosen once without its memory bound and pinned in
+    the manifest: two --memory values give the same bytes, and a resume runs the manifest's
+    execution even when the cost model has changed since (on a fresh machine the model lands
+    while the first run works)."""
+    from welchpeaks.plan import set_cost_model
+
+    args = TRACK + [str(long_recording), "--strategy", "auto"]
+    small, large = tmp_path / "small.csv", tmp_path / "large.csv"
+    calls = _counting(monkeypatch)
+    assert runner.invoke(app, args + ["--memory", "16MiB", "--out", str(small)]).exit_code == 0
+    ran = {spec["kw"][0]["strategy"] for _, spec in calls}
+    assert len(ran) == 1 and ran != {"auto"}  # every unit ran the one pinned execution
+    assert runner.invoke(app, args + ["--memory", "256MiB", "--out", str(large)]).exit_code == 0
+    assert small.read_bytes() == large.read_bytes()
+    # interrupted; then the cost model changes (here: none at all, as on a fresh machine while it
+    # is measured, when auto would run numpy); the resume keeps the manifest's execution
+    out = tmp_path / "resumed.csv"
+    _interrupted(monkeypatch, args + ["--memory", "16MiB", "--out", str(out)])
+    pins = json.loads((job_mod.staging_dir(out) / "manifest.json").read_text())["pins"]
+    assert [p["strategy"] for p in pins] == list(ran)
+    monkeypatch.setattr(job_mod, "pin_execution", lambda *a: pytest.fail("a resume chose the execution again"))
+    set_cost_model(None, "cpu")
+    monkeypatch.setattr("welchpeaks.plan.cost.cost_model_for", lambda *a, **k: None)
+    calls.clear()
+    calls = _counting(monkeypatch)
+    assert runner.invoke(app, args + ["--memory", "16MiB", "--out", str(out)]).exit_code == 0
+    assert {spec["kw"][0]["strategy"] for _, spec in calls} == ran
+    assert out.read_bytes() == small.read_bytes()
+
+
+def test_a_second_run_on_the_same_output_is_refused_while_the_first_holds_it(recording, tmp_path):
+    path, _ = recording
+    out = tmp_path / "o.csv"
+    args = TRACK + [str(path), "--out", str(out)]
+    from welchpeaks.cli.scale import open_sources
+
+    sources, rates = open_sources([str(path)], None)
+    first = job_mod.Job("track", [str(path)], sources, [dict(n_fft=64, k=2, frame_segments=2, max_memory=1 << 28,
+                                                             fs=rates[0])], out, 1 << 30)
+    first.prepare()  # holds the lock, as a running job does
+    try:
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and "another welchpeaks run is writing" in res.output, res.output
+        assert "Traceback" not in res.output and not out.exists()
+    finally:
+        first.close()
+    job_mod.shutil.rmtree(job_mod.staging_dir(out))  # the first job's arguments differ from the CLI's
+    assert runner.invoke(app, args).exit_code == 0 and out.exists()
+
+
+def test_units_are_trusted_only_if_listed_regular_and_unchanged(long_recording, tmp_path, monkeypatch):
+    """A unit replaced by a link to another valid unit, by a pipe, or edited, is computed again;
+    a folder in its place is refused with the fix; the output is the clean run's."""
+    args = TRACK + [str(long_recording), "--memory", "16MiB", "--strategy", "numpy"]
+    clean, out = tmp_path / "clean.csv", tmp_path / "o.csv"
+    assert runner.invoke(app, args + ["--out", str(clean)]).exit_code == 0
+    _interrupted(monkeypatch, args + ["--out", str(out)], after=4)
+    stage = job_mod.staging_dir(out)
+    units = sorted(stage.glob("unit-*.npz"))
+    assert len(units) == 4
+    outside = tmp_path / "outside.npz"
+    outside.write_bytes(units[0].read_bytes())
+    units[1].unlink()
+    units[1].symlink_to(outside)  # a valid unit, but not this one, and outside the folder
+    units[2].unlink()
+    os.mkfifo(units[2])
+    data = bytearray(units[3].read_bytes())
+    data[-30] ^= 1  # one flipped bit
+    units[3].write_bytes(bytes(data))
+    os.mkdir(stage / "unit-0000005.npz")
+    res = runner.invoke(app, args + ["--out", str(out)])
+    assert res.exit_code == 2 and "unit-0000005.npz is a folder" in res.output and "delete that folder" in res.output
+    os.rmdir(stage / "unit-0000005.npz")
+    n_units = _units_of(stage)
+    calls = _counting(monkeypatch)
+    res = runner.invoke(app, args + ["--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert f"resuming: 1 of {n_units}" in res.output and len(calls) == n_units - 1  # only unit 0 was kept
+    assert out.read_bytes() == clean.read_bytes() and outside.exists()
+
+
+@pytest.mark.parametrize("plant", ["fifo", "dev_zero", "folder", "deep_json", "other_version"])
+def test_hostile_manifests_are_one_line_errors_not_hangs(recording, tmp_path, monkeypatch, plant):
+    path, _ = recording
+    out = tmp_path / "o.csv"
+    args = TRACK + [str(path), "--out", str(out)]
+    _interrupted(monkeypatch, args, after=0)
+    manifest = job_mod.staging_dir(out) / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    manifest.unlink()
+    if plant == "fifo":
+        os.mkfifo(manifest)
+    elif plant == "dev_zero":
+        manifest.symlink_to("/dev/zero")
+    elif plant == "folder":
+        manifest.mkdir()
+    elif plant == "deep_json":
+        manifest.write_text("[" * 200_000 + "]" * 200_000)
+    else:
+        manifest.write_text(json.dumps(dict(doc, format=1, pins=None)))
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert "manifest" in res.output and "delete that folder" in res.output and len(res.output.strip().splitlines()) <= 3
+
+
+def test_the_staging_folder_appears_whole_or_not_at_all(recording, tmp_path, monkeypatch):
+    """A kill while the staging folder is made (before its manifest is written) leaves nothing
+    that blocks the rerun."""
+    path, _ = recording
+    out = tmp_path / "o.csv"
+    args = TRACK + [str(path), "--out", str(out)]
+    real = job_mod.write_atomic
+
+    def killed(path_, data):
+        if str(path_).endswith("manifest.json"):
+            raise KeyboardInterrupt
+        return real(path_, data)
+
+    monkeypatch.setattr(job_mod, "write_atomic", killed)
+    with pytest.raises(KeyboardInterrupt):
+        job_mod.Job("track", [str(path)], *_sources(path), out, 1 << 30).prepare()
+    assert not job_mod.staging_dir(out).exists() and list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(job_mod, "write_atomic", real)
+    assert runner.invoke(app, args).exit_code == 0 and out.exists()
+
+
+def _sources(path):
+    from welchpeaks.cli.scale import open_sources
+
+    sources, rates = open_sources([str(path)], None)
+    return sources, [dict(n_fft=64, k=2, frame_segments=2, max_memory=1 << 28, fs=rates[0])]
+
+
+def test_zarr_output_is_swapped_by_renaming_the_old_one_aside(recording, tmp_path, monkeypatch):
+    path, _ = recording
+    out = tmp_path / "o.zarr"
+    args = TRACK + [str(path), "--out", str(out)]
+    assert runner.invoke(app, args).exit_code == 0
+    first = zarr.open_group(str(out), mode="r")["power"][:]
+    # a kill between the two renames: the old output is aside, whole, and the rerun finishes
+    real = job_mod.os.replace
+
+    def killed(src, dst):  # os.replace everywhere (units are saved with it too)
+        if str(dst) == str(out):  # the new folder's rename, after the old one went aside
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(job_mod.os, "replace", killed)
+    res = runner.invoke(app, args + ["--k", "3"])
+    monkeypatch.setattr(job_mod.os, "replace", real)
+    assert res.exit_code != 0
+    aside = list(tmp_path.glob(".o.zarr.old.*"))
+    assert len(aside) == 1 and np.array_equal(zarr.open_group(str(aside[0]), mode="r")["power"][:], first)
+    assert runner.invoke(app, args + ["--k", "3"]).exit_code == 0
+    assert zarr.open_group(str(out), mode="r").attrs["kind"] == "track" and not list(tmp_path.glob(".o.zarr.old.*"))
+    # a .zarr output that is a link is refused before any work
+    link = tmp_path / "link.zarr"
+    link.symlink_to(out)
+    calls = _counting(monkeypatch)
+    res = runner.invoke(app, TRACK + [str(path), "--out", str(link)])
+    assert res.exit_code == 2 and "a link" in res.output and calls == [] and link.is_symlink()

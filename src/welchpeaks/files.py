@@ -139,11 +139,16 @@ def json_depth(data: bytes) -> int:
 
 def load_json(path: str | os.PathLike, limit: int, what: str = "file", max_depth: int = MAX_JSON_DEPTH) -> Any:
     """The JSON document in ``path`` (read with :func:`read_regular`), nested at most
-    ``max_depth`` deep, else a :class:`FileContentError` naming ``what`` and the path."""
+    ``max_depth`` deep, else a :class:`FileContentError` naming ``what`` and the path. Parsed
+    first (a hostile nesting stops the parser at Python's recursion limit), then measured:
+    :func:`json_depth` is linear on valid JSON only."""
     data = read_regular(path, limit, what)
-    if json_depth(data) > max_depth:
-        raise FileContentError(f"{what} {path}: JSON nested deeper than {max_depth} levels; not a welchpeaks file")
     try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as exc:
+        doc = json.loads(data)
+    except RecursionError:
+        doc = None
+    except ValueError as exc:
         raise FileContentError(f"{what} {path}: not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    if doc is None and data.strip() != b"null" or json_depth(data) > max_depth:
+        raise FileContentError(f"{what} {path}: JSON nested deeper than {max_depth} levels; not a welchpeaks file")
+    return doc

@@ -2,23 +2,40 @@
 units of work, each computed in bounded memory (here, or on a dask cluster), each result saved
 as soon as it is done, the output assembled at the end.
 
-* **Bounded memory**: a unit reads at most a quarter of ``--memory`` of samples.
-* **Never half-written**: each finished unit is saved atomically in ``OUT.partial/`` (beside
-  the output), with a manifest of the job's arguments; the output is assembled from them into
-  a temporary file and renamed over ``OUT`` at the end, then the staging folder is removed.
+* **Bounded memory, fixed units**: every unit reads at most :data:`UNIT_BYTES` of samples (a
+  quarter of the least ``--memory``), whatever ``--memory`` is, so that the units, and the
+  output's bytes and row order, are the same at any ``--memory``; ``--memory`` bounds the
+  executions' working memory (``max_memory``), which cuts their work into blocks of rows.
+* **One execution per job**: under ``--strategy auto`` the execution and its precision are
+  chosen once, for the whole job, with this machine's measured cost model (measured first if
+  there is none), and pinned in the manifest: the output does not depend on ``--memory``, on
+  interruptions, or on a cost model measured while the job runs.
+* **Never half-written**: the staging folder ``OUT.partial/`` (beside the output) appears with
+  its manifest at once (made under a temporary name, then renamed); each finished unit is
+  saved atomically in it and its SHA-256 appended to the manifest's unit list
+  (``done.jsonl``); the output is assembled into a temporary file (a temporary folder for
+  Zarr) and renamed over ``OUT`` at the end (an old Zarr folder is renamed aside first, then
+  removed), then the staging folder is removed.
 * **Resume**: the same command run again after an interruption (Ctrl-C, a kill, a crash) finds
-  the manifest, keeps the units already saved and computes the rest; the output is identical
-  to an uninterrupted run's (units are deterministic and assembled in order). Different
-  arguments find a different manifest and are refused, naming the folder to remove.
+  the manifest, reuses every saved unit whose bytes match its listed digest (a unit that is
+  missing, damaged, replaced or a link is computed again) and computes the rest; the output
+  is byte-identical to an uninterrupted run's. Different arguments find a different manifest
+  and are refused, naming the folder to remove.
+* **One run at a time**: a run holds a lock on ``OUT.partial/lock``; a second run on the same
+  output is refused with a message (the lock goes with the process, a kill included).
+* Everything read back from the staging folder is untrusted: regular files only, bounded
+  sizes and JSON nesting (:func:`welchpeaks.files.load_json`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
 import shutil
+import stat
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,13 +44,23 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from welchpeaks.files import as_umask_allows, write_atomic
+from welchpeaks.files import FileContentError, as_umask_allows, load_json, read_regular, write_atomic
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: there a second run on one output is not refused
+    fcntl = None  # type: ignore[assignment]
 
 FORMATS = (".parquet", ".zarr", ".csv", ".jsonl")
 #: the columns of every job of a kind; the measures asked for (``measures=``) follow them
 COLUMNS = {"peaks": ("file", "signal", "rank", "bin", "freq", "power"),
            "track": ("file", "signal", "time", "rank", "bin", "freq", "power")}
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+#: bytes of samples one unit reads, for every job (a quarter of the least --memory, 16 MiB)
+UNIT_BYTES = 4 << 20
+#: the most bytes a manifest holds (arguments, sources, pins), and a line of the unit list
+MANIFEST_BYTES = 1 << 20
+DONE_LINE_BYTES = 128
 
 
 class JobError(ValueError):
@@ -160,8 +187,9 @@ def plan_units(kind: str, sources: list[Any], kw: list[dict[str, Any]], budget: 
 
 def _fingerprint(kind: str, paths: list[str], sources: list[Any], kw: list[dict[str, Any]], budget: int,
                  out: Path) -> str:
-    """What makes two runs the same job: arguments, the sources' files (names, sizes, times of
-    change, shapes) and the unit layout."""
+    """What makes two runs the same job: arguments (but the working-memory bound, which changes
+    no result: a rerun with another --memory resumes), the sources' files (names, sizes, times
+    of change, shapes) and the unit layout."""
     files = []
     for src in sources:
         for part in src.parts:
@@ -169,6 +197,7 @@ def _fingerprint(kind: str, paths: list[str], sources: list[Any], kw: list[dict[
             st = os.stat(base) if os.path.exists(base) else None
             files.append([part.name, part.rows, part.samples, st.st_size if st else 0,
                           st.st_mtime_ns if st else 0])
+    kw = [{k: v for k, v in one.items() if k != "max_memory"} for one in kw]
     doc = json.dumps([MANIFEST_VERSION, kind, paths, files, kw, budget, out.suffix.lower()], sort_keys=True,
                      default=str)
     return hashlib.sha256(doc.encode()).hexdigest()
@@ -178,16 +207,48 @@ def staging_dir(out: Path) -> Path:
     return out.with_name(out.name + ".partial")
 
 
+def pin_execution(kind: str, kw: dict[str, Any], rows: int, length: int, dtype: np.dtype) -> dict[str, Any]:
+    """The execution and precision a job runs for its every unit (``{'strategy', 'dtype'}``):
+    under 'auto' the planner's choice for the whole source in memory, with the machine's
+    measured cost model (waited for while it is measured) and without the job's memory bound
+    (which only cuts the work into blocks); else what was asked."""
+    from welchpeaks.api import Tracker, WelchPeaks
+    from welchpeaks.plan import cost_model_for
+
+    if kw.get("strategy", "auto") != "auto":
+        return {"strategy": kw.get("strategy", "auto"), "dtype": kw.get("dtype")}
+    cost_model_for("cpu", wait=True)
+    free = dict(kw, max_memory=None)
+    ex = Tracker(**free).executor(dtype) if kind == "track" else WelchPeaks(**free).for_batch(rows, length, dtype)
+    return {"strategy": ex.requested, "dtype": ex._init.get("dtype")}
+
+
+def model_identity() -> str | None:
+    """Which CPU cost model chose the pinned executions (its status and a digest of it)."""
+    from welchpeaks.plan import cost_model_for
+
+    model = cost_model_for("cpu", wait=False)
+    if model is None:
+        return None
+    doc = json.dumps(model.to_dict(), sort_keys=True, default=str).encode()
+    return f"{model.status}:{hashlib.sha256(doc).hexdigest()[:16]}"
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 class Job:
-    """One out-of-core job; :meth:`run` computes what is missing and writes the output."""
+    """One out-of-core job: :meth:`prepare` opens (or creates) its staging folder, takes its
+    lock and says what is left to compute; :meth:`run` computes it and writes the output;
+    :meth:`close` lets the lock go (the process's end does too)."""
 
     def __init__(self, kind: str, paths: list[str], sources: list[Any], kw: list[dict[str, Any]], out: Path,
                  memory: int):
         if out.suffix.lower() not in FORMATS:
             raise JobError(f"--out {str(out)!r}: unknown format {out.suffix!r}; use one of {', '.join(FORMATS)}")
         self.kind, self.paths, self.sources, self.kw, self.out = kind, paths, sources, kw, out
-        self.budget = max(1 << 20, memory // 4)
-        self.units = plan_units(kind, sources, kw, self.budget)
+        self.budget = UNIT_BYTES
         names = [part.name for src in sources for part in src.parts]
         index, n = [], 0
         for src in sources:
@@ -200,49 +261,170 @@ class Job:
         self.names = names
         self.stage = staging_dir(out)
         self.key = _fingerprint(kind, paths, sources, kw, self.budget, out)
+        self.units: list[Unit] = []
+        self.pins: list[dict[str, Any]] = []
+        self._done: dict[int, str] = {}
+        self._lock: int | None = None
 
     # ------------------------------------------------------------------ staging
     def _unit_path(self, i: int) -> Path:
         return self.stage / f"unit-{i:07d}.npz"
 
-    def prepare(self) -> list[int]:
-        """Open (or create) the staging folder; the indices of the units still to compute."""
-        manifest = self.stage / "manifest.json"
-        if self.stage.exists():
+    def _pins(self) -> list[dict[str, Any]]:
+        return [pin_execution(self.kind, kw, src.rows, src.parts[0].samples, src.dtype)
+                for src, kw in zip(self.sources, self.kw)]
+
+    def _use(self, pins: list[dict[str, Any]]) -> None:
+        """Run every unit with ``pins`` (the manifest's) and plan the units with them."""
+        self.pins = pins
+        self.kw = [dict(kw, **pin) for kw, pin in zip(self.kw, pins)]
+        self.spec["kw"] = self.kw
+        self.units = plan_units(self.kind, self.sources, self.kw, self.budget)
+
+    def _create_stage(self) -> None:
+        """Make the staging folder with its manifest at once: built under a temporary name
+        beside it, then renamed (a kill leaves either no folder or a whole one). Another run
+        that made it first wins; this one then opens theirs."""
+        self._use(self._pins())
+        parent = self.stage.parent if str(self.stage.parent) else Path(".")
+        tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{self.stage.name}."))
+        try:
+            as_umask_allows(tmp, directory=True)
+            write_atomic(tmp / "manifest.json", json.dumps({
+                "format": MANIFEST_VERSION, "key": self.key, "kind": self.kind, "sources": self.paths,
+                "units": len(self.units), "pins": self.pins, "cost_model": model_identity()}))
+            os.rename(tmp, self.stage)
+        except OSError:
+            if not self.stage.exists():
+                raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _refuse(self, why: str) -> JobError:
+        return JobError(f"{self.stage}: {why}; delete that folder to start this job afresh")
+
+    def _take_lock(self) -> None:
+        fd = os.open(self.stage / "lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        if fcntl is not None:
             try:
-                doc = json.loads(manifest.read_text())
-            except (OSError, ValueError):
-                doc = None
-            if not isinstance(doc, dict) or doc.get("key") != self.key:
-                raise JobError(f"{self.stage} holds an unfinished run with other arguments or inputs; rerun that "
-                               "command to finish it, or delete the folder to start this one")
-        else:
-            self.stage.mkdir()
-            write_atomic(manifest, json.dumps({"key": self.key, "units": len(self.units), "kind": self.kind,
-                                               "sources": self.paths}))
-        return [i for i in range(len(self.units)) if not self._load(i, check_only=True)]
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise JobError(f"another welchpeaks run is writing {self.out} (it holds {self.stage / 'lock'}); "
+                               "wait for it to finish, or stop it and run this command again") from None
+        self._lock = fd
+
+    def close(self) -> None:
+        """Let the staging folder's lock go."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    def _read_manifest(self) -> dict[str, Any]:
+        try:
+            doc = load_json(self.stage / "manifest.json", MANIFEST_BYTES, "manifest")
+        except FileContentError as exc:
+            raise self._refuse(f"its manifest is unusable ({exc})") from None
+        if not isinstance(doc, dict) or doc.get("key") != self.key:
+            raise JobError(f"{self.stage} holds an unfinished run with other arguments or inputs; rerun that "
+                           "command to finish it, or delete the folder to start this one")
+        pins = doc.get("pins")
+        if (doc.get("format") != MANIFEST_VERSION or not isinstance(pins, list) or len(pins) != len(self.sources)
+                or not all(isinstance(q, dict) and set(q) == {"strategy", "dtype"} and isinstance(q["strategy"], str)
+                           and q["dtype"] in (None, "float32", "float64") for q in pins)):
+            raise self._refuse("its manifest was not written by this version of welchpeaks, or was altered")
+        return doc
+
+    def prepare(self) -> list[int]:
+        """Open (or create) the staging folder and take its lock; the indices of the units
+        still to compute (a saved unit whose bytes match its listed digest is reused)."""
+        for attempt in range(3):
+            if self.stage.is_symlink() or (self.stage.exists() and not self.stage.is_dir()):
+                raise self._refuse("it is not a folder welchpeaks made (a link or a file)")
+            if not self.stage.exists():
+                self._create_stage()
+            try:
+                self._take_lock()
+                if not self.stage.exists():  # the run that held it finished and removed it
+                    self.close()
+                    continue
+                doc = self._read_manifest()
+                if doc["pins"] != self.pins:  # made by another run, or resumed: its pins rule
+                    self._use(doc["pins"])
+                if doc.get("units") != len(self.units):
+                    raise self._refuse(f"its manifest lists {doc.get('units')} units where this job has "
+                                       f"{len(self.units)}")
+                self._done = self._read_done()
+                return [i for i in range(len(self.units)) if self._load(i) is None]
+            except BaseException:
+                self.close()
+                raise
+        raise JobError(f"{self.stage} kept appearing and vanishing (other runs on the same --out); run one at a time")
+
+    def _read_done(self) -> dict[int, str]:
+        """The unit list: index -> SHA-256 of each unit saved (a torn last line is ignored)."""
+        path = self.stage / "done.jsonl"
+        if not path.exists() and not path.is_symlink():
+            return {}
+        try:
+            text = read_regular(path, DONE_LINE_BYTES * (len(self.units) + 1), "unit list").decode("ascii", "replace")
+        except FileContentError as exc:
+            raise self._refuse(f"its unit list is unusable ({exc})") from None
+        done = {}
+        for line in text.splitlines():
+            try:
+                entry = json.loads(line)
+                i, digest = entry["unit"], entry["sha256"]
+            except (ValueError, TypeError, KeyError):
+                continue
+            if isinstance(i, int) and 0 <= i < len(self.units) and isinstance(digest, str) and len(digest) == 64:
+                done[i] = digest
+        return done
 
     def _save(self, i: int, cols: dict[str, np.ndarray]) -> None:
-        def write(tmp: Path) -> None:
-            with open(tmp, "wb") as fh:
-                np.savez(fh, **{"c_" + c: v for c, v in cols.items()})  # 'file' is savez's own argument
-
-        write_atomic(self._unit_path(i), write)
-
-    def _load(self, i: int, check_only: bool = False) -> dict[str, np.ndarray] | None:
-        """A saved unit's columns (None when absent or unreadable: it is computed again)."""
-        path = self._unit_path(i)
-        if not path.exists():
-            return None
+        """Save unit ``i`` atomically, then list its digest (a kill between the two leaves an
+        unlisted unit, computed again)."""
+        buf = io.BytesIO()
+        np.savez(buf, **{"c_" + c: v for c, v in cols.items()})  # 'file' is savez's own argument
+        data = buf.getvalue()
+        write_atomic(self._unit_path(i), data)
+        digest = _digest(data)
+        line = json.dumps({"unit": i, "sha256": digest}) + "\n"
+        fd = os.open(self.stage / "done.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+                     0o666)
         try:
-            with np.load(path, allow_pickle=False) as z:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._done[i] = digest
+
+    def _load(self, i: int) -> dict[str, np.ndarray] | None:
+        """Unit ``i``'s columns if it was saved, is a regular file (not a link) and its bytes
+        match its listed digest; else None, and whatever is in its place is removed (it is
+        computed again). A folder in its place is refused."""
+        path = self._unit_path(i)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISDIR(st.st_mode):
+            raise self._refuse(f"{path.name} is a folder, not a unit welchpeaks saved")
+        try:
+            if not stat.S_ISREG(st.st_mode) or i not in self._done:
+                raise ValueError("not a listed unit")
+            data = read_regular(path, max(64 << 20, 64 * self.budget), "saved unit")
+            if _digest(data) != self._done[i]:
+                raise ValueError("its bytes do not match its digest")
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
                 cols = {c: z["c_" + c] for c in self.column_names}
             if len({len(v) for v in cols.values()}) != 1:
                 raise ValueError("columns of different lengths")
         except Exception:
             path.unlink(missing_ok=True)
+            self._done.pop(i, None)
             return None
-        return {} if check_only else cols
+        return cols
 
     # ------------------------------------------------------------------ running
     def run(self, progress: Callable[[Unit, int], None] | None = None, client: Any = None,
@@ -278,7 +460,8 @@ class Job:
         for i in range(len(self.units)):
             cols = self._load(i)
             if cols is None:
-                raise JobError(f"{self._unit_path(i)} went missing while the output was written; rerun the command")
+                raise JobError(f"{self._unit_path(i)} went missing or changed while the output was written; rerun "
+                               "the command")
             yield cols
 
     def assemble(self) -> None:
@@ -290,6 +473,7 @@ class Job:
             write_atomic(self.out, {".csv": self._write_csv, ".jsonl": self._write_jsonl,
                                     ".parquet": self._write_parquet}[suffix])
         shutil.rmtree(self.stage, ignore_errors=True)
+        self.close()
 
     def _rows(self, cols: dict[str, np.ndarray]) -> Iterator[list[Any]]:
         names = self.names
@@ -351,12 +535,28 @@ class Job:
                                                        chunks=(max(1, min(total, 1 << 20)),))
                     arrays[c][at:at + len(cols[c])] = cols[c]
                 at += len(cols["signal"])
-            if self.out.exists():
-                shutil.rmtree(self.out) if self.out.is_dir() else self.out.unlink()
-            os.replace(tmp, self.out)
+            _swap_folder(tmp, self.out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+
+def _swap_folder(new: Path, out: Path) -> None:
+    """Put the folder ``new`` at ``out``: an old ``out`` is renamed aside first and removed only
+    once ``new`` is in place, so a kill at any point leaves the old output or the new one (under
+    its own name or, between the two renames, beside it as ``.NAME.old.*``, which the next run
+    removes). ``out`` must not be a link (the command line refuses one before the job runs)."""
+    for stale in out.parent.glob(f".{out.name}.old.*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    aside = None
+    if out.exists() or out.is_symlink():
+        if out.is_symlink() or not out.is_dir():
+            raise JobError(f"--out {str(out)!r} exists and is not a Zarr folder; give another name")
+        aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old."))
+        os.replace(out, aside)  # onto the empty temporary folder: atomic
+    os.replace(new, out)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _csv_cell(v: Any) -> str:

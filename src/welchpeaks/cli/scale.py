@@ -78,20 +78,41 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
     """Run (or resume) the job and report it; every failure is a one-line error."""
     # a .zarr output is a folder: check that its parent can take it (a file check refuses folders)
     check_output(out if out.suffix.lower() != ".zarr" else out.with_suffix(".check"), "--out")
-    if out.suffix.lower() == ".zarr" and out.exists() and not out.is_dir():
-        _fail(f"--out {str(out)!r} exists and is not a Zarr folder; give another name")
+    if out.suffix.lower() == ".zarr" and (out.is_symlink() or (out.exists() and not out.is_dir())):
+        _fail(f"--out {str(out)!r} exists and is not a Zarr folder (a file or a link; the output folder is "
+              "replaced whole); give another name or the real path")
     budget = parse_memory(memory)
     sources, rates = open_sources(files, fs)
     kws = [dict(kw, fs=rate, max_memory=max(1 << 20, budget // 4)) for rate in rates]
     try:
         job = Job(kind, files, sources, kws, out, budget)
+        if kw.get("strategy", "auto") == "auto" and not staging_dir(out).exists() and not has_cpu_model():
+            err.print("measuring this machine's speeds once (about half a minute), so that the whole job runs the "
+                      "one execution they choose", highlight=False)
         todo = job.prepare()
     except (JobError, ValueError, TypeError) as exc:
         _fail(str(exc))
+    try:
+        run_prepared(job, todo, kind, sources, out, workers, scheduler, quiet)
+    finally:
+        job.close()
+    finish_background_calibration()
+
+
+def has_cpu_model() -> bool:
+    """Whether this machine's CPU cost model is measured (else a job measures it first)."""
+    from welchpeaks.plan import cost_model_for
+
+    return cost_model_for("cpu", calibrate=False, wait=False) is not None
+
+
+def run_prepared(job: Job, todo: list[int], kind: str, sources: list[Any], out: Path, workers: Optional[int],
+                 scheduler: Optional[str], quiet: bool) -> None:
+    """Compute a prepared job's missing units with a progress bar, then write its output."""
     total_units = len(job.units)
     if len(todo) < total_units:
         console.print(f"resuming: {total_units - len(todo)} of {total_units} chunks already done in "
-                      f"{staging_dir(out)}", markup=False, highlight=False)
+                      f"{staging_dir(out)}; computing the other {len(todo)}", markup=False, highlight=False)
     total_signals = sum(src.rows for src in sources)
     done = {"signals": 0, "bytes": 0, "t0": time.perf_counter()}
     client = _client(workers, scheduler)
@@ -125,7 +146,6 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
                     cluster.close()
     dt = time.perf_counter() - done["t0"]
     console.print(f"wrote {out} ({total_signals} signal(s), {dt:.2f} s)", markup=False, highlight=False)
-    finish_background_calibration()
 
 
 def track(
@@ -153,7 +173,8 @@ def track(
                                                                     "snr,prominence,width."),
     strategy: str = typer.Option("auto", "--strategy", help="auto or an execution (welchpeaks strategies)."),
     nan_policy: str = typer.Option("raise", "--nan-policy", help="raise, or propagate (empty frames)."),
-    memory: str = typer.Option("1GB", "--memory", help="Memory bound of the run (samples in flight)."),
+    memory: str = typer.Option("1GB", "--memory", help="Memory bound of the run (chunks of 4 MiB of samples in "
+                                                       "flight, the rest for the computation); changes no result."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Run on a local dask cluster of N processes."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Run on a dask cluster: tcp://HOST:PORT."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),

@@ -886,3 +886,17 @@ for path in {[str(p) for p in paths]!r}:
         assert line.startswith("WeightsError | True |") and str(path) in line, line
     assert "not a regular file" in lines[0] and "not a regular file" in lines[1] and "learn" in lines[0]
     assert "nested at most 64 deep" in lines[2] and "nested at most 64 deep" in lines[3]
+
+
+@pytest.mark.parametrize("detrend", ["constant", "linear"])
+def test_a_constant_row_near_the_largest_float_is_one_outcome_for_every_execution(detrend):
+    """Issue 35, defect 8: np.full((3, 1000), 1.7e308) raised an overflow under numpy (its mean's
+    sum overflowed) and returned empty slots under fused-cpu, and track under auto differed from
+    welch_peaks. Detrended, such a row is 0: no peaks, under every execution and in track; a row
+    whose power really overflows stays an error for every execution (test above)."""
+    x = np.full((3, 1000), 1.7e308)
+    for strategy in CPU + ["torch", "auto"]:
+        res = welchpeaks.welch_peaks(x, strategy=strategy, detrend=detrend)
+        assert (res.bins == -1).all(), strategy
+        tr = welchpeaks.track(x, n_fft=64, strategy=strategy, detrend=detrend)
+        assert tr.bins.shape[:2] == (3, 3) and (tr.bins == -1).all(), strategy

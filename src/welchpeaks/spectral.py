@@ -44,15 +44,26 @@ def detrend_segments(segs: np.ndarray, detrend: str | bool) -> np.ndarray:
     """Remove the mean (``'constant'``) or the least-squares line (``'linear'``) of each segment."""
     if detrend is False:
         return segs
-    mean = segs.mean(axis=-1, keepdims=True)
-    if detrend == "constant":
-        return segs - mean
-    if detrend == "linear":
-        n = segs.shape[-1]
-        t = np.arange(n, dtype=segs.dtype) - segs.dtype.type((n - 1) / 2)
-        slope = (segs * t).sum(axis=-1, keepdims=True) / (t * t).sum()
-        return segs - mean - slope * t
-    raise ValueError(f"detrend={detrend!r} is not supported here; use 'constant', 'linear' or False")
+    if detrend not in ("constant", "linear"):
+        raise ValueError(f"detrend={detrend!r} is not supported here; use 'constant', 'linear' or False")
+    n = segs.shape[-1]
+    t = np.arange(n, dtype=segs.dtype) - segs.dtype.type((n - 1) / 2)
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = segs.mean(axis=-1, keepdims=True)
+        slope = (segs * t).sum(axis=-1, keepdims=True) / (t * t).sum() if detrend == "linear" else 0
+        overflowed = ~np.isfinite(mean + slope)
+        if overflowed.any():
+            # values near the type's largest (a constant row of 1.7e308): the sums overflowed
+            # where the trend itself fits; measured again about each segment's first sample
+            # (exact for a constant segment, whose power is then 0 and has no peak, as under
+            # the fused kernels). A segment that still overflows is reported by the selection.
+            first = segs[..., :1]
+            shifted = segs - first
+            mean = np.where(overflowed, first + shifted.mean(axis=-1, keepdims=True), mean)
+            if detrend == "linear":
+                slope = np.where(overflowed, (shifted * t).sum(axis=-1, keepdims=True) / (t * t).sum(), slope)
+        out = segs - mean
+    return out if detrend == "constant" else out - slope * t
 
 
 def median_bias(n: int) -> float:

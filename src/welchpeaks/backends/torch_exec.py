@@ -176,12 +176,26 @@ def _window(node: Node, graph: Graph):
     detrend, n_fft = node.attrs["detrend"], node.shape[-1]
     window = on_device(np.asarray(node.attrs["window"], node.dtype.real_numpy))
 
+    def finite(plain, shifted):
+        """``plain`` (a segment's mean or slope), or where its sum overflowed (values near the
+        type's largest) the same measured about the segment's first sample (exact for a
+        constant segment), as spectral.detrend_segments does. One small synchronisation (the
+        test); the second measurement only when a sum overflowed."""
+        ok = torch.isfinite(plain)
+        return plain if bool(ok.all()) else torch.where(ok, plain, shifted())
+
     def windowed(segs):
-        if detrend == "constant":
-            segs = segs - segs.mean(-1, keepdim=True)
-        elif detrend == "linear":
-            t = torch.arange(n_fft, dtype=segs.dtype, device=segs.device) - (n_fft - 1) / 2.0
-            segs = segs - segs.mean(-1, keepdim=True) - (segs * t).sum(-1, keepdim=True) / (t * t).sum() * t
+        if detrend in ("constant", "linear"):
+            first = segs[..., :1]
+            mean = finite(segs.mean(-1, keepdim=True), lambda: first + (segs - first).mean(-1, keepdim=True))
+            if detrend == "constant":
+                segs = segs - mean
+            else:
+                t = torch.arange(n_fft, dtype=segs.dtype, device=segs.device) - (n_fft - 1) / 2.0
+                tt = (t * t).sum()
+                slope = finite((segs * t).sum(-1, keepdim=True) / tt,
+                               lambda: ((segs - first) * t).sum(-1, keepdim=True) / tt)
+                segs = segs - mean - slope * t
         return segs * window(segs.device)
 
     return windowed

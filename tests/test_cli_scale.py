@@ -430,3 +430,58 @@ def test_zarr_output_is_swapped_by_renaming_the_old_one_aside(recording, tmp_pat
     calls = _counting(monkeypatch)
     res = runner.invoke(app, TRACK + [str(path), "--out", str(link)])
     assert res.exit_code == 2 and "a link" in res.output and calls == [] and link.is_symlink()
+
+
+def test_a_changed_input_or_an_output_over_an_input_is_refused(tmp_path, monkeypatch):
+    """The review after issue 35: a .npy rewritten with the same size and mtime (touch -r), or a
+    Zarr store rewritten in place, used to resume from stale units; an --out naming the input
+    replaced the recording."""
+    x = np.random.default_rng(3).standard_normal((2, 600_000)).astype(np.float32)
+    np.save(tmp_path / "a.npy", x)
+    zarr.create_array(str(tmp_path / "a.zarr"), shape=x.shape, dtype="float32", chunks=(2, 100_000))[:] = x
+    for name in ("a.npy", "a.zarr"):
+        src, out = tmp_path / name, tmp_path / f"{name}.csv"
+        args = TRACK + [str(src), "--memory", "16MiB", "--strategy", "numpy", "--out", str(out)]
+        _interrupted(monkeypatch, args, after=1)
+        stat = os.stat(src)
+        if name == "a.npy":
+            np.save(tmp_path / "b.npy", x[::-1].copy())
+            os.replace(tmp_path / "b.npy", src)
+            os.utime(src, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        else:
+            zarr.open_array(str(src), mode="r+")[:] = x[::-1]
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and "other arguments or inputs" in res.output, res.output
+    before = (tmp_path / "a.npy").read_bytes()
+    for out in ("a.npy", "a.zarr"):
+        res = runner.invoke(app, TRACK + [str(tmp_path / out), "--out", str(tmp_path / out)])
+        assert res.exit_code == 2 and "which the output would replace" in res.output
+    assert (tmp_path / "a.npy").read_bytes() == before and zarr.open_array(str(tmp_path / "a.zarr"), mode="r").shape
+
+
+def test_a_resume_keeps_the_first_runs_memory_bound_and_os_errors_are_one_line(tmp_path, monkeypatch):
+    """numpy sums a row too long for its working memory in pieces (other last bits): a resume
+    with another --memory keeps the manifest's bound, so it gives the first run's bytes. A torn
+    line of the unit list costs nothing; a link planted as the unit list is one line, exit 2."""
+    np.save(tmp_path / "rows.npy", np.random.default_rng(5).standard_normal((24, 400_000)).astype(np.float32))
+    base = ["peaks", str(tmp_path / "rows.npy"), "--n-fft", "64", "--k", "2", "--segments", "all", "--quiet",
+            "--strategy", "numpy"]
+    clean, out = tmp_path / "clean.csv", tmp_path / "o.csv"
+    assert runner.invoke(app, base + ["--memory", "16MiB", "--out", str(clean)]).exit_code == 0
+    _interrupted(monkeypatch, base + ["--memory", "16MiB", "--out", str(out)], after=2)
+    stage = job_mod.staging_dir(out)
+    with open(stage / "done.jsonl", "a") as fh:
+        fh.write('{"unit": 9, "sha')  # a kill in the middle of a line
+    _interrupted(monkeypatch, base + ["--memory", "1GB", "--out", str(out)], after=1)
+    n_units = _units_of(stage)
+    calls = _counting(monkeypatch)
+    res = runner.invoke(app, base + ["--memory", "1GB", "--out", str(out)])
+    assert res.exit_code == 0 and f"resuming: 3 of {n_units}" in res.output and len(calls) == n_units - 3
+    assert out.read_bytes() == clean.read_bytes()
+    _interrupted(monkeypatch, base + ["--out", str(tmp_path / "p.csv")], after=1)
+    done = job_mod.staging_dir(tmp_path / "p.csv") / "done.jsonl"
+    (tmp_path / "elsewhere.jsonl").write_bytes(done.read_bytes())
+    done.unlink()
+    done.symlink_to(tmp_path / "elsewhere.jsonl")
+    res = runner.invoke(app, base + ["--out", str(tmp_path / "p.csv")])
+    assert res.exit_code == 2 and "Traceback" not in res.output and "done.jsonl" in res.output, res.output

@@ -3,13 +3,15 @@ units of work, each computed in bounded memory (here, or on a dask cluster), eac
 as soon as it is done, the output assembled at the end.
 
 * **Bounded memory, fixed units**: every unit reads at most :data:`UNIT_BYTES` of samples (a
-  quarter of the least ``--memory``), whatever ``--memory`` is, so that the units, and the
-  output's bytes and row order, are the same at any ``--memory``; ``--memory`` bounds the
-  executions' working memory (``max_memory``), which cuts their work into blocks of rows.
+  quarter of the least ``--memory``), whatever ``--memory`` is, so that the units and the
+  output's row order are the same at any ``--memory``; ``--memory`` bounds the executions'
+  working memory (``max_memory``), which cuts their work into blocks of rows (and, under
+  ``numpy``, a row too long for it into pieces of segments, which changes the last bits).
 * **One execution per job**: under ``--strategy auto`` the execution and its precision are
   chosen once, for the whole job, with this machine's measured cost model (measured first if
-  there is none), and pinned in the manifest: the output does not depend on ``--memory``, on
-  interruptions, or on a cost model measured while the job runs.
+  there is none), and pinned in the manifest with the working-memory bound: a resume gives the
+  bytes of an uninterrupted run whatever ``--memory`` it passes and whatever model was
+  measured meanwhile.
 * **Never half-written**: the staging folder ``OUT.partial/`` (beside the output) appears with
   its manifest at once (made under a temporary name, then renamed); each finished unit is
   saved atomically in it and its SHA-256 appended to the manifest's unit list
@@ -185,18 +187,40 @@ def plan_units(kind: str, sources: list[Any], kw: list[dict[str, Any]], budget: 
     return units
 
 
+def _file_state(base: str) -> list[Any]:
+    """What changes when a source's bytes change: size, times of change (``ctime`` too: ``touch
+    -r`` or ``rsync -t`` keep ``mtime``) and inode (a file renamed over it); for a folder (a Zarr
+    store, whose chunks are rewritten in place without touching the folder), the same over
+    every file in it (count, total size, latest times, a digest of the names and states)."""
+    if not os.path.exists(base):
+        return [0, 0, 0, 0]
+    st = os.stat(base)
+    if not os.path.isdir(base):
+        return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    h, count = hashlib.sha256(), 0
+    for root, dirs, files in os.walk(base):
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            try:
+                f = os.stat(full)
+            except OSError:
+                continue
+            count += 1
+            h.update(f"{os.path.relpath(full, base)}|{f.st_size}|{f.st_mtime_ns}|{f.st_ctime_ns}|{f.st_ino}\n".encode())
+    return [count, h.hexdigest()]
+
+
 def _fingerprint(kind: str, paths: list[str], sources: list[Any], kw: list[dict[str, Any]], budget: int,
                  out: Path) -> str:
-    """What makes two runs the same job: arguments (but the working-memory bound, which changes
-    no result: a rerun with another --memory resumes), the sources' files (names, sizes, times
-    of change, shapes) and the unit layout."""
+    """What makes two runs the same job: arguments (but the working-memory bound: a rerun with
+    another --memory resumes, with the first run's bound, which the manifest keeps), the
+    sources' files (names, shapes, and their bytes' state: :func:`_file_state`) and the unit
+    layout."""
     files = []
     for src in sources:
         for part in src.parts:
-            base = part.name.split(":")[0]
-            st = os.stat(base) if os.path.exists(base) else None
-            files.append([part.name, part.rows, part.samples, st.st_size if st else 0,
-                          st.st_mtime_ns if st else 0])
+            files.append([part.name, part.rows, part.samples, _file_state(part.name.split(":")[0])])
     kw = [{k: v for k, v in one.items() if k != "max_memory"} for one in kw]
     doc = json.dumps([MANIFEST_VERSION, kind, paths, files, kw, budget, out.suffix.lower()], sort_keys=True,
                      default=str)
@@ -271,11 +295,12 @@ class Job:
         return self.stage / f"unit-{i:07d}.npz"
 
     def _pins(self) -> list[dict[str, Any]]:
-        return [pin_execution(self.kind, kw, src.rows, src.parts[0].samples, src.dtype)
-                for src, kw in zip(self.sources, self.kw)]
+        return [dict(pin_execution(self.kind, kw, src.rows, src.parts[0].samples, src.dtype),
+                     max_memory=kw.get("max_memory")) for src, kw in zip(self.sources, self.kw)]
 
     def _use(self, pins: list[dict[str, Any]]) -> None:
-        """Run every unit with ``pins`` (the manifest's) and plan the units with them."""
+        """Run every unit with ``pins`` (the manifest's: execution, precision and working-memory
+        bound, which decides whether ``numpy`` sums a long row in pieces) and plan the units."""
         self.pins = pins
         self.kw = [dict(kw, **pin) for kw, pin in zip(self.kw, pins)]
         self.spec["kw"] = self.kw
@@ -330,8 +355,10 @@ class Job:
                            "command to finish it, or delete the folder to start this one")
         pins = doc.get("pins")
         if (doc.get("format") != MANIFEST_VERSION or not isinstance(pins, list) or len(pins) != len(self.sources)
-                or not all(isinstance(q, dict) and set(q) == {"strategy", "dtype"} and isinstance(q["strategy"], str)
-                           and q["dtype"] in (None, "float32", "float64") for q in pins)):
+                or not all(isinstance(q, dict) and set(q) == {"strategy", "dtype", "max_memory"}
+                           and isinstance(q["strategy"], str) and q["dtype"] in (None, "float32", "float64")
+                           and (q["max_memory"] is None or type(q["max_memory"]) is int and q["max_memory"] >= 1 << 20)
+                           for q in pins)):
             raise self._refuse("its manifest was not written by this version of welchpeaks, or was altered")
         return doc
 
@@ -390,9 +417,12 @@ class Job:
         write_atomic(self._unit_path(i), data)
         digest = _digest(data)
         line = json.dumps({"unit": i, "sha256": digest}) + "\n"
-        fd = os.open(self.stage / "done.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+        fd = os.open(self.stage / "done.jsonl", os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
                      0o666)
         try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":  # a line torn by a kill: end it first
+                line = "\n" + line
             os.write(fd, line.encode())
             os.fsync(fd)
         finally:
@@ -472,8 +502,11 @@ class Job:
         else:
             write_atomic(self.out, {".csv": self._write_csv, ".jsonl": self._write_jsonl,
                                     ".parquet": self._write_parquet}[suffix])
-        shutil.rmtree(self.stage, ignore_errors=True)
+        # renamed aside first: a run that opens the folder meanwhile finds it whole or not at all
+        gone = self.stage.with_name(f".{self.stage.name}.done.{os.getpid()}")
+        os.replace(self.stage, gone)
         self.close()
+        shutil.rmtree(gone, ignore_errors=True)
 
     def _rows(self, cols: dict[str, np.ndarray]) -> Iterator[list[Any]]:
         names = self.names

@@ -83,20 +83,41 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
               "replaced whole); give another name or the real path")
     budget = parse_memory(memory)
     sources, rates = open_sources(files, fs)
+    _check_not_an_input(out, sources)
     kws = [dict(kw, fs=rate, max_memory=max(1 << 20, budget // 4)) for rate in rates]
     try:
         job = Job(kind, files, sources, kws, out, budget)
         if kw.get("strategy", "auto") == "auto" and not staging_dir(out).exists() and not has_cpu_model():
-            err.print("measuring this machine's speeds once (about half a minute), so that the whole job runs the "
+            err.print("measuring this machine's speeds once (about 40 s on 2 cores), so that the whole job runs the "
                       "one execution they choose", highlight=False)
         todo = job.prepare()
     except (JobError, ValueError, TypeError) as exc:
         _fail(str(exc))
+    except OSError as exc:
+        _fail(_os_error(exc, out))
     try:
         run_prepared(job, todo, kind, sources, out, workers, scheduler, quiet)
     finally:
         job.close()
     finish_background_calibration()
+
+
+def _check_not_an_input(out: Path, sources: list[Any]) -> None:
+    """Refuse an output that is an input, holds one, or lies inside one (a Zarr store): the
+    output is replaced whole at the end, which would destroy the recording."""
+    target = out.resolve()
+    for src in sources:
+        for part in src.parts:
+            base = Path(part.name.split(":")[0]).resolve()
+            if target == base or base in target.parents or target in base.parents:
+                _fail(f"--out {str(out)!r} is, holds or lies inside the input {part.name.split(':')[0]!r}, which the "
+                      "output would replace; name another output")
+
+
+def _os_error(exc: OSError, out: Path) -> str:
+    where = exc.filename or out
+    return (f"{where}: {exc.strerror or exc}; fix that (free space, a file-size limit, a link or folder planted "
+            f"there) and run the same command again: finished chunks are kept in {staging_dir(out)}")
 
 
 def has_cpu_model() -> bool:
@@ -138,6 +159,9 @@ def run_prepared(job: Job, todo: list[int], kind: str, sources: list[Any], out: 
         except (JobError, ValueError, TypeError) as exc:
             bar.stop()
             _fail(str(exc))
+        except OSError as exc:  # a full disk, a file-size limit, a path made unusable meanwhile
+            bar.stop()
+            _fail(_os_error(exc, out))
         finally:
             if client is not None:
                 cluster = getattr(client, "cluster", None)
@@ -174,7 +198,7 @@ def track(
     strategy: str = typer.Option("auto", "--strategy", help="auto or an execution (welchpeaks strategies)."),
     nan_policy: str = typer.Option("raise", "--nan-policy", help="raise, or propagate (empty frames)."),
     memory: str = typer.Option("1GB", "--memory", help="Memory bound of the run (chunks of 4 MiB of samples in "
-                                                       "flight, the rest for the computation); changes no result."),
+                                                       "flight, the rest for the computation)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Run on a local dask cluster of N processes."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Run on a dask cluster: tcp://HOST:PORT."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),

@@ -307,3 +307,18 @@ def test_layout_auto_with_a_learned_model(rng):
     n_seg = 1 if r.params["layout"] == "ultra" else 2
     p = make_params(k=16, n_fft=256, segments=n_seg)
     assert_matches_reference(r, reference_psd(x[:, : 256 + (n_seg - 1) * 128], p, n_seg), p, exact=False)
+
+
+def test_read_only_rows_run_the_compiled_butterflies(rng):
+    """Issue 35, defect 16, for the learned execution: read-only rows (a memory map opened 'r')
+    run the kernel already compiled for writeable rows, with the same result."""
+    from welchpeaks.learned import compiled
+
+    net = CompiledButterfly(ButterflyFFT(32, init="exact"), np.float64)
+    x = rng.standard_normal((9, 32))
+    want = net(x)
+    before = len(compiled._run.signatures)
+    ro = x.copy()
+    ro.flags.writeable = False
+    np.testing.assert_array_equal(net(ro), want)
+    assert len(compiled._run.signatures) == before

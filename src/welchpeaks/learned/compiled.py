@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from welchpeaks.numba_base import KERNEL_LOCK, LANES, OPTS, butterfly_lanes, numba_threads, worker_blocks
+from welchpeaks.numba_base import KERNEL_LOCK, LANES, OPTS, butterfly_lanes, kernel_input, numba_threads, worker_blocks
 
 
 @njit(parallel=True, **OPTS)
@@ -93,7 +93,7 @@ class CompiledButterfly:
         return int(self.i0.shape[0])
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        x = np.ascontiguousarray(x, self.dtype)
+        x = kernel_input(np.ascontiguousarray(x, self.dtype))  # read only: no second compile for read-only rows
         if x.ndim != 2 or x.shape[1] != self.n_fft:
             raise ValueError(f"x has shape {x.shape}; the compiled network takes [rows, {self.n_fft}]")
         out = np.empty((x.shape[0], self.n_out), np.complex64 if self.dtype == np.float32 else np.complex128)

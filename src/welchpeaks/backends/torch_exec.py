@@ -179,10 +179,9 @@ def _window(node: Node, graph: Graph):
     def finite(plain, shifted):
         """``plain`` (a segment's mean or slope), or where its sum overflowed (values near the
         type's largest) the same measured about the segment's first sample (exact for a
-        constant segment), as spectral.detrend_segments does. One small synchronisation (the
-        test); the second measurement only when a sum overflowed."""
-        ok = torch.isfinite(plain)
-        return plain if bool(ok.all()) else torch.where(ok, plain, shifted())
+        constant segment), as spectral.detrend_segments does. Both are computed (one more pass
+        over the segments), so that nothing waits on the device to know which to take."""
+        return torch.where(torch.isfinite(plain), plain, shifted())
 
     def windowed(segs):
         if detrend in ("constant", "linear"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -12,18 +13,39 @@ class SignalFileError(ValueError):
     """A file could not be read as signals; the message says why, in one line."""
 
 
+#: the longest .npy header welchpeaks reads (NumPy writes a few hundred bytes; its own reader
+#: stops at 10,000, but only after reading as many bytes as the header claims)
+MAX_NPY_HEADER = 1 << 16
+
+
+def read_npy_header(fh: Any, path: Path) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran_order, dtype) of the .npy file open as ``fh``, its header's stated length
+    checked before the header is read (a 100-byte file stating 2**31 made NumPy allocate 2 GiB);
+    a :class:`SignalFileError` for anything that is not a NumPy array header."""
+    from numpy.lib import format as npy
+
+    try:
+        version = npy.read_magic(fh)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise ValueError(version)
+        start = fh.tell()
+        size = 2 if version == (1, 0) else 4
+        raw = fh.read(size)
+        stated = int.from_bytes(raw, "little") if len(raw) == size else -1
+        if not 0 < stated <= MAX_NPY_HEADER:
+            raise ValueError(stated)
+        fh.seek(start)
+        return (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(fh)
+    except Exception:
+        raise SignalFileError(f"{path}: not a valid .npy file (no NumPy array header of at most {MAX_NPY_HEADER} "
+                              "bytes); save signals with numpy.save") from None
+
+
 def _load_npy(path: Path) -> np.ndarray:
     """A numeric .npy array, its header checked against the file before anything is allocated;
     files holding Python objects are refused (never unpickled)."""
-    from numpy.lib import format as npy
-
     with open(path, "rb") as fh:
-        try:
-            version = npy.read_magic(fh)
-            shape, fortran, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(fh)
-        except Exception:
-            raise SignalFileError(f"{path}: not a valid .npy file (no NumPy array header); save signals with "
-                                  "numpy.save") from None
+        shape, fortran, dtype = read_npy_header(fh, path)
         if dtype.hasobject:
             raise SignalFileError(f"{path}: holds Python objects, which welchpeaks never unpickles; save a numeric "
                                   "array (float32 or float64)")

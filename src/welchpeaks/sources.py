@@ -14,19 +14,22 @@ from __future__ import annotations
 import glob as _glob
 import math
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from welchpeaks.loaders import SignalFileError
+from welchpeaks.loaders import SignalFileError, read_npy_header
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
 ARRAY_SUFFIXES = (".npy", ".zarr", ".h5", ".hdf5")
 #: A Zarr array may leave out chunks (zarr skips those holding only the fill value), but not
 #: most of them when they would stand for more than this many bytes of samples
 MAX_UNSTORED_BYTES = 64 << 20
+#: the largest chunk a Zarr source may have, decoded (a block read decodes whole chunks)
+MAX_CHUNK_BYTES = 256 << 20
 #: The most frames a compressed sound file (FLAC, Ogg) may declare per byte it holds: FLAC's
 #: smallest frame (a constant block of 65,535 samples) takes 10 bytes, Vorbis and Opus more
 MAX_FRAMES_PER_BYTE = 8192
@@ -126,14 +129,8 @@ def _check_fs(fs: Any, name: str) -> float | None:
 
 
 def _npy(path: Path) -> SignalSource:
-    from numpy.lib import format as npy
-
     with open(path, "rb") as fh:
-        try:
-            version = npy.read_magic(fh)
-            shape, fortran, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(fh)
-        except Exception:
-            raise SignalFileError(f"{path}: not a valid .npy file (no NumPy array header)") from None
+        shape, fortran, dtype = read_npy_header(fh, path)
         if dtype.hasobject:
             raise SignalFileError(f"{path}: holds Python objects, which welchpeaks never unpickles")
         out = _real_dtype(dtype, str(path))
@@ -143,9 +140,15 @@ def _npy(path: Path) -> SignalSource:
             raise SignalFileError(f"{path}: its header declares {need} bytes of data but the file holds "
                                   f"{path.stat().st_size - fh.tell()}; it is truncated or damaged")
         offset = fh.tell()
-    if fortran:  # column-major: a memory map reads it (its pages count as the process's memory)
-        mm = np.load(path, mmap_mode="r", allow_pickle=False).reshape(rows, samples, order="F")
-        read = lambda r0, r1, s0, s1: mm[r0:r1, s0:s1]  # noqa: E731
+    if fortran:  # column-major: a memory map reads it (its pages count as the process's memory);
+        # signals numbered in C order of the leading axes, as np.load(path).reshape(-1, n) numbers them
+        mm = np.load(path, mmap_mode="r", allow_pickle=False)
+        lead = mm.shape[:-1]
+        if len(lead) <= 1:
+            mm = mm.reshape(rows, samples, order="F")  # 1-D or 2-D: already rows x samples (a view)
+            read = lambda r0, r1, s0, s1: mm[r0:r1, s0:s1]  # noqa: E731
+        else:
+            read = lambda r0, r1, s0, s1: mm[np.unravel_index(np.arange(r0, r1), lead) + (slice(s0, s1),)]  # noqa: E731
     else:
         read = _pread_rows(path, offset, dtype, samples)
     return SignalSource([Part(str(path), rows, samples, read)], None, out, f"npy {path}")
@@ -178,15 +181,37 @@ def _zarr(path: Path) -> SignalSource:
         import zarr
     except ImportError:
         raise SignalFileError(f"{path}: reading Zarr needs zarr: pip install 'welchpeaks[io]'") from None
+    _check_store_files(path)
     try:
         arr = zarr.open_array(str(path), mode="r")
     except Exception as exc:
         raise SignalFileError(f"{path}: not a Zarr array ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     out = _real_dtype(arr.dtype, str(path))
     rows, samples = _rows_samples(tuple(arr.shape), str(path))
+    chunk = math.prod(int(c) for c in arr.chunks) * np.dtype(arr.dtype).itemsize
+    if chunk > MAX_CHUNK_BYTES:
+        raise SignalFileError(f"{path}: declares chunks of {arr.chunks}, {_size_text(chunk)} each, more than welchpeaks "
+                              f"decodes at once ({_size_text(MAX_CHUNK_BYTES)}); rechunk the array (zarr's rechunking, "
+                              "or write it with smaller chunks)")
     _check_zarr_stored(arr, path, rows * samples * np.dtype(arr.dtype).itemsize)
     fs = _check_fs(arr.attrs.get("fs", arr.attrs.get("sample_rate")), str(path))
     return SignalSource([Part(str(path), rows, samples, _nd_reader(arr, _zarr_into))], fs, out, f"zarr {path}")
+
+
+def _check_store_files(path: Path) -> None:
+    """Refuse a store folder holding anything but regular files and folders (links followed):
+    a pipe as its metadata or a chunk would block the open or the first read forever, a link to
+    a device such as /dev/zero would be read until memory runs out."""
+    for root, dirs, files in os.walk(path):
+        for name in files:
+            full = os.path.join(root, name)
+            try:
+                regular = stat.S_ISREG(os.stat(full).st_mode)
+            except OSError:
+                regular = False
+            if not regular:
+                raise SignalFileError(f"{path}: {os.path.relpath(full, path)} is not a regular file (a pipe, a device, "
+                                      "or a link to one or to nothing); a Zarr store holds files only")
 
 
 def _size_text(n: float) -> str:

@@ -1098,8 +1098,7 @@ def test_resume_after_ctrl_c_and_tampering(resume_recording, stop, tampers):
         assert out.read_bytes() == clean and not stage.exists()
 
 
-# --- what the fuzz found, one test each; the one not fixed yet is a strict xfail, so its fix
-# shows as XPASS (then drop the mark)
+# --- what the fuzz found, one test each (all fixed)
 
 
 #: watches named pipes that nobody writes for the process ``pid`` (argv). A reader waits on one
@@ -1157,9 +1156,7 @@ def _waits_on_pipes(pipes, fn):
     return "waited" in watcher.communicate()[0], out
 
 
-@pytest.mark.parametrize("where", ["zarr.json", "chunk", pytest.param("hdf5 external link", marks=pytest.mark.xfail(
-    strict=True, reason="open_signals opens the file behind an HDF5 external link without checking that it is a "
-                        "regular file: a pipe there blocks forever (not fixed yet)"))])
+@pytest.mark.parametrize("where", ["zarr.json", "chunk", "hdf5 external link"])
 def test_a_pipe_inside_a_store_is_refused_not_waited_on(tmp_path, where):
     """A pipe as a Zarr store's metadata or a chunk, or behind an HDF5 external link: refused,
     never opened to wait on (the open, or the first read, used to wait forever)."""

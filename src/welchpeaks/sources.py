@@ -299,6 +299,7 @@ def _hdf5(path: Path, dataset: str) -> SignalSource:
         fh.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
         raise SignalFileError(f"{path}: name the dataset as {path}:/path/to/dataset (datasets here: "
                               f"{', '.join('/' + n for n in names[:10]) or 'none'})")
+    _check_h5_external_links(h5py, fh, dataset, path)
     try:  # a soft-link loop or a broken external link raises from inside h5py
         ds = fh.get(dataset)
     except Exception as exc:
@@ -313,6 +314,31 @@ def _hdf5(path: Path, dataset: str) -> SignalSource:
     fs = _check_fs(ds.attrs.get("fs", ds.attrs.get("sample_rate")), f"{path}:{dataset}")
     return SignalSource([Part(f"{path}:{dataset}", rows, samples, _nd_reader(ds, _h5_into))], fs, out,
                         f"hdf5 {path}:{dataset}")
+
+
+def _check_h5_external_links(h5py: Any, fh: Any, dataset: str, path: Path) -> None:
+    """Refuse a dataset path through an HDF5 external link to something other than a regular
+    file: HDF5 opens the linked file itself, and a pipe there would block forever (with the
+    interpreter's lock held). Only the first external link on the path is checked (what lies
+    behind it is in the other file); errors of the walk are left to the dataset's own lookup."""
+    group = fh
+    for name in [c for c in dataset.split("/") if c]:
+        try:
+            link = group.get(name, getlink=True)
+        except Exception:
+            return
+        if isinstance(link, h5py.ExternalLink):
+            for target in {Path(link.filename), path.parent / link.filename}:
+                if (target.exists() or target.is_symlink()) and not target.is_file():
+                    raise SignalFileError(f"{path}:{dataset}: an external link on its path leads to {target}, not a "
+                                          "regular file (a pipe, a device or a folder); copy the data into this file")
+            return
+        try:
+            group = group[name]
+        except Exception:
+            return
+        if not isinstance(group, h5py.Group):
+            return
 
 
 def _check_h5_stored(h5py: Any, ds: Any, name: str, file_size: int, declared: int) -> None:

@@ -31,11 +31,18 @@ def synthetic_cost_model(tmp_path_factory, monkeypatch):
     """Every test sees the same synthetic CPU cost model, no CUDA model (the default from
     published figures) and a private cache directory, so no test measures the machine (tests
     that do calibration set their own)."""
-    from welchpeaks.plan import set_cost_model
+    from welchpeaks.plan import calibrate, set_cost_model
 
     from helpers import synthetic_cpu_model
 
     monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setattr(calibrate, "REMEASURE", True)  # a CLI test's command turns it off for its process
+    monkeypatch.setattr(calibrate, "_ELSEWHERE", {})
+    from welchpeaks.plan import planner
+    from welchpeaks.plan.cache import LruCache
+
+    monkeypatch.setattr(planner, "_WATCHES", LruCache(1024))  # observed calls are per test
+    monkeypatch.setattr(planner, "_CHECKS", [])
     set_cost_model(synthetic_cpu_model())
     yield
     set_cost_model(None, "cpu")

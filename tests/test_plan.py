@@ -330,13 +330,24 @@ def test_phase_graphs_compute_the_same_peaks(n_fft):
         np.testing.assert_allclose(rec.power, ref.power, rtol=2e-4)
 
 
-def test_calibrate_measures_the_filtered_fused_pass_on_its_grid():
-    """The full calibration's ``fused-filtered`` curve: one time per n_fft x rows of its grid,
-    a bigger problem never cheaper (the planner's use of it: the test above)."""
+def test_a_full_calibration_measures_every_curve_on_its_grid(monkeypatch):
+    """A full measurement on a tiny grid: one progress tick per group of points timed together,
+    every curve the planner reads (the filtered fused pass and find_peaks included), one time per
+    grid point, a bigger problem never cheaper, and the load and rounds it saw."""
     from welchpeaks.plan import calibrate as cal
 
+    monkeypatch.setattr(cal, "FULL_GRID", {"n_fft": [64, 128], "rows": [1, 40], "bins": [33, 65], "repeats": 1})
     ticks = []
-    grid = {"n_fft": [64, 128], "rows": [1, 40]}
-    t = cal._fused_filtered_curve(grid, 1, np.random.default_rng(0), ticks.append)
-    assert len(ticks) == 4 and np.asarray(t.ns).shape == (2, 2)  # (positive and finite: the table checks)
+    m = cal.measure_cpu(quick=False, progress=ticks.append)
+    assert len(ticks) == cal.steps(False)
+    need = {"fft:float32", "fft:float64", "select:peaks", "select:bins", "find_peaks", "fused-filtered", "fused-k",
+            "select-k:peaks", "select-k:bins"} | {f"fused:{dt}:s{s}" for dt in ("float32", "float64") for s in (1, 2)}
+    assert need <= set(m.tables)
+    t = m.tables["fused-filtered"]
+    assert np.asarray(t.ns).shape == (2, 2)  # (positive and finite: the table checks)
     assert t(64, 1) <= t(64, 40) <= t(128, 40) and t(128, 1) <= t(128, 40)
+    assert m.meta["rounds"] >= len(ticks) - 1 and isinstance(m.meta["provisional"], list)
+    assert set(m.call_ns) == set(welchpeaks.backends.available("cpu"))
+    json.dumps(m.to_dict())
+
+

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -20,7 +20,6 @@ from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_in
 from welchpeaks.api.detailed import make_filters, merge_distance
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
-from welchpeaks.plan.calibrate import median_ns
 from welchpeaks.plan.planner import PROVISIONAL, CallPlan, Planner
 from welchpeaks.result import PeakResult
 from welchpeaks.sources import SignalSource
@@ -407,7 +406,7 @@ class WelchPeaks:
         call = self.planner.plan(rows.shape[0], length, in_dtype, tensor)
         if not tensor and not rows.flags.c_contiguous:
             rows = np.ascontiguousarray(rows[:, :call.frame])
-        out = call.run(rows)
+        out = self.planner.run(call, rows)
         self._last, self._last_call = (rows.shape[0], length, in_dtype), call
         bins, power, fbins, measures = out.bins, out.power, out.fbins, dict(out.measures or {})
         if not tensor and not isinstance(bins, np.ndarray):
@@ -627,12 +626,12 @@ def welch_peaks(
     return WelchPeaks(**kw)(x)
 
 
-def _time_call(name: str, repeats: int) -> float:
-    """ns of one call through :class:`WelchPeaks` with execution ``name`` on one 64-sample
-    signal (what calibration measures as the fixed cost of a call)."""
+def _call_for(name: str) -> Callable[[], Any]:
+    """One call through :class:`WelchPeaks` with execution ``name`` on one 64-sample signal
+    (what calibration times as the fixed cost of a call)."""
     wp = WelchPeaks(n_fft=64, k=1, segments=1, strategy=name, dtype="float32")
     x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
-    return median_ns(lambda: wp(x), repeats)
+    return lambda: wp(x)
 
 
-calibrate.set_call_timer(_time_call)
+calibrate.set_call_timer(_call_for)

@@ -43,6 +43,12 @@ class Execution:
         """Compute precision when the user does not choose one."""
         return np.dtype(input_dtype)
 
+    def compiled_for(self, params: PeakParams, compute: np.dtype) -> bool:
+        """Whether what a call of ``params`` in ``compute`` precision runs is ready in this
+        process without compiling anything (auto's provisional choice before a cost model
+        exists takes only such an execution, or numpy)."""
+        return False
+
 
 # name -> module that registers it (imported on first use)
 _MODULES: dict[str, str] = {

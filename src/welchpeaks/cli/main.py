@@ -20,8 +20,17 @@ from welchpeaks.cli.common import check_mode as _check_mode
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.common import int_list as _int_list
 from welchpeaks.cli.common import write_json as _write_json
+from welchpeaks.files import write_atomic
 
 app = typer.Typer(**app_options("The strongest spectral peaks of batches of signals (Welch PSD + top-K)."))
+
+
+@app.callback()
+def _command_line() -> None:
+    """The strongest spectral peaks of batches of signals (Welch PSD + top-K)."""
+    from welchpeaks.plan import calibrate
+
+    calibrate.REMEASURE = False  # a command never spends its run measuring the machine again
 def _parse_segments(value: Optional[str]) -> int | str | None:
     if value is None or value.lower() in ("all", "none"):
         return None
@@ -506,49 +515,116 @@ def bench_picker(
     batch: Optional[str] = typer.Option(None, "--batch", help="Batches [default: 1,32,256,1024,8192,32768]."),
     n_fft: Optional[str] = typer.Option(None, "--n-fft", help="Segment lengths [default: 64,256,1024,4096]."),
     k: Optional[str] = typer.Option(None, "--k", help="Peaks per signal [default: 4,16,64]."),
-    segments: Optional[str] = typer.Option(None, "--segments", help="Segments [default: 2]."),
+    segments: Optional[str] = typer.Option(None, "--segments", help="Segments; 'all' for all that fit (rows of 8) "
+                                                                    "[default: 2]."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, float64 or both [default: float32]."),
+    filters: bool = typer.Option(False, "--filters", help="Also each cell with filters and measures (prominence 0, "
+                                                          "the SNR measure)."),
+    long: Optional[str] = typer.Option(None, "--long", help="Cells of long rows, all segments, n_fft 1024: "
+                                                            "ROWSxSAMPLES,... (e.g. 16x4000000,64x10000000)."),
+    wide: bool = typer.Option(False, "--wide", help="Issue 36's grid: batch 32-65536, n_fft 64-4096 and 200, "
+                                                    "segments 1,2,8,all, float32 and float64, with and without filters."),
     mode: str = typer.Option("peaks", "--mode", help="peaks or bins."),
     quick: bool = typer.Option(False, "--quick", help="A small grid (batch 1,256,8192; n_fft 64,1024; k 4,64)."),
     repeats: int = typer.Option(9, "--repeats", help="Most timed calls per execution and cell."),
     budget: float = typer.Option(2.0, "--budget", help="Seconds of timing per cell (at least 3 calls each)."),
     device: str = typer.Option("cpu", "--device", help="cpu, or cuda: the GPU executions on device data (CUDA "
                                                        "events; with TRITON_INTERPRET=1 and no GPU, CPU tensors)."),
+    calibration: str = typer.Option("cached", "--calibration", help="cached: the machine's model; quiet: measure one "
+                                                                    "first; loaded: measure one while --burners "
+                                                                    "CPU-bound processes run (both in a private cache)."),
+    loaded: bool = typer.Option(False, "--loaded", help="Short for --calibration loaded."),
+    burners: Optional[int] = typer.Option(None, "--burners", help="CPU-bound processes during a loaded calibration "
+                                                                  "[default: the cores]."),
+    full: bool = typer.Option(False, "--full-calibration", help="With quiet/loaded: a full model, not a quick one."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write cells and summary as JSON."),
 ) -> None:
     """Regret and prediction quality of strategy='auto' over a grid of cells."""
+    import os
+    import tempfile
+
     from welchpeaks.bench import picker as bp
     from welchpeaks.machine import machine_info
+    from welchpeaks.plan import calibrate as cal
+    from welchpeaks.plan.cost import set_cost_model
 
     check_output(json_path, "--json")
     _check_mode(mode)
-    grid = dict(bp.QUICK_GRID if quick else bp.DEFAULT_GRID)
-    for name, value in (("batch", batch), ("n-fft", n_fft), ("k", k), ("segments", segments)):
+    calibration = "loaded" if loaded else calibration
+    if calibration not in ("cached", "quiet", "loaded"):
+        _fail(f"--calibration {calibration!r}: use cached, quiet or loaded")
+    if device != "cpu" and calibration != "cached":
+        _fail("--calibration quiet/loaded measures the CPU model; use it with --device cpu")
+    grid: dict[str, Any] = dict(bp.WIDE_GRID if wide else bp.QUICK_GRID if quick else bp.DEFAULT_GRID)
+    for name, value in (("batch", batch), ("n-fft", n_fft), ("k", k)):
         if value is not None:
             grid[name.replace("-", "_")] = _int_list(value, name)
+    if segments is not None:
+        grid["segments"] = [None if v.strip().lower() in ("all", "none") else _int_list(v, "segments")[0]
+                            for v in segments.split(",")]
+    if dtype is not None:
+        grid["dtype"] = [v.strip() for v in dtype.split(",")]
+        if not set(grid["dtype"]) <= {"float32", "float64"}:
+            _fail(f"--dtype {dtype!r}: use float32, float64 or float32,float64")
+    if filters:
+        grid["filters"] = [False, True]
+    if long:
+        try:
+            grid["long"] = [tuple(int(float(v)) for v in item.lower().split("x")) for item in long.split(",")]
+            if any(len(c) != 2 or min(c) < 1 for c in grid["long"]):
+                raise ValueError
+        except ValueError:
+            _fail(f"--long {long!r}: use ROWSxSAMPLES,... such as 16x4000000")
+    doc: dict[str, Any] = {"machine": machine_info(), "calibration": calibration}
+    private = None
+    if calibration != "cached":  # the experiment's model never replaces the machine's
+        private = tempfile.mkdtemp(prefix="welchpeaks-picker-")
+        os.environ["WELCHPEAKS_CACHE_DIR"] = private
+        cal.REMEASURE = False  # the picks of the model as measured, corrected only by auto's own calls
+        set_cost_model(None)
+        n = (burners if burners is not None else os.cpu_count() or 1) if calibration == "loaded" else 0
+        err.print(f"measuring the cost model{f' while {n} CPU-bound processes run' if n else ''} ...")
+        try:
+            doc["calibrate"] = bp.loaded_calibration(n, quick=not full)
+        except ValueError as exc:
+            _fail(str(exc))
+        doc["calibrate"]["model"] = cal.describe(cal.load("cpu"))
+        err.print(f"  {doc['calibrate']['seconds']} s: {doc['calibrate']['model']}", highlight=False)
     results = []
     table = Table(title=f"picker on {device}, {mode}: predicted / measured ms per execution")
-    for col in ("batch", "n_fft", "k", "segments", "executions (pred / meas ms)", "picked", "fastest", "regret"):
+    for col in ("cell", "executions (pred / meas ms)", "picked", "fastest", "regret", "auto"):
         table.add_column(col, justify="right")
-    for cell in bp.cells(grid):
-        try:
-            r = bp.measure_cell(cell, device=device, mode=mode, repeats=repeats, budget_s=budget)
-        except (ValueError, MemoryError) as exc:
-            _fail(f"cell {cell}: {exc}")
-        results.append(r)
-        ex = "; ".join(f"{n} {r['predicted_ns'][n] / 1e6:.3g}/{r['measured'][n]['median_ms']:.3g}"
-                       for n in r["predicted_ns"])
-        table.add_row(str(cell["batch"]), str(cell["n_fft"]), str(cell["k"]), str(cell["segments"]), ex,
-                      r["picked"], r["fastest"], f"{r['regret']:.2f}")
-        err.print(f"  batch {cell['batch']}, n_fft {cell['n_fft']}, k {cell['k']}: regret {r['regret']:.2f}",
-                  highlight=False)
+    try:
+        for cell in bp.cells(grid):
+            try:
+                r = bp.measure_cell(cell, device=device, mode=mode, repeats=repeats, budget_s=budget)
+            except (ValueError, MemoryError) as exc:
+                _fail(f"cell {cell}: {exc}")
+            results.append(r)
+            ex = "; ".join(f"{n} {r['predicted_ns'][n] / 1e6:.3g}/{r['measured'][n]['median_ms']:.3g}"
+                           for n in r["predicted_ns"])
+            name = (f"{r['batch']}x{r['length']} n_fft {r['n_fft']} k {r['k']} seg {r['segments'] or 'all'} "
+                    f"{r['dtype']}{' filters' if r['filters'] else ''}")
+            auto = f"{r['auto_ran']} {r['auto_regret']:.2f}" if "auto_ran" in r else ""
+            table.add_row(name, ex, r["picked"], r["fastest"], f"{r['regret']:.2f}", auto)
+            err.print(f"  {name}: regret {r['regret']:.2f}" + (f", auto {auto}" if auto else ""), highlight=False)
+            if json_path is not None:  # after every cell, so an interrupted run keeps what it measured
+                write_atomic(json_path, json.dumps({**doc, "grid": grid, "summary": bp.summarise(results),
+                                                    "cells": results}, indent=1, default=str))
+    finally:
+        if private is not None:
+            import shutil
+
+            shutil.rmtree(private, ignore_errors=True)
     console.print(table)
     s = bp.summarise(results)
     console.print(
         f"{s['cells']} cells: regret geomean {s['regret_geomean']:.3f}, worst {s['regret_worst']:.2f} "
         f"({s['regret_worst_cell']}); predictions within [{s['band'][0]}, {s['band'][1]}]: "
         f"{s['predictions_within_band']:.0%} of {s['predictions']}"
-    )
-    _write_json(json_path, {"machine": machine_info(), "grid": grid, "summary": s, "cells": results})
+        + (f"; auto's own calls: regret geomean {s['auto_regret_geomean']:.3f}, worst {s['auto_regret_worst']:.2f}"
+           if "auto_regret_geomean" in s else ""), highlight=False)
+    _write_json(json_path, {**doc, "grid": grid, "summary": s, "cells": results})
 
 
 @app.command()
@@ -646,7 +722,9 @@ def _bench_cuda(cells: list, repeats: int, resident: str, info: dict, json_path:
 @app.command()
 def calibrate(
     device: str = typer.Option("cpu", help="Device to measure (cpu; cuda needs the gpu extra and a GPU)."),
-    quick: bool = typer.Option(False, "--quick", help="A small grid: a few seconds."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid: a few seconds once the kernels are compiled."),
+    status: bool = typer.Option(False, "--status", help="Say which model is in use, when and under what load it "
+                                                        "was measured, and measure nothing."),
 ) -> None:
     """Measure this machine's cost model and cache it for the picker."""
     from rich.progress import Progress
@@ -656,6 +734,15 @@ def calibrate(
 
     if device not in ("cpu", "cuda"):
         _fail(f"--device {device!r}: use cpu or cuda")
+    if status:
+        model = cal.load(device)
+        console.print(cal.describe(model, device), markup=False, highlight=False, soft_wrap=True)
+        console.print(f"cache: {cal.cache_path(device)}", markup=False, highlight=False, soft_wrap=True)
+        return
+    lock = cal.MachineLock(device)
+    if not lock.acquire():
+        err.print(f"another process is measuring the {device} model; waiting for it to finish ...")
+        lock.acquire(block=True)
     if device == "cuda":
         try:
             import torch
@@ -672,16 +759,11 @@ def calibrate(
               "WELCHPEAKS_CACHE_DIR to a writable directory")
     check_output(path, "the cost-model cache (WELCHPEAKS_CACHE_DIR)")
     t0 = time.perf_counter()
-    with Progress(console=err, transient=True) as bar:
-        if device == "cuda":
-            from welchpeaks.plan import calibrate_cuda
+    try:
+        model = _measure(device, quick, Progress)
+    finally:
+        lock.release()
 
-            task = bar.add_task("calibrating cuda", total=calibrate_cuda.steps(quick))
-            model = calibrate_cuda.measure_cuda(
-                quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
-        else:
-            task = bar.add_task("calibrating cpu", total=cal.steps(quick))
-            model = cal.measure_cpu(quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
     try:
         path = cal.save(model)
     except OSError as exc:
@@ -699,9 +781,28 @@ def calibrate(
             err.print(f"  {f['step']}: {f['error']}", markup=False, highlight=False)
         if len(failures) > 8:
             err.print(f"  ... and {len(failures) - 8} more (the model's meta.failures lists them all)")
-    if model.under_load() is not None:
-        err.print(f"[yellow]other processes kept {model.under_load():g} cores busy while measuring: the model "
-                  "may price every execution too high; run `welchpeaks calibrate` again when the machine is idle[/]")
+    if model.under_load() is not None or model.meta.get("provisional"):
+        busy = model.under_load() or model.meta.get("foreign_load_max") or 0
+        err.print(f"[yellow]other processes kept {busy:g} cores busy while measuring: each point was taken from its "
+                  f"least disturbed samples, {len(model.meta.get('provisional') or [])} of them stayed provisional "
+                  "(parallel kernels estimated from one thread); the next program that uses the model measures it "
+                  "again once the machine is quiet, or run `welchpeaks calibrate` again when it is idle[/]",
+                  soft_wrap=True)
+
+
+def _measure(device: str, quick: bool, progress: Any) -> Any:
+    """The measurement of ``welchpeaks calibrate``, with a progress bar."""
+    from welchpeaks.plan import calibrate as cal
+
+    with progress(console=err, transient=True) as bar:
+        if device == "cuda":
+            from welchpeaks.plan import calibrate_cuda
+
+            task = bar.add_task("calibrating cuda", total=calibrate_cuda.steps(quick))
+            return calibrate_cuda.measure_cuda(
+                quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
+        task = bar.add_task("calibrating cpu", total=cal.steps(quick))
+        return cal.measure_cpu(quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
 
 
 @app.command()

@@ -13,11 +13,13 @@ import atexit
 import functools
 import hashlib
 import json
+import math
 import os
 import threading
 import time
 import warnings
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -111,15 +113,15 @@ def _gpu_key() -> dict[str, Any]:
     return {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "cuda": torch.version.cuda}
 
 
-def set_call_timer(timer: Callable[[str, int], float] | None) -> None:
-    """Hand calibration the function that times one call through the public API for an
-    execution name and a repeat count (ns per call on one 64-sample signal): the API registers it when it is
-    imported, so this layer never imports the layer above it."""
+def set_call_timer(maker: Callable[[str], Callable[[], Any]] | None) -> None:
+    """Hand calibration the function that makes, for an execution name, one call through the
+    public API on one 64-sample signal (what is timed as a call's fixed cost): the API registers
+    it when it is imported, so this layer never imports the layer above it."""
     global _CALL_TIMER
-    _CALL_TIMER = timer
+    _CALL_TIMER = maker
 
 
-_CALL_TIMER: Callable[[str, int], float] | None = None
+_CALL_TIMER: Callable[[str], Callable[[], Any]] | None = None
 
 
 def cache_path(device: str) -> Path:
@@ -188,31 +190,112 @@ def _stop_background() -> None:
             thread.join()
 
 
-def start_background(device: str = "cpu", replacing: BackendCostModel | None = None) -> None:
-    """Measure a quick model of ``device`` and cache it, in a daemon thread, once per process.
+#: whether this process may measure a cached model again in the background (the CLI turns it
+#: off: a command never spends its run re-measuring the machine)
+REMEASURE = True
 
-    Said before it starts (a :class:`CalibrationNotice`): measuring compiles the fused kernels,
-    which takes about a minute on two cores the first time on a machine; calls meanwhile run
-    the numpy execution. ``welchpeaks calibrate`` measures in the foreground instead.
-    ``replacing``: a cached quick model measured under other processes' load
-    (:func:`should_remeasure`), used meanwhile and replaced when the new one is measured."""
+
+class MachineLock:
+    """The machine's one measurement: an advisory lock (``flock``) on a file beside the cache,
+    held by the process that measures a device's model, so that concurrent processes do not
+    all measure (they plan provisionally and read the model once it is cached). The kernel
+    releases it when the process ends, however it ends. Where ``fcntl`` does not exist every
+    process may measure."""
+
+    def __init__(self, device: str):
+        self.path = cache_path(device).with_suffix(".lock")
+        self._fd: int | None = None
+
+    def acquire(self, block: bool = False) -> bool:
+        """Take the lock (``block``: wait for it); False when another process holds it."""
+        try:
+            import fcntl
+        except ImportError:
+            return True
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError:  # an unwritable cache: nothing to share, measure here
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+        except OSError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+    def held_elsewhere(self) -> bool:
+        """Whether another process is measuring now (takes and releases the lock at once)."""
+        if not self.acquire():
+            return True
+        self.release()
+        return False
+
+
+#: when this process last found another one measuring, per device (it reads the cache again
+#: at most every :data:`RECHECK_S` seconds meanwhile)
+_ELSEWHERE: dict[str, float] = {}
+RECHECK_S = 1.0
+
+
+def measured_elsewhere(device: str) -> bool:
+    """True while another process holds the measurement lock of ``device`` (checked at most
+    every :data:`RECHECK_S` seconds)."""
+    seen = _ELSEWHERE.get(device)
+    if seen is not None and time.monotonic() - seen < RECHECK_S:
+        return True
+    if MachineLock(device).held_elsewhere():
+        _ELSEWHERE[device] = time.monotonic()
+        return True
+    _ELSEWHERE.pop(device, None)
+    return False
+
+
+def wait_elsewhere(device: str) -> None:
+    """Wait until no other process measures ``device`` (for commands that need the model)."""
+    lock = MachineLock(device)
+    if lock.acquire(block=True):
+        lock.release()
+    _ELSEWHERE.pop(device, None)
+
+
+def start_background(device: str = "cpu", replacing: BackendCostModel | None = None) -> None:
+    """Measure a model of ``device`` and cache it, in a daemon thread, once per process and
+    once per machine: while another process holds the measurement lock (:class:`MachineLock`),
+    nothing is started here.
+
+    Said before it starts (a :class:`CalibrationNotice`). A first measurement is a quick one:
+    it compiles the fused kernels, which takes about a minute on two cores the first time on a
+    machine (cached on disk after), and calls meanwhile run provisionally (see the planner).
+    ``replacing``: a cached model that :func:`should_remeasure`, used meanwhile and replaced
+    when the new one (of its kind: quick or full) is measured; that measurement first waits
+    for the machine to be quiet. ``welchpeaks calibrate`` measures in the foreground instead."""
     with _BACKGROUND_LOCK:
         if device in _BACKGROUND:
+            return
+        lock = MachineLock(device)
+        if not lock.acquire():
+            _ELSEWHERE[device] = time.monotonic()
             return
         if replacing is None:
             warnings.warn(
                 f"welchpeaks: first use on this machine: measuring its {device} cost model and compiling the fused "
                 f"kernels in the background (about a minute on 2 cores, once; cached in {cache_dir()}). Until it is "
-                "done, strategy='auto' runs the numpy execution. `welchpeaks calibrate` measures in the foreground.",
+                "done, strategy='auto' chooses provisionally. `welchpeaks calibrate` measures in the foreground.",
                 CalibrationNotice, stacklevel=4)
         else:
-            warnings.warn(
-                f"welchpeaks: the cached {device} cost model was measured while other processes kept "
-                f"{replacing.under_load():g} cores busy, which slows what it times; measuring it again in the "
-                "background (the cached one serves meanwhile). `welchpeaks calibrate` on an idle machine settles it.",
-                CalibrationNotice, stacklevel=4)
+            warnings.warn(f"welchpeaks: the cached {device} cost model {remeasure_reason(replacing)}; measuring it "
+                          "again in the background once the machine is quiet (the cached one serves meanwhile)",
+                          CalibrationNotice, stacklevel=4)
         tries = int(replacing.meta.get("remeasures", 0)) + 1 if replacing is not None else 0
-        thread = threading.Thread(target=_measure_and_cache, args=(device, tries),
+        quick = replacing is None or replacing.meta.get("quick") is not False
+        thread = threading.Thread(target=_measure_and_cache, args=(device, tries, quick, lock, replacing is not None),
                                   name=f"welchpeaks-calibrate-{device}", daemon=True)
         _BACKGROUND[device] = thread
         thread.start()
@@ -282,82 +365,232 @@ def _complete_and_cache(model: BackendCostModel, device: str) -> None:
     set_cost_model(done, device)
 
 
+def remeasure_reason(model: BackendCostModel) -> str | None:
+    """Why ``model`` should be measured again, or None: it was measured while other processes
+    kept the cores busy (its times are then too high: seen 14 to 100 times for the fused
+    pass), some of its points stayed provisional, or the calls this library observed
+    disagreed with its predictions (:func:`welchpeaks.plan.cost.record_check`)."""
+    if model.under_load() is not None:
+        return f"was measured while other processes kept {model.under_load():g} cores busy"
+    provisional = model.meta.get("provisional")
+    if isinstance(provisional, list) and provisional:
+        return f"has {len(provisional)} points measured while the machine stayed busy"
+    inconsistent = model.meta.get("inconsistent")
+    if isinstance(inconsistent, int) and not isinstance(inconsistent, bool) and inconsistent > 0:
+        return f"mispredicted {inconsistent} call shape(s) by more than 2x against the calls observed"
+    return None
+
+
 def should_remeasure(model: BackendCostModel) -> bool:
-    """Whether a cached model should be measured again by this process: a quick one (the
-    picker's own) measured under other processes' load, tried fewer than
-    :data:`MAX_REMEASURES` times. A full one is the user's (``welchpeaks calibrate`` warns)."""
+    """Whether a cached model (quick or full) should be measured again by this process: it has
+    a :func:`remeasure_reason` and was tried fewer than :data:`MAX_REMEASURES` times (a machine
+    that is always busy keeps its model), and this process may (:data:`REMEASURE`)."""
     tries = model.meta.get("remeasures", 0)
-    return (model.meta.get("quick") is True and model.under_load() is not None
+    return (REMEASURE and remeasure_reason(model) is not None
             and isinstance(tries, int) and not isinstance(tries, bool) and 0 <= tries < MAX_REMEASURES)
 
 
-def _measure_and_cache(device: str, tries: int = 0) -> None:
+def describe(model: BackendCostModel | None, device: str = "cpu") -> str:
+    """One line on the model in use: its kind, when and in how long it was measured, the other
+    processes' load meanwhile, its provisional points, the corrections learned from observed
+    calls, and whether it will be measured again (or, without one, why there is none)."""
+    if model is None:
+        if measuring(device):
+            return f"no {device} model yet: this process is measuring it in the background"
+        if MachineLock(device).held_elsewhere():
+            return f"no {device} model yet: another process is measuring it (this one waits for none)"
+        return f"no {device} model cached in {cache_dir()}: the first call measures one (`welchpeaks calibrate`)"
+    meta = model.meta if isinstance(model.meta, dict) else {}
+    kind = {True: "quick", False: "full"}.get(meta.get("quick"), "")
+    parts = [f"{model.label}{f' ({kind})' if kind else ''} {device} model"]
+    if meta.get("measured_at"):
+        took = meta.get("seconds")
+        parts[0] += f", measured {meta['measured_at']}" + (f" in {took:g} s" if _number(took) else "")
+    load = meta.get("foreign_load")
+    if _number(load):
+        peak = meta.get("foreign_load_max")
+        parts.append(f"other processes kept {load:g} cores busy meanwhile"
+                     + (f" (at most {peak:g} while a point was timed)" if _number(peak) else ""))
+    provisional = meta.get("provisional")
+    if isinstance(provisional, list) and provisional:
+        parts.append(f"{len(provisional)} points provisional (the machine stayed busy)")
+    corrections = meta.get("corrections")
+    if isinstance(corrections, dict) and corrections:
+        parts.append(f"{len(corrections)} region(s) corrected from observed calls")
+    reason = remeasure_reason(model)
+    if reason is not None:
+        tries = meta.get("remeasures", 0)
+        again = isinstance(tries, int) and not isinstance(tries, bool) and 0 <= tries < MAX_REMEASURES
+        parts.append(f"it {reason}; " + ("it is measured again in the background by the next program that uses "
+                                         "it, once the machine is quiet" if again else
+                                         f"measured again {tries} times already: `welchpeaks calibrate` when the "
+                                         "machine is idle"))
+    return "; ".join(parts)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+#: a re-measurement waits for the machine to be quiet (other processes' load under
+#: FOREIGN_LOAD_MAX over a probe of PROBE_S seconds) for at most QUIET_WAIT_S seconds
+PROBE_S = 0.5
+QUIET_WAIT_S = 300.0
+
+
+def wait_for_quiet(limit_s: float = QUIET_WAIT_S, probe_s: float = PROBE_S) -> bool:
+    """Wait (checking for exit at each probe) until other processes leave the cores idle;
+    False when they did not within ``limit_s``."""
+    from welchpeaks.plan.cost import FOREIGN_LOAD_MAX
+
+    deadline = time.monotonic() + limit_s
+    while True:
+        start = _cpu_seconds()
+        _STOP.wait(probe_s)
+        _step("waiting for a quiet machine")
+        load = foreign_load(start, _cpu_seconds())
+        if load is None or load < FOREIGN_LOAD_MAX:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        _STOP.wait(min(5.0, max(0.0, deadline - time.monotonic())))
+
+
+def _measure_and_cache(device: str, tries: int = 0, quick: bool = True, lock: MachineLock | None = None,
+                       again: bool = False) -> None:
+    """The background thread: measure (``again``: once the machine is quiet), cache, use; the
+    machine's measurement lock is released however it ends (after the model is cached, so a
+    process waiting on the lock finds it)."""
     from welchpeaks.plan.cost import set_cost_model
 
     try:
+        if again and not wait_for_quiet():
+            return  # still busy: the cached model stays, and a later process tries again
         with QUIET.armed():
-            model = measure_cpu(quick=True, progress=_step)
+            model = measure_cpu(quick=quick, progress=_step)
         if tries:
             model.meta["remeasures"] = tries
+        try:
+            save(model)
+        except OSError as exc:
+            warnings.warn(f"welchpeaks: could not cache the cost model ({exc})", stacklevel=2)
+        set_cost_model(model)
     except _Stopped:
         return
-    except Exception as exc:  # reported, and the planner keeps the numpy execution
-        warnings.warn(f"welchpeaks: measuring the {device} cost model failed ({exc}); strategy='auto' keeps "
-                      "the numpy execution; run `welchpeaks calibrate` to see why", stacklevel=2)
-        return
-    try:
-        save(model)
-    except OSError as exc:
-        warnings.warn(f"welchpeaks: could not cache the cost model ({exc})", stacklevel=2)
-    set_cost_model(model)
-
-
-def load_or_measure(device: str, measure: bool = True) -> BackendCostModel | None:
-    model = load(device)
-    if model is not None or not measure:
-        return model
-    if device != "cpu":
-        return None  # a device this build cannot measure: the picker has no model for it
-    t0 = time.perf_counter()
-    model = measure_cpu(quick=True)
-    warnings.warn(
-        f"welchpeaks: no cost model cached for {device!r}; measured a quick one in {time.perf_counter() - t0:.1f} s "
-        "(run `welchpeaks calibrate` for a full one)", CalibrationNotice, stacklevel=3)
-    try:
-        save(model)
-    except OSError as exc:
-        warnings.warn(f"welchpeaks: could not cache the cost model ({exc})", stacklevel=3)
-    return model
+    except Exception as exc:  # reported; the planner keeps its provisional choices
+        warnings.warn(f"welchpeaks: measuring the {device} cost model failed ({exc}); strategy='auto' chooses "
+                      "provisionally; run `welchpeaks calibrate` to see why", stacklevel=2)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 # ---------------------------------------------------------------------------- measuring
 
 
-def median_ns(fn: Callable[[], Any], repeats: int, inner: int | None = None) -> float:
-    """Median ns of one call of ``fn``.
+def _inner_calls(fn: Callable[[], Any], target_ns: int) -> int:
+    """How many calls of ``fn`` make a sample of about ``target_ns`` (1 to 1000), after a
+    warm-up of at least two calls and 1 ms."""
+    t0 = _NOW()
+    calls = 0
+    while calls < 2 or _NOW() - t0 < 1_000_000:
+        fn()
+        calls += 1
+    one = (_NOW() - t0) / calls
+    return int(min(max(target_ns // max(one, 1.0), 1), 1000))
 
-    Warm-up runs at least two calls and 1 ms, so caches, thread pools and lazily built plans
-    settle after whatever ran before. Short calls are batched (``inner`` calls per sample,
-    chosen so a sample takes about 200 us unless given) so timer resolution and single
-    hiccups do not decide them.
-    """
-    fn()  # a first call may compile: not under the gate, which would hold the program's work meanwhile
-    with QUIET.measuring():  # in the background: the process's own work waits (timing.QuietGate)
-        t0 = time.perf_counter_ns()
-        calls = 0
-        while calls < 2 or time.perf_counter_ns() - t0 < 1_000_000:
-            fn()
-            calls += 1
-        if inner is None:
-            one = (time.perf_counter_ns() - t0) / calls
-            inner = int(min(max(200_000 // max(one, 1.0), 1), 1000))
-        ts = []
-        for _ in range(repeats):
-            t0 = time.perf_counter_ns()
-            for _ in range(inner):
-                fn()
-            ts.append((time.perf_counter_ns() - t0) / inner)
-    return float(max(np.median(ts), 1.0))
+
+#: the clock of the measurements (ns)
+_NOW = time.perf_counter_ns
+#: a sample lasts about this long (short calls are repeated inside it): short enough that many
+#: samples fall between other processes' time slices on a busy machine
+SAMPLE_NS = 100_000
+#: rounds of a group on a busy machine, at most, as a multiple of the grid's repeats
+MAX_ROUND_FACTOR = 4
+
+
+@dataclass
+class Points:
+    """What :func:`time_points` measured: ns per point, the other processes' load (cores)
+    while the group was timed, the rounds taken, whether the estimate is provisional (the
+    machine stayed busy through every round), and the points estimated from one thread."""
+
+    ns: dict[str, float]
+    load: float | None
+    rounds: int
+    provisional: bool
+    one_thread: tuple[str, ...] = ()
+
+
+def _rounds(points: dict[str, Callable[[], Any]], repeats: int) -> tuple[dict[str, float], list[float | None], int]:
+    """The least sample of each point over rounds that each take one sample of every point,
+    and the other processes' load over each stretch of rounds: ``repeats`` rounds, then one
+    more at a time while the machine is busy (at most :data:`MAX_ROUND_FACTOR` x ``repeats``)."""
+    from welchpeaks.plan.cost import FOREIGN_LOAD_MAX
+
+    inner = {}
+    for name, fn in points.items():
+        fn()  # a first call may compile: outside the gate, which would hold the program's work meanwhile
+        with QUIET.measuring():
+            inner[name] = _inner_calls(fn, SAMPLE_NS)
+    best = {name: math.inf for name in points}
+    rounds, loads, limit = 0, [], repeats
+    while rounds < limit:
+        start = _cpu_seconds()
+        for _ in range(repeats if rounds < repeats else 1):
+            for name, fn in points.items():
+                with QUIET.measuring():  # in the background: the process's own work waits (timing.QuietGate)
+                    t0 = _NOW()
+                    for _ in range(inner[name]):
+                        fn()
+                    best[name] = min(best[name], (_NOW() - t0) / inner[name])
+            rounds += 1
+        load = foreign_load(start, _cpu_seconds())
+        loads.append(load)
+        if load is None or load < FOREIGN_LOAD_MAX:
+            break
+        limit = repeats * MAX_ROUND_FACTOR  # busy: measure more, and keep the least disturbed samples
+    return best, loads, rounds
+
+
+def time_points(points: dict[str, Callable[[], Any]], repeats: int, tick: Callable[[str], None] | None = None,
+                one_thread: dict[str, tuple[Callable[[], Any], int]] | None = None) -> Points:
+    """Time a group of points together, round robin, and estimate each from its least
+    disturbed samples.
+
+    Each point is warmed up (its first call may compile) and batched into samples of about
+    :data:`SAMPLE_NS`; then every round takes one sample of every point in turn, so a change
+    in the machine's load hits the whole group alike rather than one point. Another process
+    can only make a sample slower, never faster, so a point's estimate is its **least**
+    sample. The other processes' load over the rounds is read from the machine's busy time
+    (:func:`foreign_load`); while it is at least :data:`~welchpeaks.plan.cost.FOREIGN_LOAD_MAX`
+    cores, more rounds are taken (up to :data:`MAX_ROUND_FACTOR` times ``repeats``), and a
+    group that stayed busy throughout is marked provisional (the model is measured again
+    later, :func:`should_remeasure`).
+
+    ``one_thread``: for points that run on several threads, the same work on one thread and
+    how many threads share it. On a busy machine a parallel call waits at each of its joins
+    for a thread the other processes hold (seen: 14 to 100 times its quiet time), while one
+    thread still finds quiet time slices; so a busy group's parallel points are estimated as
+    at most the one-thread time over the threads (a provisional figure: perfect scaling)."""
+    from welchpeaks.plan.cost import FOREIGN_LOAD_MAX
+
+    best, loads, rounds = _rounds(points, repeats)
+    known = [v for v in loads if v is not None]
+    busy = bool(known) and known[-1] >= FOREIGN_LOAD_MAX
+    used: tuple[str, ...] = ()
+    if busy and one_thread:
+        single, more, extra = _rounds({name: fn for name, (fn, _) in one_thread.items()}, repeats)
+        rounds += extra
+        known += [v for v in more if v is not None]
+        for name, (_, width) in one_thread.items():
+            if single[name] / max(width, 1) < best[name]:
+                best[name] = single[name] / max(width, 1)
+                used += (name,)
+    if tick is not None:
+        tick(", ".join(points))
+    return Points({n: float(max(v, 1.0)) for n, v in best.items()}, max(known) if known else None, rounds, busy,
+                  used)
 
 
 def _monotone(vals: list[list[float]]) -> list[list[float]]:
@@ -369,151 +602,196 @@ def _monotone(vals: list[list[float]]) -> list[list[float]]:
     return a.tolist()
 
 
+class _Grid:
+    """The measured points of a model, collected group by group into curves over a grid."""
+
+    def __init__(self, repeats: int, tick: Callable[[str], None]):
+        self.repeats, self.tick = repeats, tick
+        self.values: dict[str, dict[tuple[float, float], float]] = {}
+        self.provisional: list[str] = []
+        self.one_thread: list[str] = []
+        self.loads: list[float] = []
+        self.rounds = 0
+
+    def measure(self, where: tuple[float, float], points: dict[str, Callable[[], Any]],
+                one_thread: dict[str, tuple[Callable[[], Any], int]] | None = None) -> dict[str, float]:
+        """Time ``points`` (curve name -> call) together at grid point ``where`` (``one_thread``:
+        :func:`time_points`')."""
+        got = time_points(points, self.repeats, self.tick, one_thread)
+        self.rounds += got.rounds
+        self.one_thread += [f"{name}@{where[0]:g}x{where[1]:g}" for name in got.one_thread]
+        if got.load is not None:
+            self.loads.append(got.load)
+        if got.provisional:
+            self.provisional += [f"{name}@{where[0]:g}x{where[1]:g}" for name in points]
+        for name, ns in got.ns.items():
+            self.values.setdefault(name, {})[where] = ns
+        return got.ns
+
+    def table(self, name: str, x1: list, x2: list, per: float = 1.0, monotone: bool = True) -> LogLogTable:
+        vals = [[self.values[name][(a, b)] / per for b in x2] for a in x1]
+        return LogLogTable(list(x1), list(x2), _monotone(vals) if monotone else vals)
+
+
+def _one_thread(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` with numba's parallel regions on one thread (numba's thread count is per calling
+    thread: the program's own calls are not affected)."""
+    import numba
+
+    def run() -> Any:
+        old = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            return fn()
+        finally:
+            numba.set_num_threads(old)
+
+    return run
+
+
 def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = None) -> BackendCostModel:
-    """Measure this machine's CPU cost model (``quick``: a small grid, a few seconds)."""
+    """Measure this machine's CPU cost model (``quick``: a small grid, a few seconds).
+
+    The curves are measured grid point by grid point: at each (n_fft, rows), every curve's
+    point (FFT, selections, the fused passes in both precisions, and in a full model the
+    filtered ones) is timed round robin with the others (:func:`time_points`), so the machine's
+    drifts hit them alike and no one curve is measured in a busy moment alone."""
     import scipy.fft
 
     from welchpeaks.backends.fused_cpu import FusedCpuPlan  # numba: imported when measuring
     from welchpeaks.backends.numpy_exec import select
-    from welchpeaks.numba_base import numba_threads
+    from welchpeaks.numba_base import LANES, numba_threads
 
     grid = QUICK_GRID if quick else FULL_GRID
     reps = grid["repeats"]
     tick = progress or (lambda what: None)
     rng = np.random.default_rng(0)
     started = _cpu_seconds()
+    t_start = time.perf_counter()
+    g = _Grid(reps, tick)
 
     a = np.ones(8), np.ones(8), np.empty(8)
-    dispatch = median_ns(lambda: np.add(a[0], a[1], out=a[2]), reps)
-    tick("launch cost")
     # what an unfused step sees: it reads its input and writes a fresh (page-faulting) buffer
     big = np.ones((4 if quick else 16) << 20, np.float32)
-    bw = 2 * big.nbytes / median_ns(lambda: np.multiply(big, 2), reps)
-    tick("memory bandwidth")
     p1 = make_params(n_fft=64, k=1, segments=1)
     tiny = FusedCpuPlan(p1, 1, np.dtype(np.float32))
     x1 = np.ones((1, 64), np.float32)
-    roundtrip = median_ns(lambda: tiny.run(x1), reps)
-    tick("round trip")
+    got = g.measure((1, 1), {"launch cost": lambda: np.add(a[0], a[1], out=a[2]),
+                             "memory bandwidth": lambda: np.multiply(big, 2), "round trip": lambda: tiny.run(x1)})
+    dispatch, roundtrip = got["launch cost"], got["round trip"]
+    bw = 2 * big.nbytes / got["memory bandwidth"]
+    big = None  # 16 MiB, not kept through the grid
     # Calls through the API plan with the CPU model's gate: a provisional model (no curves,
     # which a requested execution does not need) stands in while they are timed.
     model = cpu_cost_model(status="default", dispatch_ns=dispatch, roundtrip_ns=roundtrip, memory_bw=bw, h2d_bw=bw,
                            d2h_bw=bw, threads=numba_threads(), min_gain_ns=dispatch)
     with provisional_cost_model(model):
-        calls = _time_tiny_calls(reps, tick)
+        calls = _time_tiny_calls(g)
 
+    ns_, rows_, bins_ = grid["n_fft"], grid["rows"], grid["bins"]
+    threads = numba_threads()
+
+    def fused_width(rows: int, n_seg: int) -> int:  # the threads a fused call of this shape keeps busy
+        return min(threads, -(-rows // LANES))
+    full = not quick  # the quick grid (a first run's background measurement) does not compile the find_peaks
+    filters = PeakFilters(prominence=(0.0, None), measures=("snr",))  # kernel for calls that may never filter
+    for n, nb in zip(ns_, bins_):
+        plans = {(dt, s): FusedCpuPlan(make_params(n_fft=n, k=16, segments=s), s, np.dtype(dt))
+                 for dt in ("float32", "float64") for s in (1, 2)}
+        if full:
+            from welchpeaks.backends.filtered import host_rows
+            from welchpeaks.backends.fused_cpu import FusedFindPeaks
+
+            pf = make_params(n_fft=n, k=16, segments=2, filters=filters)
+            filtered = FusedFindPeaks(pf, 2, np.dtype(np.float32))
+            find_peaks = host_rows(make_params(n_fft=2 * (nb - 1), k=16, filters=filters))
+        for r in rows_:
+            for dt in ("float32", "float64"):  # one precision's arrays at a time: the largest are 100s of MB
+                x = rng.standard_normal((r, n + n // 2)).astype(dt)  # the frame of 2 segments
+                xn = np.ascontiguousarray(x[:, :n])
+                pts = {f"fft:{dt}": lambda xn=xn: scipy.fft.rfft(xn, axis=-1, workers=-1)}
+                pts.update({f"fused:{dt}:s{s}": (lambda x=x, plan=plans[dt, s]: plan.run(x)) for s in (1, 2)})
+                single = {f"fft:{dt}": (lambda xn=xn: scipy.fft.rfft(xn, axis=-1, workers=1), min(threads, r))}
+                single.update({f"fused:{dt}:s{s}": (_one_thread(pts[f"fused:{dt}:s{s}"]), fused_width(r, s))
+                               for s in (1, 2)})
+                if dt == "float32":
+                    psd = rng.chisquare(4, (r, nb)).astype(np.float32)
+                    pts.update({f"select:{m}": (lambda psd=psd, m=m: select(psd, 16, m, 1)) for m in ("peaks", "bins")})
+                    if full:
+                        pts["find_peaks"] = lambda psd=psd: find_peaks(psd)
+                        pts["fused-filtered"] = lambda x=x: filtered.run(x)
+                g.measure((n, r), pts, single)
+                for name in pts:  # the selections and find_peaks are indexed by bins
+                    if name.startswith(("select", "find_peaks")):
+                        g.values[name][(nb, r)] = g.values[name].pop((n, r))
+                del x, xn, pts
     tables: dict[str, LogLogTable] = {}
-    ns_, rows_ = grid["n_fft"], grid["rows"]
     for dt in ("float32", "float64"):
-        vals = []
-        for n in ns_:
-            row = []
-            for r in rows_:
-                x = rng.standard_normal((r, n)).astype(dt)
-                row.append(median_ns(lambda x=x: scipy.fft.rfft(x, axis=-1, workers=-1), reps))
-                tick(f"fft {dt} n_fft {n} x {r}")
-            vals.append(row)
-        tables[f"fft:{dt}"] = LogLogTable(ns_, rows_, _monotone(vals))
-    for mode in ("peaks", "bins"):
-        vals = []
-        for nb in grid["bins"]:
-            row = []
-            for r in rows_:
-                psd = rng.chisquare(4, (r, nb)).astype(np.float32)
-                row.append(median_ns(lambda psd=psd: select(psd, 16, mode, 1), reps))
-                tick(f"select {mode} {nb} bins x {r}")
-            vals.append(row)
-        tables[f"select:{mode}"] = LogLogTable(grid["bins"], rows_, _monotone(vals))
-        per_row = []
-        rk = rows_[-2]
-        for k in (4, 16, 64):
-            row = []
-            for nb in grid["bins"]:
-                psd = rng.chisquare(4, (rk, nb)).astype(np.float32)
-                row.append(median_ns(lambda psd=psd, k=k: select(psd, k, mode, 1), reps) / rk)
-            per_row.append(row)
-            tick(f"select {mode} k {k}")
-        tables[f"select-k:{mode}"] = LogLogTable([4, 16, 64], grid["bins"], per_row)
-    for dt in ("float32", "float64"):
+        tables[f"fft:{dt}"] = g.table(f"fft:{dt}", ns_, rows_)
         for s in (1, 2):
-            vals = []
-            for n in ns_:
-                p = make_params(n_fft=n, k=16, segments=s)
-                plan = FusedCpuPlan(p, s, np.dtype(dt))
-                row = []
-                for r in rows_:
-                    x = rng.standard_normal((r, p.frame_length(s))).astype(dt)
-                    row.append(median_ns(lambda x=x: plan.run(x), reps))
-                    tick(f"fused-cpu {dt} {s} seg n_fft {n} x {r}")
-                vals.append(row)
-            tables[f"fused:{dt}:s{s}"] = LogLogTable(ns_, rows_, _monotone(vals))
-    per_row = []
+            tables[f"fused:{dt}:s{s}"] = g.table(f"fused:{dt}:s{s}", ns_, rows_)
+    for m in ("peaks", "bins"):
+        tables[f"select:{m}"] = g.table(f"select:{m}", bins_, rows_)
+    if full:
+        tables["find_peaks"] = g.table("find_peaks", bins_, rows_)
+        tables["fused-filtered"] = g.table("fused-filtered", ns_, rows_)
+    # ns per row over k, at the grid's second largest batch
     rk = rows_[-2]
     for k in (4, 16, 64):
-        row = []
-        for n in ns_:
+        pts = {}
+        for n, nb in zip(ns_, bins_):
+            psd = rng.chisquare(4, (rk, nb)).astype(np.float32)
+            pts.update({f"select-k:{m}@{nb}": (lambda psd=psd, k=k, m=m: select(psd, k, m, 1))
+                        for m in ("peaks", "bins")})
             x = rng.standard_normal((rk, n + n // 2)).astype(np.float32)
             plan = FusedCpuPlan(make_params(n_fft=n, k=k, segments=2), 2, np.dtype(np.float32))
-            row.append(median_ns(lambda plan=plan, x=x: plan.run(x), reps) / rk)
-        per_row.append(row)
-        tick(f"fused-cpu k {k}")
-    tables["fused-k"] = LogLogTable([4, 16, 64], ns_, per_row)
-    if not quick:  # the quick grid (a first run's background measurement) does not compile the find_peaks
-        tables["find_peaks"] = _find_peaks_curve(grid, reps, rng, tick)  # kernel for calls that may never filter
-        tables["fused-filtered"] = _fused_filtered_curve(grid, reps, rng, tick)
+            pts[f"fused-k@{n}"] = lambda plan=plan, x=x: plan.run(x)
+        for name, ns in g.measure((k, rk), pts).items():
+            curve, at = name.split("@")
+            g.values.setdefault(curve, {})[(k, float(at))] = ns
+    for m in ("peaks", "bins"):
+        tables[f"select-k:{m}"] = g.table(f"select-k:{m}", [4, 16, 64], bins_, per=rk, monotone=False)
+    tables["fused-k"] = g.table("fused-k", [4, 16, 64], ns_, per=rk, monotone=False)
     model = cpu_cost_model(
         status="measured", dispatch_ns=dispatch, roundtrip_ns=roundtrip, memory_bw=bw, h2d_bw=bw, d2h_bw=bw,
         threads=numba_threads(), tables=tables, min_gain_ns=dispatch, host_thunk_penalty_ns=0.0,
         meta={"quick": quick, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "grid": grid},
     )
-    model.meta["op_factors"] = _op_factors(model, 2048 if quick else 8192, reps)
-    tick("elementwise steps")
-    model.call_ns = {name: max(t - estimate_graph_cost(g, model), 0.0) for name, (t, g) in calls.items()}
+    model.meta["op_factors"] = _op_factors(model, 2048 if quick else 8192, g)
+    model.call_ns = {name: max(t - estimate_graph_cost(gr, model), 0.0) for name, (t, gr) in calls.items()}
     model.meta["foreign_load"] = foreign_load(started, _cpu_seconds())
+    model.meta["foreign_load_max"] = max(g.loads) if g.loads else None
+    model.meta["provisional"] = g.provisional[:64]
+    model.meta["one_thread"] = g.one_thread[:64]
+    model.meta["rounds"] = g.rounds
+    model.meta["seconds"] = round(time.perf_counter() - t_start, 1)
     return model
 
 
 def _find_peaks_curve(grid: dict, reps: int, rng: np.random.Generator, tick: Callable[[str], None]) -> LogLogTable:
-    """ns of the find_peaks node's host kernel over n_bins x rows: scipy's filters on PSD rows
-    with prominence and the SNR measure, k 16."""
+    """ns of the find_peaks node's host kernel over n_bins x rows (scipy's filters on PSD rows
+    with prominence and the SNR measure, k 16), for a quick model that lacks it: its points
+    timed round robin at each row count."""
     from welchpeaks.backends.filtered import host_rows
 
-    vals = []
-    for nb in grid["bins"]:
-        run = host_rows(make_params(n_fft=2 * (nb - 1), k=16, filters=PeakFilters(prominence=(0.0, None),
-                                                                                   measures=("snr",))))
-        row = []
-        for r in grid["rows"]:
+    g = _Grid(reps, tick)
+    filters = PeakFilters(prominence=(0.0, None), measures=("snr",))
+    runs = {nb: host_rows(make_params(n_fft=2 * (nb - 1), k=16, filters=filters)) for nb in grid["bins"]}
+    for r in grid["rows"]:
+        pts = {}
+        for nb, run in runs.items():
             psd = rng.chisquare(4, (r, nb)).astype(np.float32)
-            row.append(median_ns(lambda psd=psd: run(psd), reps))
-            tick(f"find_peaks {nb} bins x {r}")
-        vals.append(row)
-    return LogLogTable(grid["bins"], grid["rows"], _monotone(vals))
+            pts[f"find_peaks@{nb}"] = lambda psd=psd, run=run: run(psd)
+        for name, ns in g.measure((0, r), pts).items():
+            g.values.setdefault("find_peaks", {})[(float(name.split("@")[1]), r)] = ns
+    return g.table("find_peaks", grid["bins"], grid["rows"])
 
 
-def _fused_filtered_curve(grid: dict, reps: int, rng: np.random.Generator, tick: Callable[[str], None]) -> LogLogTable:
-    """ns of the fused pass with scipy's filters over n_fft x rows (float32, 2 segments,
-    prominence and the SNR measure, k 16: the ``find_peaks`` curve's filters)."""
-    from welchpeaks.backends.fused_cpu import FusedFindPeaks
-
-    vals = []
-    for n in grid["n_fft"]:
-        p = make_params(n_fft=n, k=16, segments=2, filters=PeakFilters(prominence=(0.0, None), measures=("snr",)))
-        plan = FusedFindPeaks(p, 2, np.dtype(np.float32))
-        row = []
-        for r in grid["rows"]:
-            x = rng.standard_normal((r, p.frame_length(2))).astype(np.float32)
-            row.append(median_ns(lambda x=x: plan.run(x), reps))
-            tick(f"fused-cpu with filters n_fft {n} x {r}")
-        vals.append(row)
-    return LogLogTable(grid["n_fft"], grid["rows"], _monotone(vals))
-
-
-def _op_factors(model: BackendCostModel, rows: int, reps: int) -> dict[str, float]:
+def _op_factors(model: BackendCostModel, rows: int, grid: _Grid) -> dict[str, float]:
     """Per elementwise op of the Welch chain (window, power, segment mean, scale): the numpy
     kernel's measured time over the model's traffic estimate, on ``rows`` float32 rows of two
     segments of 256 (detrending and windowing read and write more than once; the estimate
-    counts one read and one write)."""
+    counts one read and one write). The ops are timed round robin."""
     from welchpeaks import backends
     from welchpeaks.ir import compile, welch_chain_graph
     from welchpeaks.plan.cost import ELEMENTWISE_OPS, node_cost_ns
@@ -523,18 +801,21 @@ def _op_factors(model: BackendCostModel, rows: int, reps: int) -> dict[str, floa
     program = compile(g, backends.get("numpy").backend)
     x = np.random.default_rng(0).standard_normal((rows, p.frame_length(2))).astype(np.float32)
     values: dict[int, Any] = {}
-    out = {}
+    pts, nodes = {}, {}
     for node, fn, ins, _ in program.steps:
         args = [values[i] for i in ins]
         values[node.id] = fn(x) if node.op.value == "input" else fn(*args)
         if node.op in ELEMENTWISE_OPS:
-            out[node.op.value] = median_ns(lambda fn=fn, args=args: fn(*args), reps) / node_cost_ns(g, node, model)
-    return out
+            pts[node.op.value] = lambda fn=fn, args=args: fn(*args)
+            nodes[node.op.value] = node
+    got = grid.measure((256, rows), pts)
+    return {op: got[op] / node_cost_ns(g, nodes[op], model) for op in pts}
 
 
-def _time_tiny_calls(reps: int, tick: Callable[[str], None]) -> dict[str, tuple[float, Any]]:
-    """Per execution: ns of one API call on one 64-sample signal (timed by the function the API
-    handed in, :func:`set_call_timer`), and the graph that call runs.
+def _time_tiny_calls(grid: _Grid) -> dict[str, tuple[float, Any]]:
+    """Per execution: ns of one API call on one 64-sample signal (made by the function the API
+    handed in, :func:`set_call_timer`; the executions timed round robin), and the graph that
+    call runs.
 
     Less what the graph's nodes cost, that is the fixed cost of a call (validation, plan
     lookup, result assembly, many small array calls), which decides small batches. Measured
@@ -542,21 +823,20 @@ def _time_tiny_calls(reps: int, tick: Callable[[str], None]) -> dict[str, tuple[
     """
     from welchpeaks.plan.picker import execution_graph
 
-    out: dict[str, tuple[float, Any]] = {}
     if _CALL_TIMER is None:
-        return out
+        return {}
     params = make_params(n_fft=64, k=1, segments=1)
-    for name in backends.available("cpu"):
-        t = _CALL_TIMER(name, reps)
+    names = backends.available("cpu")
+    got = grid.measure((64, 1), {f"call overhead {name}": _CALL_TIMER(name) for name in names})
+    out: dict[str, tuple[float, Any]] = {}
+    for name in names:
         graph, _ = execution_graph(backends.get(name), params, 1, 1, 64, np.float32, cost_model_for("cpu"))
-        out[name] = (t, graph)
-        tick(f"call overhead {name}")
+        out[name] = (got[f"call overhead {name}"], graph)
     return out
 
 
 def steps(quick: bool) -> int:
-    """How many progress ticks :func:`measure_cpu` makes (for a progress bar)."""
+    """How many progress ticks :func:`measure_cpu` makes (for a progress bar): one per group of
+    points timed together."""
     grid = QUICK_GRID if quick else FULL_GRID
-    n, r, b = len(grid["n_fft"]), len(grid["rows"]), len(grid["bins"])
-    filtered = 0 if quick else b * r + n * r  # the find_peaks and the filtered fused pass's curves
-    return 3 + 2 * n * r + 2 * (b * r + 3) + 4 * n * r + 3 + len(backends.available("cpu")) + filtered
+    return 1 + 1 + 2 * len(grid["n_fft"]) * len(grid["rows"]) + 3 + 1

@@ -343,6 +343,60 @@ def cost_breakdown(graph: Graph, model: BackendCostModel) -> dict[str, Any]:
     return {"io": io.to_dict(), "nodes_ns": nodes, **terms, "total_ns": sum(nodes.values()) + sum(terms.values())}
 
 
+# ---------------------------------------------------------------------------- corrections
+
+#: a model keeps at most this many corrections learned from observed calls (oldest out first)
+MAX_CORRECTIONS = 128
+#: a correction factor outside these bounds is not believed (read from a file)
+CORRECTION_RANGE = (1e-3, 1e3)
+
+
+def region(execution: str, params: Any, n_seg: int, rows: int, compute: Any) -> str:
+    """The region of call shapes a correction applies to: the execution, precision, mode,
+    filters, and rows, n_fft and segments each to the nearest power of two."""
+    def octave(v: int) -> int:
+        return int(round(math.log2(max(int(v), 1))))
+
+    filtered = "filtered" if params.filters is not None else params.mode
+    return (f"{execution}|{np.dtype(compute).name}|{filtered}|rows 2^{octave(rows)}|n_fft 2^{octave(params.n_fft)}"
+            f"|segments 2^{octave(n_seg)}")
+
+
+def correction(model: BackendCostModel, key: str) -> float:
+    """The factor learned for ``key`` (:func:`region`) from observed calls, or 1: ``meta``'s
+    ``corrections[key] = [factor, calls, unix time]`` (read from a file, so only a number
+    within :data:`CORRECTION_RANGE` counts)."""
+    table = model.meta.get("corrections") if isinstance(model.meta, dict) else None
+    entry = table.get(key) if isinstance(table, dict) else None
+    v = entry[0] if isinstance(entry, list) and entry else None
+    lo, hi = CORRECTION_RANGE
+    return float(v) if _is_number(v) and lo <= v <= hi else 1.0
+
+
+def with_corrections(model: BackendCostModel, factors: dict[str, tuple[float, int]],
+                     inconsistent: bool) -> BackendCostModel:
+    """A copy of ``model`` with ``factors`` (region -> (observed over predicted, calls)) applied
+    on top of those it has, at most :data:`MAX_CORRECTIONS` kept (the oldest dropped), and
+    ``inconsistent`` counted (:func:`welchpeaks.plan.calibrate.remeasure_reason`)."""
+    import dataclasses
+    import time
+
+    meta = dict(model.meta)
+    old = meta.get("corrections")
+    table = {k: v for k, v in old.items() if isinstance(v, list) and len(v) == 3} if isinstance(old, dict) else {}
+    lo, hi = CORRECTION_RANGE
+    for key, (factor, calls) in factors.items():
+        table[key] = [float(min(max(factor * correction(model, key), lo), hi)), int(calls), round(time.time())]
+    if len(table) > MAX_CORRECTIONS:
+        keep = sorted(table, key=lambda k: table[k][2] if _is_number(table[k][2]) else 0)[-MAX_CORRECTIONS:]
+        table = {k: table[k] for k in keep}
+    meta["corrections"] = table
+    if inconsistent:
+        n = meta.get("inconsistent")
+        meta["inconsistent"] = (n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 0) + 1
+    return dataclasses.replace(model, meta=meta)
+
+
 # ---------------------------------------------------------------------------- model registry
 
 _MODELS: dict[str, BackendCostModel] = {}
@@ -362,10 +416,10 @@ def set_cost_model(model: BackendCostModel | None, device: str = "cpu") -> None:
 
 def cost_model_for(device: str, calibrate: bool = True, wait: bool = True) -> BackendCostModel | None:
     """The model of ``device``: this thread's provisional one, the one set, the one cached on disk,
-    or (``calibrate``, CPU) one measured quickly in a background thread, once per process
-    (:func:`welchpeaks.plan.calibrate.start_background`). While that runs, ``wait=False``
-    returns None at once (the planner then runs the numpy execution, which needs no compiled
-    kernel) and ``wait=True`` waits for it."""
+    or (``calibrate``, CPU) one measured in a background thread, once per machine
+    (:func:`welchpeaks.plan.calibrate.start_background`; while another process measures it, this
+    one does not). While a measurement runs, here or elsewhere, ``wait=False`` returns None at
+    once (the planner then chooses provisionally) and ``wait=True`` waits for it."""
     local = getattr(_LOCAL, "models", None)
     if local and device in local:
         return local[device]
@@ -376,11 +430,16 @@ def cost_model_for(device: str, calibrate: bool = True, wait: bool = True) -> Ba
 
     if cal.measuring(device):  # no file to read yet: it is being measured
         return cal.wait_background(device) if wait else None
+    if not wait and cal.measured_elsewhere(device):  # another process measures: no disk read per call
+        return None
     with _MEASURING:  # one load at a time
         with _LOCK:
             if device in _MODELS:
                 return _MODELS[device]
         model = cal.load(device)
+        if model is None and wait and cal.measured_elsewhere(device):
+            cal.wait_elsewhere(device)
+            model = cal.load(device)
         if model is not None:
             set_cost_model(model, device)
             if calibrate and cal.should_remeasure(model):
@@ -389,6 +448,14 @@ def cost_model_for(device: str, calibrate: bool = True, wait: bool = True) -> Ba
     if not calibrate or device != "cpu":
         return None
     cal.start_background(device)
+    if not cal.measuring(device):  # another process took the machine's measurement
+        if not wait:
+            return None
+        cal.wait_elsewhere(device)
+        model = cal.load(device)
+        if model is not None:
+            set_cost_model(model, device)
+        return model
     return cal.wait_background(device) if wait else None
 
 

@@ -25,7 +25,8 @@ from welchpeaks.ir import Graph, welch_chain_graph
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.cache import LruCache
-from welchpeaks.plan.cost import BackendCostModel, cost_breakdown, cost_model_for, default_cuda_model
+from welchpeaks.plan.cost import (BackendCostModel, correction, cost_breakdown, cost_model_for, default_cuda_model,
+                                  region)
 from welchpeaks.plan.fusion import fuse
 from welchpeaks.plan.io import peak_working_bytes, size_text
 from welchpeaks.plan.original import legacy_mode, legacy_pick
@@ -91,6 +92,10 @@ def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, 
             continue
         g, decision = execution_graph(ex, params, n_seg, batch, length, compute, m)
         b = cost_breakdown(g, m)
+        factor = correction(m, region(name, params, n_seg, batch, compute))
+        if factor != 1.0:  # learned from this machine's observed calls (Planner.observe)
+            b["predicted_ns"], b["correction"] = b["total_ns"], factor
+            b["total_ns"] *= factor
         b["graph"] = [n.op.value for n in g.nodes]
         b["fusion"] = decision
         b["working_bytes"] = peak_working_bytes(g)

@@ -20,8 +20,10 @@ term. Plans, picks and compiled programs are kept in bounded least-recently-used
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -58,9 +60,34 @@ LAYOUTS = {"ultra": 1, "fast": 2}
 LEAN_BYTES = 256 << 20
 #: why auto runs numpy while there is no CPU cost model (such plans are not remembered)
 PROVISIONAL = "auto without a cost model: "
-MEASURING = (PROVISIONAL + "first use on this machine, it is being measured in the background; numpy (no kernel "
-             "to compile) runs until it is done")
-UNMEASURED = PROVISIONAL + "measuring it failed (see the warning; `welchpeaks calibrate` retries); numpy runs"
+
+#: Planner.observe: a shape is checked once the median of this many calls is more than
+#: CHECK_RATIO times off its prediction (either way); calls predicted and seen under
+#: MIN_CHECK_NS are not checked (the fixed cost of a call decides them); KEEP_CALLS are kept
+CHECK_CALLS = 3
+CHECK_RATIO = 2.0
+MIN_CHECK_NS = 200_000.0
+KEEP_CALLS = 8
+#: the clock of Planner.run (ns)
+_CLOCK = time.perf_counter_ns
+#: programs that have run once in this process (a runner-up is warmed up before it is timed)
+_WARM: set[int] = set()
+#: observed call shapes, per (parameters, planner key), shared by every planner (Planner.observe)
+_WATCHES = LruCache(1024)
+#: the last checks made, with the parameters they were made for (explain shows them)
+_CHECKS: list[tuple[PeakParams, str]] = []
+MAX_CHECKS = 64
+
+
+@dataclass
+class _Watch:
+    """Observed times of one call shape under one model (Planner.observe)."""
+
+    model: BackendCostModel
+    execution: str
+    predicted_ns: float
+    observed: list[float] = field(default_factory=list)
+    check: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +107,11 @@ class CallPlan:
     block_rows: int | None  # rows per run when the whole batch would exceed the memory budget
     segment_piece: int | None = None  # segments per piece when one row would exceed it
     batch_graph: Graph | None = None  # the graph with this call's shapes (the program is shared across batches)
+    #: under auto on the CPU: the model the pick was priced with, and the executions that can run
+    #: the call by predicted ns, fastest first (what Planner.observe checks real calls against)
+    model: BackendCostModel | None = None
+    ranking: tuple[tuple[str, float], ...] = ()
+    key: tuple | None = None  # the planner's key of this call shape
 
     @property
     def graph(self) -> Graph:
@@ -181,26 +213,48 @@ class Planner:
         return default_budget()
 
     def _execution(self, rows: int, n_seg: int, length: int, compute: np.dtype,
-                   tensor: bool, budget: int) -> tuple[backends.Execution, str]:
+                   tensor: bool, budget: int) -> tuple[backends.Execution, str, dict | None]:
+        """The execution, why, and the cost breakdown it was picked from (None where no cost
+        model of the host chose it)."""
         if tensor:
-            return self._cuda_execution(rows, n_seg, length, compute, budget)
+            return (*self._cuda_execution(rows, n_seg, length, compute, budget), None)
         if self.forced is not None:
-            return self.forced, "requested"
+            return self.forced, "requested", None
         if self.device == "cuda":
-            return self._host_data_on_cuda(rows, n_seg, length, compute, budget)
+            return (*self._host_data_on_cuda(rows, n_seg, length, compute, budget), None)
         if self.device == "cpu" and cost_model_for("cpu", wait=False) is None:
-            return backends.get("numpy"), MEASURING if calibrate.measuring("cpu") else UNMEASURED
+            return (*self._provisional(compute), None)
+        info: dict | None
         try:
-            name, _, why = self._pick_lean(rows, n_seg, length, compute, budget)
+            name, info, why = self._pick_lean(rows, n_seg, length, compute, budget)
         except OverBudget:  # nothing fits at once: the fastest that fits one signal, in blocks of rows
             name, _, why = pick_for(self.params, n_seg, 1, length, compute, self.device, budget=budget)
             why += f"; no execution fits the {size_text(budget)} memory budget at once, so it runs in blocks of rows"
+            info = None
         if self.learned is not None:
             reason = self.learned_ineligible()
             if reason is None:
-                return self._race_learned(backends.get(name), rows, n_seg, length, compute)
+                return (*self._race_learned(backends.get(name), rows, n_seg, length, compute), None)
             why += f"; the learned model does not race: {reason}"
-        return backends.get(name), why
+        return backends.get(name), why, info
+
+    def _provisional(self, compute: np.dtype) -> tuple[backends.Execution, str]:
+        """auto before this machine's CPU model exists (first use, or while it is measured here or
+        in another process): the fused pass when its kernel is already compiled in this process
+        (a measurement here compiles it in its first seconds) and takes these parameters, else
+        numpy, which has nothing to compile; either within :data:`LEAN_BYTES` of working memory
+        (the plan runs in blocks of rows or pieces of segments)."""
+        where = ("it is being measured in another process" if calibrate.measured_elsewhere("cpu") else
+                 "it is being measured in the background" if calibrate.measuring("cpu") else
+                 "measuring it failed (see the warning; `welchpeaks calibrate` retries)")
+        try:
+            fused = backends.get("fused-cpu")
+        except ImportError:
+            fused = None
+        if (fused is not None and not fused.unavailable_reason() and not fused.unsupported_reason(self.params)
+                and fused.compiled_for(self.params, compute)):
+            return fused, f"{PROVISIONAL}{where}; fused-cpu, whose kernel is compiled in this process, runs until then"
+        return backends.get("numpy"), f"{PROVISIONAL}{where}; numpy (no kernel to compile) runs until then"
 
     def _pick_lean(self, rows: int, n_seg: int, length: int, compute: np.dtype, budget: int) -> tuple[str, dict, str]:
         """The cost model's pick among the executions whose working memory stays within
@@ -295,11 +349,15 @@ class Planner:
         ``tensor``: the signals are a torch tensor (a GPU execution computes them where they are)."""
         key = (rows, length, input_dtype, tensor)
         call = self._calls.get(key)
+        if call is not None and call.model is not None and cost_model_for("cpu", wait=False) is not call.model:
+            call = None  # the model changed (measured again, or corrected by observed calls): plan again
         if call is None:
             n_seg, layout = self._segments(rows, length, input_dtype)
             compute = self.compute_dtype(input_dtype)
             budget = self.budget()
-            ex, why = self._execution(rows, n_seg, length, compute, tensor, budget)
+            ex, why, info = self._execution(rows, n_seg, length, compute, tensor, budget)
+            if why.startswith(PROVISIONAL):  # no model to price the intermediates: stay lean
+                budget = min(budget, LEAN_BYTES)
             upload = False
             if not tensor and ex.device == "cuda":  # host data for a GPU execution
                 upload = backends.upload_device() is not None
@@ -321,11 +379,99 @@ class Planner:
                     why += (f"; in pieces of {piece} of the {n_seg} segments"
                             f"{f' and blocks of {block} rows' if block else ''} to stay within {size_text(budget)} "
                             "of working memory")
+            model, ranking = None, ()
+            if info is not None and ex.name in info:
+                model = cost_model_for("cpu", wait=False)
+                ranking = tuple(sorted(((n, v["total_ns"]) for n, v in info.items() if math.isfinite(v["total_ns"])),
+                                       key=lambda item: item[1]))
             call = CallPlan(ex.name, program, n_seg, self.params.frame_length(n_seg), compute, why, fusion, layout,
-                            upload, working, block, piece, graph)
+                            upload, working, block, piece, graph, model, ranking, key)
             if not why.startswith(PROVISIONAL):  # planned again once the cost model is measured
                 self._calls.put(key, call)
         return call
+
+    # ------------------------------------------------------------------ checked against real calls
+    def run(self, call: CallPlan, rows: Any) -> Any:
+        """Run ``call`` on ``rows``; a call the cost model picked costs one clock read more,
+        and its time is checked against the prediction (:meth:`observe`)."""
+        if call.model is None:
+            return call.run(rows)
+        t0 = _CLOCK()
+        out = call.run(rows)
+        self.observe(call, rows, _CLOCK() - t0)
+        return out
+
+    def observe(self, call: CallPlan, rows: Any, elapsed_ns: float) -> None:
+        """Record a picked call's time. Once :data:`CHECK_CALLS` calls of a shape have a median
+        more than :data:`CHECK_RATIO` times off the prediction (either way), the prediction
+        is checked once: the runner-up is timed on these rows (:meth:`_check`), both
+        executions' curves are corrected for the region (persisted with the model) and the
+        shape is planned again with the corrected prices. Only for models measured on this
+        machine (``meta['measured_at']``): a model given by hand is taken as it is."""
+        if len(call.ranking) < 2 or not call.model.meta.get("measured_at"):
+            return
+        key = (self.params, call.key)  # shared by every planner of these parameters (welch_peaks makes one per call)
+        watch = _WATCHES.get(key)
+        if watch is None or watch.model is not call.model:  # a new plan: its prediction; a shape is checked once
+            watch = _Watch(call.model, call.execution, call.ranking[0][1], check=watch.check if watch else None)
+            _WATCHES.put(key, watch)
+        watch.observed = (watch.observed + [float(elapsed_ns)])[-KEEP_CALLS:]
+        if watch.check is not None or len(watch.observed) < CHECK_CALLS:
+            return
+        seen = float(np.median(watch.observed[-CHECK_CALLS:]))
+        ratio = seen / max(watch.predicted_ns, 1.0)
+        if max(seen, watch.predicted_ns) < MIN_CHECK_NS or 1 / CHECK_RATIO <= ratio <= CHECK_RATIO:
+            return
+        self._check(call, rows, watch)
+
+    def _check(self, call: CallPlan, rows: Any, watch: "_Watch") -> None:
+        """Time the runner-up on the call's own rows (twice after a warm-up, the least kept;
+        its result is not used), correct both executions' prices for the region from what was
+        observed, cache the corrected model (its ``inconsistent`` count makes a later process
+        measure the machine again) and drop the plan: the next call is planned with the
+        corrected prices, so it keeps the faster of the two."""
+        from welchpeaks.plan import cost as cost_mod
+
+        alt_name, alt_pred = call.ranking[1]
+        n_rows, length = call.key[0], call.key[1]
+        ex = backends.get(alt_name)
+        program, _ = self.program(ex, call.n_seg, n_rows, length, call.compute)
+        alt = dataclasses.replace(call, execution=alt_name, program=program, model=None, ranking=(),
+                                  batch_graph=self.graph(ex, call.n_seg, n_rows, length, call.compute)[0])
+        if id(program) not in _WARM:  # its first run may compile or load kernels
+            alt.run(rows)
+            _WARM.add(id(program))
+        times = []
+        for _ in range(2):
+            t0 = _CLOCK()
+            alt.run(rows)
+            times.append(_CLOCK() - t0)
+        alt_ns, own_ns = min(times), min(watch.observed)
+        regions = {n: cost_mod.region(n, self.params, call.n_seg, n_rows, call.compute) for n in (call.execution, alt_name)}
+        fixed = cost_mod.with_corrections(call.model, {
+            regions[call.execution]: (own_ns / max(watch.predicted_ns, 1.0), len(watch.observed)),
+            regions[alt_name]: (alt_ns / max(alt_pred, 1.0), len(times))}, inconsistent=True)
+        cost_mod.set_cost_model(fixed)
+        try:
+            calibrate.save(fixed)
+        except OSError:  # an unwritable cache: the correction holds for this process
+            pass
+        if calibrate.should_remeasure(fixed):
+            calibrate.start_background("cpu", replacing=fixed)
+        watch.check = (f"{call.execution} took {own_ns / 1e6:.3g} ms (least of {len(watch.observed)} calls; "
+                       f"predicted {watch.predicted_ns / 1e6:.3g} ms); the runner-up {alt_name} took "
+                       f"{alt_ns / 1e6:.3g} ms on the same rows (predicted {alt_pred / 1e6:.3g} ms); both corrected "
+                       f"for {regions[call.execution].split('|', 1)[1]}; planned again")
+        _CHECKS.append((self.params, watch.check))
+        del _CHECKS[:-MAX_CHECKS]
+
+    def observed(self, key: tuple) -> dict[str, Any] | None:
+        """What :meth:`observe` holds for a call shape: predicted and observed ns, the check."""
+        watch = _WATCHES.get((self.params, key))
+        if watch is None:
+            return None
+        return {"execution": watch.execution, "predicted_ns": watch.predicted_ns, "observed_ns": list(watch.observed),
+                "check": watch.check}
 
     def _pieces(self, ex: backends.Execution, program: Program, rows: int, n_seg: int, per_row: int,
                 budget: int) -> tuple[int | None, int]:
@@ -367,10 +513,16 @@ class Planner:
             "segments": call.n_seg,
             "compute_dtype": call.compute.name,
             "cost_model": {"status": model.status, "dispatch_ns": model.dispatch_ns, "roundtrip_ns": model.roundtrip_ns,
-                           "memory_bw_gbps": model.memory_bw, "threads": model.threads},
+                           "memory_bw_gbps": model.memory_bw, "threads": model.threads,
+                           "summary": calibrate.describe(model)},
             "costs": costs,
             "available": backends.available(self.device),
         }
+        if call.key is not None and (seen := self.observed(call.key)) is not None:
+            out["observed"] = seen  # this shape's calls against the prediction (Planner.observe)
+        checks = [text for params, text in _CHECKS if params == self.params]
+        if checks:
+            out["checks"] = checks[-8:]
         if call.layout is not None:
             out["layout"], out["layout_choice"] = call.layout
         if self.learned is not None:

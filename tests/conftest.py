@@ -37,6 +37,7 @@ def synthetic_cost_model(tmp_path_factory, monkeypatch):
 
     monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     monkeypatch.setattr(calibrate, "REMEASURE", True)  # a CLI test's command turns it off for its process
+    monkeypatch.setattr(calibrate, "PERSIST", True)  # bench picker turns it off
     monkeypatch.setattr(calibrate, "_ELSEWHERE", {})
     from welchpeaks.plan import planner
     from welchpeaks.plan.cache import LruCache

@@ -66,7 +66,7 @@ def measure_cell(cell: dict[str, Any], device: str = "cpu", mode: str = "peaks",
     length = _length(cell)
     batch = max(1, min(batch, MAX_CELL_BYTES // (length * dtype.itemsize)))
     x = np.random.default_rng(batch * 31 + n_fft).standard_normal((batch, length)).astype(dtype)
-    plan = welchpeaks.WelchPeaks(device=device, **opts).explain(batch, length)
+    plan = welchpeaks.WelchPeaks(device=device, **opts).planner.explain(batch, length, dtype)
     predicted = {n: v["total_ns"] for n, v in plan["costs"].items() if math.isfinite(v["total_ns"])}
     names, picked = list(predicted), plan["strategy"]
     rows: dict[str, Callable[[], Any]] = {}
@@ -115,8 +115,11 @@ def loaded_calibration(burners: int, quick: bool) -> dict[str, Any]:
     import sys
     import time
 
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(burners, 0))]
+    # a burner spins until told to stop or until this process is gone (it checks its parent)
+    burn = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    for _ in range(100000):\n        pass\n"
+    procs = []
     try:
+        procs += [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(max(burners, 0))]
         t0 = time.perf_counter()
         cmd = [sys.executable, "-m", "welchpeaks", "calibrate", *(["--quick"] if quick else [])]
         res = subprocess.run(cmd, capture_output=True, text=True)

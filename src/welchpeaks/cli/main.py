@@ -510,6 +510,11 @@ def bench_measures(
     _write_json(json_path, {"machine": machine_info(), **res})
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM as an exit: the command's clean-up runs."""
+    raise SystemExit(128 + signum)
+
+
 @bench_app.command("picker")
 def bench_picker(
     batch: Optional[str] = typer.Option(None, "--batch", help="Batches [default: 1,32,256,1024,8192,32768]."),
@@ -541,6 +546,7 @@ def bench_picker(
 ) -> None:
     """Regret and prediction quality of strategy='auto' over a grid of cells."""
     import os
+    import signal
     import tempfile
 
     from welchpeaks.bench import picker as bp
@@ -575,26 +581,34 @@ def bench_picker(
                 raise ValueError
         except ValueError:
             _fail(f"--long {long!r}: use ROWSxSAMPLES,... such as 16x4000000")
+    cores = os.cpu_count() or 1
+    if burners is not None and calibration != "loaded":
+        _fail("--burners: only with --calibration loaded (or --loaded)")
+    if burners is not None and not 0 <= burners <= 4 * cores:
+        _fail(f"--burners {burners}: use 0 to {4 * cores} (this machine has {cores} cores)")
     doc: dict[str, Any] = {"machine": machine_info(), "calibration": calibration}
     private = None
-    if calibration != "cached":  # the experiment's model never replaces the machine's
-        private = tempfile.mkdtemp(prefix="welchpeaks-picker-")
-        os.environ["WELCHPEAKS_CACHE_DIR"] = private
-        cal.REMEASURE = False  # the picks of the model as measured, corrected only by auto's own calls
-        set_cost_model(None)
-        n = (burners if burners is not None else os.cpu_count() or 1) if calibration == "loaded" else 0
-        err.print(f"measuring the cost model{f' while {n} CPU-bound processes run' if n else ''} ...")
-        try:
-            doc["calibrate"] = bp.loaded_calibration(n, quick=not full)
-        except ValueError as exc:
-            _fail(str(exc))
-        doc["calibrate"]["model"] = cal.describe(cal.load("cpu"))
-        err.print(f"  {doc['calibrate']['seconds']} s: {doc['calibrate']['model']}", highlight=False)
+    cal.REMEASURE = False  # the picks of the model as measured, corrected only by auto's own calls
+    cal.PERSIST = False  # and the corrections stay in this process: a benchmark never changes the machine's model
     results = []
     table = Table(title=f"picker on {device}, {mode}: predicted / measured ms per execution")
     for col in ("cell", "executions (pred / meas ms)", "picked", "fastest", "regret", "auto"):
         table.add_column(col, justify="right")
+    previous = signal.signal(signal.SIGTERM, _terminate)  # a kill runs the clean-up below (burners, private cache)
     try:
+        if calibration != "cached":  # the experiment's model never replaces the machine's
+            private = tempfile.mkdtemp(prefix="welchpeaks-picker-")
+            users = os.environ.get("WELCHPEAKS_CACHE_DIR")
+            os.environ["WELCHPEAKS_CACHE_DIR"] = private
+            set_cost_model(None)
+            n = (burners if burners is not None else cores) if calibration == "loaded" else 0
+            err.print(f"measuring the cost model{f' while {n} CPU-bound processes run' if n else ''} ...")
+            try:
+                doc["calibrate"] = bp.loaded_calibration(n, quick=not full)
+            except ValueError as exc:
+                _fail(str(exc))
+            doc["calibrate"]["model"] = cal.describe(cal.load("cpu"))
+            err.print(f"  {doc['calibrate']['seconds']} s: {doc['calibrate']['model']}", highlight=False)
         for cell in bp.cells(grid):
             try:
                 r = bp.measure_cell(cell, device=device, mode=mode, repeats=repeats, budget_s=budget)
@@ -612,10 +626,16 @@ def bench_picker(
                 write_atomic(json_path, json.dumps({**doc, "grid": grid, "summary": bp.summarise(results),
                                                     "cells": results}, indent=1, default=str))
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if private is not None:
             import shutil
 
             shutil.rmtree(private, ignore_errors=True)
+            if users is None:
+                os.environ.pop("WELCHPEAKS_CACHE_DIR", None)
+            else:
+                os.environ["WELCHPEAKS_CACHE_DIR"] = users
+            set_cost_model(None)  # the experiment's model is gone with its cache
     console.print(table)
     s = bp.summarise(results)
     console.print(
@@ -735,7 +755,7 @@ def calibrate(
     if device not in ("cpu", "cuda"):
         _fail(f"--device {device!r}: use cpu or cuda")
     if status:
-        model = cal.load(device)
+        model = cal.load(device, quiet=True)
         console.print(cal.describe(model, device), markup=False, highlight=False, soft_wrap=True)
         console.print(f"cache: {cal.cache_path(device)}", markup=False, highlight=False, soft_wrap=True)
         return

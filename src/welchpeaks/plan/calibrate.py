@@ -138,8 +138,9 @@ def save(model: BackendCostModel) -> Path:
     return path
 
 
-def load(device: str) -> BackendCostModel | None:
-    """The cached model, or None (missing). A corrupt or mismatched file warns and gives None."""
+def load(device: str, quiet: bool = False) -> BackendCostModel | None:
+    """The cached model, or None (missing). A corrupt or mismatched file warns (unless
+    ``quiet``) and gives None."""
     path = cache_path(device)
     if not path.exists():
         return None
@@ -155,13 +156,18 @@ def load(device: str) -> BackendCostModel | None:
         model = BackendCostModel.from_dict(doc["model"])
         if model.device != device:
             raise ValueError(f"it holds the model of {model.device!r}")
+        _UNUSABLE.pop(device, None)
         return model
     except Exception as exc:  # unreadable, corrupt JSON, missing fields, wrong types or ranges
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        warnings.warn(f"welchpeaks: cost-model cache {path} is unusable ({reason}); measuring again", stacklevel=3)
+        if not quiet:
+            warnings.warn(f"welchpeaks: cost-model cache {path} is unusable ({reason}); measuring again", stacklevel=3)
+        _UNUSABLE[device] = reason
         return None
 
 
+#: why the cache file of a device could not be used, when it could not (``describe`` says it)
+_UNUSABLE: dict[str, str] = {}
 _BACKGROUND: dict[str, threading.Thread] = {}
 _BACKGROUND_LOCK = threading.Lock()
 #: set at interpreter exit: a background measurement stops at its next step
@@ -223,12 +229,14 @@ class MachineLock:
             os.close(fd)
             return False
         self._fd = fd
+        _HELD.add(self)
         return True
 
     def release(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor releases the flock
+            os.close(self._fd)  # closing the last descriptor of the open file releases the flock
             self._fd = None
+        _HELD.discard(self)
 
     def held_elsewhere(self) -> bool:
         """Whether another process is measuring now (takes and releases the lock at once)."""
@@ -236,6 +244,33 @@ class MachineLock:
             return True
         self.release()
         return False
+
+
+#: the locks this process holds; a forked child closes its copies of them (else the lock would
+#: stay held for as long as the child lives, after the parent's measurement is done)
+_HELD: set[MachineLock] = set()
+
+
+def _forget_locks_in_child() -> None:
+    for lock in list(_HELD):
+        if lock._fd is not None:
+            try:
+                os.close(lock._fd)  # the parent's descriptor still holds the lock
+            except OSError:
+                pass
+            lock._fd = None
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks_in_child)
+
+
+def recently_elsewhere(device: str) -> bool:
+    """Whether this process found, within :data:`RECHECK_S`, no model and another process
+    measuring one (the planner then reads nothing from disk per call)."""
+    seen = _ELSEWHERE.get(device)
+    return seen is not None and time.monotonic() - seen < RECHECK_S
 
 
 #: when this process last found another one measuring, per device (it reads the cache again
@@ -279,10 +314,12 @@ def start_background(device: str = "cpu", replacing: BackendCostModel | None = N
     with _BACKGROUND_LOCK:
         if device in _BACKGROUND:
             return
-        lock = MachineLock(device)
-        if not lock.acquire():
-            _ELSEWHERE[device] = time.monotonic()
-            return
+        lock = None
+        if replacing is None:  # a first measurement: the lock now, so no other process starts one
+            lock = MachineLock(device)
+            if not lock.acquire():
+                _ELSEWHERE[device] = time.monotonic()
+                return
         if replacing is None:
             warnings.warn(
                 f"welchpeaks: first use on this machine: measuring its {device} cost model and compiling the fused "
@@ -293,9 +330,8 @@ def start_background(device: str = "cpu", replacing: BackendCostModel | None = N
             warnings.warn(f"welchpeaks: the cached {device} cost model {remeasure_reason(replacing)}; measuring it "
                           "again in the background once the machine is quiet (the cached one serves meanwhile)",
                           CalibrationNotice, stacklevel=4)
-        tries = int(replacing.meta.get("remeasures", 0)) + 1 if replacing is not None else 0
         quick = replacing is None or replacing.meta.get("quick") is not False
-        thread = threading.Thread(target=_measure_and_cache, args=(device, tries, quick, lock, replacing is not None),
+        thread = threading.Thread(target=_measure_and_cache, args=(device, quick, lock, replacing),
                                   name=f"welchpeaks-calibrate-{device}", daemon=True)
         _BACKGROUND[device] = thread
         thread.start()
@@ -365,6 +401,39 @@ def _complete_and_cache(model: BackendCostModel, device: str) -> None:
     set_cost_model(done, device)
 
 
+#: whether corrections learned from observed calls are written to the cache (a benchmark turns
+#: it off: its runs must not change the machine's model)
+PERSIST = True
+
+
+def correct(model: BackendCostModel, factors: dict[str, tuple[float, int]]) -> BackendCostModel:
+    """``model`` with the corrections ``factors`` (:func:`~welchpeaks.plan.cost.with_corrections`)
+    and one more inconsistency, written to the cache under the measurement lock: into the
+    cached model when it is the same measurement (other processes' corrections kept), not at
+    all when the cache holds a newer one (returned instead: the corrections were against the
+    old) or another process holds the lock (they then hold for this process only)."""
+    from welchpeaks.plan.cost import with_corrections
+
+    fixed = with_corrections(model, factors, inconsistent=True)
+    if not PERSIST:
+        return fixed
+    lock = MachineLock(model.device)
+    if not lock.acquire():
+        return fixed
+    try:
+        on_disk = load(model.device, quiet=True)
+        if on_disk is not None and on_disk.meta.get("measured_at") != model.meta.get("measured_at"):
+            return on_disk
+        if on_disk is not None:
+            fixed = with_corrections(on_disk, factors, inconsistent=True)
+        save(fixed)
+    except OSError:  # an unwritable cache: the corrections hold for this process
+        pass
+    finally:
+        lock.release()
+    return fixed
+
+
 def remeasure_reason(model: BackendCostModel) -> str | None:
     """Why ``model`` should be measured again, or None: it was measured while other processes
     kept the cores busy (its times are then too high: seen 14 to 100 times for the fused
@@ -381,13 +450,18 @@ def remeasure_reason(model: BackendCostModel) -> str | None:
     return None
 
 
+def _tries(model: BackendCostModel) -> int:
+    """How many times the model was tried again (``meta['remeasures']``, counted when a try
+    starts; a value that is not a count reads as used up)."""
+    tries = model.meta.get("remeasures", 0)
+    return tries if isinstance(tries, int) and not isinstance(tries, bool) and tries >= 0 else MAX_REMEASURES
+
+
 def should_remeasure(model: BackendCostModel) -> bool:
     """Whether a cached model (quick or full) should be measured again by this process: it has
     a :func:`remeasure_reason` and was tried fewer than :data:`MAX_REMEASURES` times (a machine
     that is always busy keeps its model), and this process may (:data:`REMEASURE`)."""
-    tries = model.meta.get("remeasures", 0)
-    return (REMEASURE and remeasure_reason(model) is not None
-            and isinstance(tries, int) and not isinstance(tries, bool) and 0 <= tries < MAX_REMEASURES)
+    return REMEASURE and remeasure_reason(model) is not None and _tries(model) < MAX_REMEASURES
 
 
 def describe(model: BackendCostModel | None, device: str = "cpu") -> str:
@@ -399,13 +473,16 @@ def describe(model: BackendCostModel | None, device: str = "cpu") -> str:
             return f"no {device} model yet: this process is measuring it in the background"
         if MachineLock(device).held_elsewhere():
             return f"no {device} model yet: another process is measuring it (this one waits for none)"
+        if device in _UNUSABLE:
+            return (f"the cached {device} model is unusable ({_UNUSABLE[device]}): the next program measures it "
+                    "again (`welchpeaks calibrate` now)")
         return f"no {device} model cached in {cache_dir()}: the first call measures one (`welchpeaks calibrate`)"
     meta = model.meta if isinstance(model.meta, dict) else {}
-    kind = {True: "quick", False: "full"}.get(meta.get("quick"), "")
+    kind = "quick" if meta.get("quick") is True else "full" if meta.get("quick") is False else ""
     parts = [f"{model.label}{f' ({kind})' if kind else ''} {device} model"]
-    if meta.get("measured_at"):
+    if isinstance(meta.get("measured_at"), str):
         took = meta.get("seconds")
-        parts[0] += f", measured {meta['measured_at']}" + (f" in {took:g} s" if _number(took) else "")
+        parts[0] += f", measured {meta['measured_at'][:40]}" + (f" in {took:g} s" if _number(took) else "")
     load = meta.get("foreign_load")
     if _number(load):
         peak = meta.get("foreign_load_max")
@@ -419,11 +496,10 @@ def describe(model: BackendCostModel | None, device: str = "cpu") -> str:
         parts.append(f"{len(corrections)} region(s) corrected from observed calls")
     reason = remeasure_reason(model)
     if reason is not None:
-        tries = meta.get("remeasures", 0)
-        again = isinstance(tries, int) and not isinstance(tries, bool) and 0 <= tries < MAX_REMEASURES
+        tries = _tries(model)
         parts.append(f"it {reason}; " + ("it is measured again in the background by the next program that uses "
-                                         "it, once the machine is quiet" if again else
-                                         f"measured again {tries} times already: `welchpeaks calibrate` when the "
+                                         "it, once the machine is quiet" if tries < MAX_REMEASURES else
+                                         f"tried again {tries} times already: `welchpeaks calibrate` when the "
                                          "machine is idle"))
     return "; ".join(parts)
 
@@ -456,16 +532,31 @@ def wait_for_quiet(limit_s: float = QUIET_WAIT_S, probe_s: float = PROBE_S) -> b
         _STOP.wait(min(5.0, max(0.0, deadline - time.monotonic())))
 
 
-def _measure_and_cache(device: str, tries: int = 0, quick: bool = True, lock: MachineLock | None = None,
-                       again: bool = False) -> None:
-    """The background thread: measure (``again``: once the machine is quiet), cache, use; the
-    machine's measurement lock is released however it ends (after the model is cached, so a
-    process waiting on the lock finds it)."""
+def _measure_and_cache(device: str, quick: bool = True, lock: MachineLock | None = None,
+                       replacing: BackendCostModel | None = None) -> None:
+    """The background thread: measure, cache, use. A re-measurement (``replacing``) first waits
+    for the machine to be quiet, then takes the measurement lock (gives up if another process
+    has it) and counts its try in the cached model before measuring, so a machine that is never
+    quiet long enough stops trying after :data:`MAX_REMEASURES`. The lock is released however
+    it ends, after the model is cached (a process waiting on it finds the model)."""
+    import dataclasses
+
     from welchpeaks.plan.cost import set_cost_model
 
     try:
-        if again and not wait_for_quiet():
-            return  # still busy: the cached model stays, and a later process tries again
+        tries = 0
+        if replacing is not None:
+            if not wait_for_quiet():
+                return  # still busy: the cached model stays, and a later process tries again
+            lock = MachineLock(device)
+            if not lock.acquire():
+                return  # another process measures now
+            on_disk = load(device, quiet=True)
+            if on_disk is not None and on_disk.meta.get("measured_at") != replacing.meta.get("measured_at"):
+                set_cost_model(on_disk)  # measured since by another process
+                return
+            tries = _tries(replacing) + 1
+            save(dataclasses.replace(replacing, meta={**replacing.meta, "remeasures": tries}))
         with QUIET.armed():
             model = measure_cpu(quick=quick, progress=_step)
         if tries:
@@ -505,8 +596,10 @@ _NOW = time.perf_counter_ns
 #: a sample lasts about this long (short calls are repeated inside it): short enough that many
 #: samples fall between other processes' time slices on a busy machine
 SAMPLE_NS = 100_000
-#: rounds of a group on a busy machine, at most, as a multiple of the grid's repeats
+#: stretches of rounds of a group on a busy machine, at most
 MAX_ROUND_FACTOR = 4
+#: a stretch of rounds lasts at least this long (ns), so its load reading means something
+LOAD_WINDOW_NS = 100_000_000
 
 
 @dataclass
@@ -520,12 +613,15 @@ class Points:
     rounds: int
     provisional: bool
     one_thread: tuple[str, ...] = ()
+    stretches: int = 1
 
 
 def _rounds(points: dict[str, Callable[[], Any]], repeats: int) -> tuple[dict[str, float], list[float | None], int]:
     """The least sample of each point over rounds that each take one sample of every point,
-    and the other processes' load over each stretch of rounds: ``repeats`` rounds, then one
-    more at a time while the machine is busy (at most :data:`MAX_ROUND_FACTOR` x ``repeats``)."""
+    and the other processes' load over each stretch of rounds. A stretch is at least
+    ``repeats`` rounds and :data:`LOAD_WINDOW_NS` long (the machine's busy time is counted in
+    10 ms ticks: a shorter window reads 0 or several cores at random); while the machine is
+    busy, another stretch, up to :data:`MAX_ROUND_FACTOR` of them."""
     from welchpeaks.plan.cost import FOREIGN_LOAD_MAX
 
     inner = {}
@@ -534,22 +630,22 @@ def _rounds(points: dict[str, Callable[[], Any]], repeats: int) -> tuple[dict[st
         with QUIET.measuring():
             inner[name] = _inner_calls(fn, SAMPLE_NS)
     best = {name: math.inf for name in points}
-    rounds, loads, limit = 0, [], repeats
-    while rounds < limit:
-        start = _cpu_seconds()
-        for _ in range(repeats if rounds < repeats else 1):
+    rounds, loads = 0, []
+    for _ in range(MAX_ROUND_FACTOR):
+        start, began, done = _cpu_seconds(), _NOW(), 0
+        while done < repeats or _NOW() - began < LOAD_WINDOW_NS:
             for name, fn in points.items():
                 with QUIET.measuring():  # in the background: the process's own work waits (timing.QuietGate)
                     t0 = _NOW()
                     for _ in range(inner[name]):
                         fn()
                     best[name] = min(best[name], (_NOW() - t0) / inner[name])
-            rounds += 1
+            done += 1
+        rounds += done
         load = foreign_load(start, _cpu_seconds())
         loads.append(load)
         if load is None or load < FOREIGN_LOAD_MAX:
-            break
-        limit = repeats * MAX_ROUND_FACTOR  # busy: measure more, and keep the least disturbed samples
+            break  # quiet: busy stretches take more rounds, and keep the least disturbed samples
     return best, loads, rounds
 
 
@@ -563,9 +659,9 @@ def time_points(points: dict[str, Callable[[], Any]], repeats: int, tick: Callab
     in the machine's load hits the whole group alike rather than one point. Another process
     can only make a sample slower, never faster, so a point's estimate is its **least**
     sample. The other processes' load over the rounds is read from the machine's busy time
-    (:func:`foreign_load`); while it is at least :data:`~welchpeaks.plan.cost.FOREIGN_LOAD_MAX`
-    cores, more rounds are taken (up to :data:`MAX_ROUND_FACTOR` times ``repeats``), and a
-    group that stayed busy throughout is marked provisional (the model is measured again
+    (:func:`foreign_load`) over stretches of at least :data:`LOAD_WINDOW_NS`; while it is at
+    least :data:`~welchpeaks.plan.cost.FOREIGN_LOAD_MAX` cores, another stretch is taken (up to
+    :data:`MAX_ROUND_FACTOR`), and a group that stayed busy throughout is marked provisional (the model is measured again
     later, :func:`should_remeasure`).
 
     ``one_thread``: for points that run on several threads, the same work on one thread and
@@ -578,6 +674,7 @@ def time_points(points: dict[str, Callable[[], Any]], repeats: int, tick: Callab
     best, loads, rounds = _rounds(points, repeats)
     known = [v for v in loads if v is not None]
     busy = bool(known) and known[-1] >= FOREIGN_LOAD_MAX
+    stretches = len(loads)
     used: tuple[str, ...] = ()
     if busy and one_thread:
         single, more, extra = _rounds({name: fn for name, (fn, _) in one_thread.items()}, repeats)
@@ -590,7 +687,7 @@ def time_points(points: dict[str, Callable[[], Any]], repeats: int, tick: Callab
     if tick is not None:
         tick(", ".join(points))
     return Points({n: float(max(v, 1.0)) for n, v in best.items()}, max(known) if known else None, rounds, busy,
-                  used)
+                  used, stretches)
 
 
 def _monotone(vals: list[list[float]]) -> list[list[float]]:
@@ -676,8 +773,10 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
     p1 = make_params(n_fft=64, k=1, segments=1)
     tiny = FusedCpuPlan(p1, 1, np.dtype(np.float32))
     x1 = np.ones((1, 64), np.float32)
+    trip = lambda: tiny.run(x1)  # noqa: E731  (one row: one worker does the work, the other joins)
     got = g.measure((1, 1), {"launch cost": lambda: np.add(a[0], a[1], out=a[2]),
-                             "memory bandwidth": lambda: np.multiply(big, 2), "round trip": lambda: tiny.run(x1)})
+                             "memory bandwidth": lambda: np.multiply(big, 2), "round trip": trip},
+                    {"round trip": (_one_thread(trip), 1)})
     dispatch, roundtrip = got["launch cost"], got["round trip"]
     bw = 2 * big.nbytes / got["memory bandwidth"]
     big = None  # 16 MiB, not kept through the grid
@@ -760,7 +859,7 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
     model.meta["op_factors"] = _op_factors(model, 2048 if quick else 8192, g)
     model.call_ns = {name: max(t - estimate_graph_cost(gr, model), 0.0) for name, (t, gr) in calls.items()}
     model.meta["foreign_load"] = foreign_load(started, _cpu_seconds())
-    model.meta["foreign_load_max"] = max(g.loads) if g.loads else None
+    model.meta["foreign_load_max"] = min(max(g.loads), float(os.cpu_count() or 1)) if g.loads else None
     model.meta["provisional"] = g.provisional[:64]
     model.meta["one_thread"] = g.one_thread[:64]
     model.meta["rounds"] = g.rounds
@@ -827,7 +926,8 @@ def _time_tiny_calls(grid: _Grid) -> dict[str, tuple[float, Any]]:
         return {}
     params = make_params(n_fft=64, k=1, segments=1)
     names = backends.available("cpu")
-    got = grid.measure((64, 1), {f"call overhead {name}": _CALL_TIMER(name) for name in names})
+    calls = {f"call overhead {name}": _CALL_TIMER(name) for name in names}
+    got = grid.measure((64, 1), calls, {name: (_one_thread(fn), 1) for name, fn in calls.items()})
     out: dict[str, tuple[float, Any]] = {}
     for name in names:
         graph, _ = execution_graph(backends.get(name), params, 1, 1, 64, np.float32, cost_model_for("cpu"))

@@ -375,9 +375,9 @@ def correction(model: BackendCostModel, key: str) -> float:
 
 def with_corrections(model: BackendCostModel, factors: dict[str, tuple[float, int]],
                      inconsistent: bool) -> BackendCostModel:
-    """A copy of ``model`` with ``factors`` (region -> (observed over predicted, calls)) applied
-    on top of those it has, at most :data:`MAX_CORRECTIONS` kept (the oldest dropped), and
-    ``inconsistent`` counted (:func:`welchpeaks.plan.calibrate.remeasure_reason`)."""
+    """A copy of ``model`` with the corrections ``factors`` (region -> (factor over the
+    model's own price, calls)) set, at most :data:`MAX_CORRECTIONS` kept (the oldest dropped),
+    and ``inconsistent`` counted (:func:`welchpeaks.plan.calibrate.remeasure_reason`)."""
     import dataclasses
     import time
 
@@ -386,7 +386,7 @@ def with_corrections(model: BackendCostModel, factors: dict[str, tuple[float, in
     table = {k: v for k, v in old.items() if isinstance(v, list) and len(v) == 3} if isinstance(old, dict) else {}
     lo, hi = CORRECTION_RANGE
     for key, (factor, calls) in factors.items():
-        table[key] = [float(min(max(factor * correction(model, key), lo), hi)), int(calls), round(time.time())]
+        table[key] = [float(min(max(factor, lo), hi)), int(calls), round(time.time())]
     if len(table) > MAX_CORRECTIONS:
         keep = sorted(table, key=lambda k: table[k][2] if _is_number(table[k][2]) else 0)[-MAX_CORRECTIONS:]
         table = {k: table[k] for k in keep}
@@ -430,7 +430,7 @@ def cost_model_for(device: str, calibrate: bool = True, wait: bool = True) -> Ba
 
     if cal.measuring(device):  # no file to read yet: it is being measured
         return cal.wait_background(device) if wait else None
-    if not wait and cal.measured_elsewhere(device):  # another process measures: no disk read per call
+    if not wait and cal.recently_elsewhere(device):  # none on disk, another process measures: no read per call
         return None
     with _MEASURING:  # one load at a time
         with _LOCK:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ from welchpeaks.plan.cost import BackendCostModel, cost_model_for, default_cpu_m
 from welchpeaks.plan.io import peak_working_bytes, size_text
 from welchpeaks.plan.picker import OverBudget, execution_graph, pick_for
 from welchpeaks.result import RowPeaks
+from welchpeaks.timing import QUIET
 
 _AVAILABLE: list[float] = [0.0, 0]  # (time read, bytes)
 
@@ -74,6 +76,32 @@ _CLOCK = time.perf_counter_ns
 _WARM: set[int] = set()
 #: observed call shapes, per (parameters, planner key), shared by every planner (Planner.observe)
 _WATCHES = LruCache(1024)
+_WATCH_LOCK = threading.Lock()
+
+
+class _Flight:
+    """Planned calls under way in this process: a call's time is its own only if no other
+    started or ran while it did."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.started = 0
+        self.running = 0
+
+    def start(self) -> tuple[int, bool]:
+        with self._lock:
+            self.started += 1
+            self.running += 1
+            return self.started, self.running == 1
+
+    def end(self, ticket: tuple[int, bool]) -> bool:
+        """Whether the call of ``ticket`` ran alone."""
+        with self._lock:
+            self.running -= 1
+            return ticket[1] and self.started == ticket[0]
+
+
+_FLIGHT = _Flight()
 #: the last checks made, with the parameters they were made for (explain shows them)
 _CHECKS: list[tuple[PeakParams, str]] = []
 MAX_CHECKS = 64
@@ -393,46 +421,58 @@ class Planner:
     # ------------------------------------------------------------------ checked against real calls
     def run(self, call: CallPlan, rows: Any) -> Any:
         """Run ``call`` on ``rows``; a call the cost model picked costs one clock read more,
-        and its time is checked against the prediction (:meth:`observe`)."""
+        and its time is checked against the prediction (:meth:`observe`) when nothing else of
+        this process's welchpeaks work ran meanwhile (another call, a background measurement):
+        only then is the time the call's own."""
         if call.model is None:
             return call.run(rows)
+        ticket = _FLIGHT.start()
         t0 = _CLOCK()
-        out = call.run(rows)
-        self.observe(call, rows, _CLOCK() - t0)
+        try:
+            out = call.run(rows)
+        finally:
+            elapsed = _CLOCK() - t0
+            alone = _FLIGHT.end(ticket)
+        if alone and not QUIET.armed_count:
+            self.observe(call, rows, elapsed)
         return out
 
     def observe(self, call: CallPlan, rows: Any, elapsed_ns: float) -> None:
-        """Record a picked call's time. Once :data:`CHECK_CALLS` calls of a shape have a median
-        more than :data:`CHECK_RATIO` times off the prediction (either way), the prediction
-        is checked once: the runner-up is timed on these rows (:meth:`_check`), both
-        executions' curves are corrected for the region (persisted with the model) and the
-        shape is planned again with the corrected prices. Only for models measured on this
-        machine (``meta['measured_at']``): a model given by hand is taken as it is."""
-        if len(call.ranking) < 2 or not call.model.meta.get("measured_at"):
+        """Record a picked call's time. Once each of :data:`CHECK_CALLS` calls of a shape is
+        more than :data:`CHECK_RATIO` times off the prediction, the same way, the prediction is
+        checked once (:meth:`_check`): the runner-up is timed on these rows, both executions'
+        prices are corrected for the region (kept with the model) and the shape is planned again
+        with the corrected prices. Only for models measured on this machine
+        (``meta['measured_at']``): a model given by hand is taken as it is."""
+        own = dict(call.ranking).get(call.execution)
+        if own is None or len(call.ranking) < 2 or not isinstance(call.model.meta.get("measured_at"), str):
             return
         key = (self.params, call.key)  # shared by every planner of these parameters (welch_peaks makes one per call)
-        watch = _WATCHES.get(key)
-        if watch is None or watch.model is not call.model:  # a new plan: its prediction; a shape is checked once
-            watch = _Watch(call.model, call.execution, call.ranking[0][1], check=watch.check if watch else None)
-            _WATCHES.put(key, watch)
-        watch.observed = (watch.observed + [float(elapsed_ns)])[-KEEP_CALLS:]
-        if watch.check is not None or len(watch.observed) < CHECK_CALLS:
-            return
-        seen = float(np.median(watch.observed[-CHECK_CALLS:]))
-        ratio = seen / max(watch.predicted_ns, 1.0)
-        if max(seen, watch.predicted_ns) < MIN_CHECK_NS or 1 / CHECK_RATIO <= ratio <= CHECK_RATIO:
-            return
+        with _WATCH_LOCK:
+            watch = _WATCHES.get(key)
+            if watch is None or watch.model is not call.model:  # a new plan: its prediction; a shape is checked once
+                watch = _Watch(call.model, call.execution, own, check=watch.check if watch else None)
+                _WATCHES.put(key, watch)
+            watch.observed = (watch.observed + [float(elapsed_ns)])[-KEEP_CALLS:]
+            if watch.check is not None or len(watch.observed) < CHECK_CALLS:
+                return
+            last = watch.observed[-CHECK_CALLS:]
+            if max(max(last), own) < MIN_CHECK_NS:
+                return
+            if not (min(last) > CHECK_RATIO * own or max(last) * CHECK_RATIO < own):
+                return  # no decision on one slow or fast call: all of them must disagree
+            watch.check = "being checked"  # claimed: one check per shape, whatever the threads
         self._check(call, rows, watch)
 
     def _check(self, call: CallPlan, rows: Any, watch: "_Watch") -> None:
         """Time the runner-up on the call's own rows (twice after a warm-up, the least kept;
         its result is not used), correct both executions' prices for the region from what was
-        observed, cache the corrected model (its ``inconsistent`` count makes a later process
-        measure the machine again) and drop the plan: the next call is planned with the
-        corrected prices, so it keeps the faster of the two."""
+        observed (:func:`welchpeaks.plan.calibrate.correct`: cached with the model, whose
+        ``inconsistent`` count makes a later program measure the machine again) and drop the
+        plan: the next call is planned with the corrected prices, so it keeps the faster."""
         from welchpeaks.plan import cost as cost_mod
 
-        alt_name, alt_pred = call.ranking[1]
+        alt_name, alt_pred = next((n, t) for n, t in call.ranking if n != call.execution)
         n_rows, length = call.key[0], call.key[1]
         ex = backends.get(alt_name)
         program, _ = self.program(ex, call.n_seg, n_rows, length, call.compute)
@@ -448,22 +488,20 @@ class Planner:
             times.append(_CLOCK() - t0)
         alt_ns, own_ns = min(times), min(watch.observed)
         regions = {n: cost_mod.region(n, self.params, call.n_seg, n_rows, call.compute) for n in (call.execution, alt_name)}
-        fixed = cost_mod.with_corrections(call.model, {
-            regions[call.execution]: (own_ns / max(watch.predicted_ns, 1.0), len(watch.observed)),
-            regions[alt_name]: (alt_ns / max(alt_pred, 1.0), len(times))}, inconsistent=True)
+        old = {n: cost_mod.correction(call.model, r) for n, r in regions.items()}
+        fixed = calibrate.correct(call.model, {
+            regions[call.execution]: (old[call.execution] * own_ns / max(watch.predicted_ns, 1.0), len(watch.observed)),
+            regions[alt_name]: (old[alt_name] * alt_ns / max(alt_pred, 1.0), len(times))})
         cost_mod.set_cost_model(fixed)
-        try:
-            calibrate.save(fixed)
-        except OSError:  # an unwritable cache: the correction holds for this process
-            pass
         if calibrate.should_remeasure(fixed):
             calibrate.start_background("cpu", replacing=fixed)
         watch.check = (f"{call.execution} took {own_ns / 1e6:.3g} ms (least of {len(watch.observed)} calls; "
                        f"predicted {watch.predicted_ns / 1e6:.3g} ms); the runner-up {alt_name} took "
                        f"{alt_ns / 1e6:.3g} ms on the same rows (predicted {alt_pred / 1e6:.3g} ms); both corrected "
                        f"for {regions[call.execution].split('|', 1)[1]}; planned again")
-        _CHECKS.append((self.params, watch.check))
-        del _CHECKS[:-MAX_CHECKS]
+        with _WATCH_LOCK:
+            _CHECKS.append((self.params, watch.check))
+            del _CHECKS[:-MAX_CHECKS]
 
     def observed(self, key: tuple) -> dict[str, Any] | None:
         """What :meth:`observe` holds for a call shape: predicted and observed ns, the check."""

@@ -44,6 +44,9 @@ def synthetic_cost_model(tmp_path_factory, monkeypatch):
 
     monkeypatch.setattr(planner, "_WATCHES", LruCache(1024))  # observed calls are per test
     monkeypatch.setattr(planner, "_CHECKS", [])
+    from welchpeaks.timing import QuietGate
+
+    monkeypatch.setattr(planner, "QUIET", QuietGate())  # another test's background measurement is not this one's
     set_cost_model(synthetic_cpu_model())
     yield
     set_cost_model(None, "cpu")

@@ -395,7 +395,7 @@ def test_first_use_answers_at_once_while_the_model_is_measured_in_the_background
     with pytest.warns(calibrate.CalibrationNotice, match="in the background"):
         first = wp(x)  # returns while the measurement still waits: no deadlock, no wait
     assert started.is_set() and calibrate.measuring("cpu")
-    assert first.strategy == "numpy" and "being measured" in wp._last_call.why
+    assert first.strategy in ("numpy", "fused-cpu") and "being measured" in wp._last_call.why  # (compiled here?)
     np.testing.assert_array_equal(first.bins, welchpeaks.welch_peaks(x, strategy="numpy").bins)
     release.set()
     assert calibrate.wait_background("cpu") is not None and not calibrate.measuring("cpu")

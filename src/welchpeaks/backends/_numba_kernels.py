@@ -5,14 +5,21 @@ the samples while loading them (bit-reversed, summing them on the way) into a
 ``[n_fft/2, LANES]`` complex buffer, runs an FFT (radix-4 passes) whose innermost loop runs
 across the rows of the block (so LLVM turns every butterfly into SIMD over rows), unpacks the
 real spectrum, removes the segment's trend there, and adds its power to a ``[n_bins, LANES]``
-accumulator (:func:`block_power`). After the last segment it scales the power and selects the
-peaks of each row (with scipy's filters, ``_numba_find_peaks.welch_find_peaks`` calls the same
-:func:`block_power` and hands each row to the find_peaks kernel instead). Everything a block
-touches stays in L1/L2; only ``k`` results per row are written. Scratch buffers are passed in
-(one set per worker, a cache line apart), so a call allocates nothing.
+accumulator (:func:`segments_power`), in chunks of ``CHUNK`` segments whose sums are added in
+order (:func:`block_sums`; the order is fixed by the segment indices alone, so a block's chunks
+may go to several workers when a call has fewer blocks than workers, without changing a bit).
+After the last segment it scales the power and selects the peaks of each row (with scipy's
+filters, ``_numba_find_peaks.welch_find_peaks`` calls the same sums through :func:`block_power`
+and hands each row to the find_peaks kernel instead). Everything a block touches stays in
+L1/L2; only ``k`` results per row are written. Scratch buffers are passed in (one set per
+worker, a cache line apart), so a call allocates nothing.
 
 Non-power-of-two ``n_fft`` uses :func:`window_segments` and :func:`power_select_spectrum`
 around ``scipy.fft.rfft`` instead (same arithmetic, one more pass over memory).
+
+numba's on-disk cache keys a kernel on its own source file only: after editing the sums here
+(:func:`block_power` and what it calls), clear the cached find_peaks kernels
+(``backends/__pycache__/_numba_find_peaks.*``) or they keep the old code.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from welchpeaks.backends import _simd
 from welchpeaks.numba_base import HELPER as _HELPER
 from welchpeaks.numba_base import INLINE as _INL
 from welchpeaks.numba_base import LANES, butterfly_lanes, worker_rows
@@ -653,6 +661,106 @@ def _load_first_pass(tl, off, window, rev, re, im, m, nv, total):
     return 8
 
 
+# ------------------------------------------------------------------------------ summation order
+#
+# The power sums of a row accumulate in the compute dtype, so their bits depend on the order of
+# the additions. The fused pass uses one order, fixed by the segment indices alone, whatever
+# computes them (one call over whole rows, long rows fed in pieces, a block's segments split
+# across workers, any number of threads):
+#
+#   * the row's segments fall into chunks of CHUNK consecutive segments, counted from the row's
+#     first segment (chunk c holds segments c*CHUNK .. (c+1)*CHUNK - 1; the last may be shorter);
+#   * a chunk's sum starts from zero and adds the powers of its segments in segment order;
+#   * the row's sum starts from zero and adds the chunk sums in chunk order.
+#
+# A row of at most CHUNK segments is one chunk: its sum is its segments' powers added in order
+# from zero (adding that one chunk to a zero total changes no bit). Since every chunk is a sum
+# of its own, different workers may compute different chunks of the same rows at once, each
+# into its own buffer, and the chunk sums are added to the rows' totals in chunk order
+# afterwards: which worker computed a chunk, and how many workers there were, cannot change a
+# bit. A running chunk and the completed chunks' total are all the state a row needs between
+# two calls (:class:`welchpeaks.backends.fused_cpu.LongRows`), so pieces of any size give the
+# bits of one call.
+#
+# A worker's accumulator ``ac [>= 2 n_bins + 2, LANES]`` holds a block's running chunk in rows
+# ``1 .. n_bins`` (after the last chunk, its PSD between the sentinel rows ``0`` and
+# ``n_bins + 1``) and the completed chunks' total in rows ``n_bins + 2 .. 2 n_bins + 1``.
+
+#: Segments per chunk of the summation order above (a constant: another value would give other
+#: bits, to roundoff, for rows of more than CHUNK segments).
+CHUNK = 64
+
+
+@njit(**_INL)
+def _lanes(nl):
+    """The lanes computed for a block of ``nl`` rows: the rows, rounded up to a vector."""
+    return min(LANES, (nl + 7) // 8 * 8)
+
+
+@njit(**_INL)
+def _add_chunk(dst, src, n_bins, nv):
+    """A completed chunk (rows ``1 .. n_bins`` of ``src``) added to the total (rows
+    ``n_bins + 2 ..`` of ``dst``), lanes ``< nv``: one addition per value."""
+    tot = n_bins + 2
+    for q in range(n_bins):
+        for lane in range(nv):
+            dst[tot + q, lane] += src[q + 1, lane]
+
+
+@njit(**_INL)
+def _total_into_tile(ac, n_bins, nv):
+    """The row sums: the completed chunks' total plus the running chunk, into rows
+    ``1 .. n_bins`` of ``ac`` (lanes ``< nv``)."""
+    tot = n_bins + 2
+    for q in range(n_bins):
+        for lane in range(nv):
+            ac[q + 1, lane] = ac[tot + q, lane] + ac[q + 1, lane]
+
+
+@njit(**_INL)
+def _save_state(ac, carry, done, r0, nl, n_bins):
+    """A block's summation state into the rows ``r0 ..`` of ``carry`` (the running chunk) and
+    ``done`` (the completed chunks' total; not written when empty)."""
+    tot = n_bins + 2
+    for lane in range(nl):
+        for q in range(n_bins):
+            carry[r0 + lane, q] = ac[q + 1, lane]
+    if done.shape[0] > 0:
+        for lane in range(nl):
+            for q in range(n_bins):
+                done[r0 + lane, q] = ac[tot + q, lane]
+
+
+@njit(**_INL)
+def _select_block(ac, scale, n_bins, r0, nl, nv, edge, bad, prow, k, mode, min_distance, interp, alpha, n_fft, tv, ti,
+                  tc, tt, out_bins, out_power, out_fbin):
+    """Scale the row sums of a block (rows ``1 .. n_bins`` of ``ac``) to its PSD and select the
+    peaks of its rows ``r0 .. r0 + nl`` into the outputs; a row whose power overflowed is
+    flagged in ``bad`` like a non-finite one (the API tells the two apart). ``prow``, ``tv``,
+    ``ti``, ``tc``, ``tt``: one worker's selection scratch."""
+    # the PSD tile, between sentinel rows for the local-maximum test (``edge``: -inf lets DC
+    # and Nyquist be peaks, +inf never)
+    scale_tile(ac, scale, n_bins, nv)
+    for lane in range(nv):
+        ac[0, lane] = edge
+        ac[n_bins + 1, lane] = edge
+    for lane in range(nl):
+        r = r0 + lane
+        _clear_row(out_bins, out_power, out_fbin, r)
+        if bad[r]:
+            continue
+        chk = 0.0
+        for q in range(n_bins + 2):
+            prow[q] = ac[q, lane]
+        for q in range(1, n_bins + 1):
+            chk += prow[q] - prow[q]  # NaN once a power overflowed
+        if chk != 0.0:
+            bad[r] = True
+            continue
+        select_into(prow, n_bins, k, mode, min_distance, interp, alpha, n_fft, tv, ti, tc, tt, out_bins, out_power,
+                    out_fbin, r)
+
+
 @njit(parallel=True, **_OPTS)
 def fused_pow2(
     x,
@@ -694,17 +802,40 @@ def fused_pow2(
     out_power,
     out_fbin,
     carry,
+    done,
     use_carry,
     finish,
     pivot,
+    seg0,
+    split,
+    parts,
+    flags,
+    work,
 ):
     """The fused pass for power-of-two ``n_fft``; scratch arrays have a leading worker axis.
 
-    A long row may come in pieces of whole segments: ``carry [n_rows, n_bins]`` (compute
-    dtype) holds the power summed so far; with ``use_carry`` each row starts from it, and
-    without ``finish`` the sums go back into it and nothing is selected (``out_*`` untouched).
+    Work is shared out in one of two ways (the bits are the same, see the summation order
+    above ``CHUNK``):
+
+    * whole blocks (``split`` false): worker ``t`` takes blocks of ``LANES`` rows, each with
+      all its segments (:func:`block_sums`), and selects their peaks while they are in cache;
+    * chunks (``split`` true, only for calls with fewer blocks than workers): the (chunk,
+      block) pairs go out to all workers in rounds (:func:`_chunk_rounds`; ``parts`` and
+      ``flags``: its scratch), each chunk summed into a buffer of its own, the chunk sums
+      added to their blocks' totals in chunk order after each round; then worker ``b``
+      selects block ``b``'s peaks.
+
+    ``work[t]`` counts the blocks or chunks worker ``t`` computed in this call.
+
+    A long row may come in pieces of whole segments: ``seg0`` is the index in the row of the
+    segment that starts at ``x``'s first sample, and ``carry`` / ``done`` ``[n_rows, n_bins]``
+    (compute dtype) hold each row's running chunk and its completed chunks' total from the
+    pieces before. With ``use_carry`` each row starts from them; without ``finish`` the state
+    goes back into them and nothing is selected (``out_*`` untouched). ``done`` may be empty
+    (zeros; not written) only while no chunk has been completed, ``seg0 + n_seg < CHUNK``.
     ``pivot`` (one per row, or empty: each row's first sample) is the shift of each row, the
-    same for all its pieces. Pieces fed in order give exactly the values of one whole call.
+    same for all its pieces. Pieces fed in order, of any number of segments, give exactly the
+    values of one whole call.
 
     ``tile`` holds the frame of ``LANES`` rows (``whole``) or one segment (long frames), ``stats``
     their segment's mean (of the shifted samples) and slope (compute dtype), and ``sums`` the
@@ -714,48 +845,145 @@ def fused_pow2(
     ``2 rfft(window * ramp)``, ``[4, n_bins]``.
     """
     n_bins = n_fft // 2 + 1
+    tot = n_bins + 2
     n_workers = buf_re.shape[0]
     n_blocks = (n_rows + LANES - 1) // LANES
-    per = (n_blocks + n_workers - 1) // n_workers
+    for w in range(n_workers):
+        work[w] = 0
+    split = split and n_blocks <= n_workers <= parts.shape[0]  # the rounds' scratch holds the call
+    if split:
+        _chunk_rounds(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im,
+                      trend, whole, tile, stats, sums, buf_re, buf_im, acc, bad, carry, done, use_carry, finish, pivot,
+                      seg0, parts, flags, work)
+    # Each worker's blocks: whole blocks (their sums computed here), or with ``split`` block
+    # ``t`` alone, whose sums the rounds left in acc[t].
+    per = 1 if split else (n_blocks + n_workers - 1) // n_workers
     for t in prange(n_workers):
         ac = acc[t]
-        prow = psd[t]
-        tv = vals[t]
-        ti = idx[t]
-        tc = cand[t]
-        tt = top[t]
         for blk in range(t * per, min(n_blocks, (t + 1) * per)):
             r0 = blk * LANES
             nl = min(LANES, n_rows - r0)
-            nv = block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re,
-                             post_im, trend, whole, tile[t], stats[t], sums[t], buf_re[t], buf_im[t], ac, bad, carry,
-                             use_carry, pivot)
-            if not finish:  # a piece of long rows: the sums go back to the carry
-                for lane in range(nl):
-                    for q in range(n_bins):
-                        carry[r0 + lane, q] = ac[q + 1, lane]
-                continue
-            # the PSD tile, between sentinel rows for the local-maximum test (``edge``: -inf lets DC
-            # and Nyquist be peaks, +inf never)
-            scale_tile(ac, scale, n_bins, nv)
-            for lane in range(nv):
-                ac[0, lane] = edge
-                ac[n_bins + 1, lane] = edge
-            for lane in range(nl):
-                r = r0 + lane
-                _clear_row(out_bins, out_power, out_fbin, r)
-                if bad[r]:
+            nv = _lanes(nl)
+            if split:
+                if not finish:
+                    continue  # the rounds saved the state
+                for q in range(n_bins):  # every chunk is in the total
+                    for lane in range(nv):
+                        ac[q + 1, lane] = ac[tot + q, lane]
+            else:
+                block_sums(x, r0, nl, seg0, n_seg, n_fft, hop, window, ramp, consts, detrend, rev, tw_re, tw_im,
+                           post_re, post_im, trend, whole, tile[t], stats[t], sums[t], buf_re[t], buf_im[t], ac, bad,
+                           carry, done, use_carry, pivot)
+                work[t] += 1
+                if not finish:  # a piece of long rows: the state goes back to carry and done
+                    _save_state(ac, carry, done, r0, nl, n_bins)
                     continue
-                chk = 0.0
-                for q in range(n_bins + 2):
-                    prow[q] = ac[q, lane]
+                _total_into_tile(ac, n_bins, nv)
+            _select_block(ac, scale, n_bins, r0, nl, nv, edge, bad, psd[t], k, mode, min_distance, interp, alpha,
+                          n_fft, vals[t], idx[t], cand[t], top[t], out_bins, out_power, out_fbin)
+
+
+@njit(parallel=True, **_OPTS)
+def _chunk_rounds(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im,
+                  trend, whole, tile, stats, sums, buf_re, buf_im, acc, bad, carry, done, use_carry, finish, pivot,
+                  seg0, parts, flags, work):
+    """The power sums of :func:`fused_pow2`'s call (its arguments) with fewer blocks than
+    workers, shared out by chunks.
+
+    Job ``i`` is chunk ``i // n_blocks`` of the call (counted from the chunk of segment
+    ``seg0``; the first and last may be parts of chunks) of block ``i % n_blocks``. The jobs go
+    out in rounds of up to ``len(parts)`` (at least the workers): job ``j0 + s`` of the round
+    from ``j0`` sums its chunk into ``parts[s]`` (rows ``1 .. n_bins``; ``parts [round,
+    n_bins + 1, LANES]``, compute dtype) and flags its non-finite lanes in ``flags[s]``
+    (``[round, LANES]``). Worker ``t`` takes job ``j0 + t`` and then the next job not taken
+    (a shared counter), so a worker slowed down takes fewer. After each round the chunk sums
+    are added to their blocks' totals (block ``b``'s in ``acc[b]``, rows ``n_bins + 2 ..``) in
+    job order, so each block's in chunk order: the bits of :func:`block_sums` on each block,
+    whoever computed which job. The call's last chunk, when it is not complete, is added to the
+    total too with ``finish``, else saved to ``carry`` for the next piece (the totals then go
+    to ``done``)."""
+    n_bins = n_fft // 2 + 1
+    tot = n_bins + 2
+    n_workers = buf_re.shape[0]
+    n_blocks = (n_rows + LANES - 1) // LANES
+    c_first = seg0 // CHUNK
+    n_chunks = (seg0 + n_seg - 1) // CHUNK + 1 - c_first  # chunks (or parts of them) in this call
+    jobs = n_chunks * n_blocks
+    next_job = np.zeros(1, np.int64)
+    for b in range(n_blocks):  # each block's total from the pieces before, or zero
+        rb = b * LANES
+        lb = min(LANES, n_rows - rb)
+        tb = acc[b]
+        for q in range(n_bins):
+            for lane in range(LANES):
+                tb[tot + q, lane] = 0.0
+        if use_carry and done.shape[0] > 0:
+            for lane in range(lb):
+                for q in range(n_bins):
+                    tb[tot + q, lane] = done[rb + lane, q]
+        for lane in range(lb):
+            bad[rb + lane] = False
+    for j0 in range(0, jobs, parts.shape[0]):
+        j1 = min(jobs, j0 + parts.shape[0])
+        next_job[0] = j0 + n_workers  # jobs j0 .. j0 + n_workers - 1: one to each worker first
+        for t in prange(n_workers):
+            job = j0 + t
+            while job < j1:
+                cj = job // n_blocks
+                rj = (job - cj * n_blocks) * LANES
+                lj = min(LANES, n_rows - rj)
+                aj = parts[job - j0]
+                fj = flags[job - j0]
                 for q in range(1, n_bins + 1):
-                    chk += prow[q] - prow[q]  # NaN once a power overflowed
-                if chk != 0.0:  # flagged like a non-finite row; the API tells the two apart
-                    bad[r] = True
-                    continue
-                select_into(prow, n_bins, k, mode, min_distance, interp, alpha, n_fft, tv, ti, tc, tt, out_bins, out_power,
-                            out_fbin, r)
+                    for lane in range(LANES):
+                        aj[q, lane] = 0.0
+                if cj == 0 and use_carry:  # the chunk the pieces before began
+                    for lane in range(lj):
+                        for q in range(n_bins):
+                            aj[q + 1, lane] = carry[rj + lane, q]
+                for lane in range(LANES):
+                    fj[lane] = False
+                s_lo = max(seg0, (c_first + cj) * CHUNK)
+                s_hi = min(seg0 + n_seg, (c_first + cj + 1) * CHUNK)
+                segments_power(x, rj, lj, s_lo - seg0, s_hi - seg0, n_fft, hop, window, ramp, consts, detrend, rev,
+                               tw_re, tw_im, post_re, post_im, trend, whole, tile[t], stats[t], sums[t], buf_re[t],
+                               buf_im[t], aj, fj, np.int64(0), pivot)
+                work[t] += 1
+                job = _simd.fetch_add(next_job, 1)
+        # the round's chunk sums into their blocks' totals, in job order: chunk order per block
+        for i in range(j0, j1):
+            _merge_job(i, parts[i - j0], flags[i - j0], n_rows, n_blocks, n_bins, c_first, seg0, n_seg, finish, acc,
+                       bad, carry)
+    if not finish:
+        complete = (seg0 + n_seg) % CHUNK == 0
+        for b in range(n_blocks):
+            rb = b * LANES
+            lb = min(LANES, n_rows - rb)
+            for lane in range(lb):
+                for q in range(n_bins):
+                    done[rb + lane, q] = acc[b][tot + q, lane]
+                    if complete:
+                        carry[rb + lane, q] = 0.0
+
+
+@njit(**_INL)
+def _merge_job(i, part, fl, n_rows, n_blocks, n_bins, c_first, seg0, n_seg, finish, acc, bad, carry):
+    """Job ``i`` of :func:`_chunk_rounds` done: its non-finite lanes (``fl``) into ``bad``, and
+    its chunk sum (``part``, rows ``1 .. n_bins``) added to its block's total, or, when it is
+    the call's last chunk, not complete and not to be finished, saved to ``carry``."""
+    c = i // n_blocks
+    b = i - c * n_blocks
+    rb = b * LANES
+    lb = min(LANES, n_rows - rb)
+    for lane in range(lb):
+        if fl[lane]:
+            bad[rb + lane] = True
+    if finish or min(seg0 + n_seg, (c_first + c + 1) * CHUNK) % CHUNK == 0:
+        _add_chunk(acc[b], part, n_bins, LANES)
+    else:  # it goes on in the next piece
+        for lane in range(lb):
+            for q in range(n_bins):
+                carry[rb + lane, q] = part[q + 1, lane]
 
 
 @njit(**_INL)
@@ -771,30 +999,81 @@ def scale_tile(ac, scale, n_bins, nv):
 @njit(**_HELPER)
 def block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im, trend,
                 whole, tl, st, sm, re, im, ac, bad, carry, use_carry, pivot):
-    """The sums of ``|2X|^2`` over the segments of rows ``r0 .. r0 + nl`` of ``x`` (a block of at
-    most ``LANES`` rows, lane ``i`` is row ``r0 + i``) into ``ac[1 .. n_bins, lane]``; ``bad[r]``
-    set for a row that is not finite. The arguments are :func:`fused_pow2`'s, its scratch of
-    one worker. Returns the lanes computed (the rows rounded up to a vector; those past the
-    last row hold zeros)."""
+    """The sums of ``|2X|^2`` over the ``n_seg`` segments of rows ``r0 .. r0 + nl`` of ``x`` (a
+    block of at most ``LANES`` rows, lane ``i`` is row ``r0 + i``), in the summation order
+    above ``CHUNK``, into ``ac[1 .. n_bins, lane]``; ``bad[r]`` set for a row that is not
+    finite. The arguments are :func:`fused_pow2`'s, its scratch of one worker (``ac`` at least
+    ``2 n_bins + 2`` rows); with ``use_carry`` each row's first chunk starts from ``carry``.
+    Returns the lanes computed (the rows rounded up to a vector; those past the last row hold
+    zeros)."""
+    nv = block_sums(x, r0, nl, 0, n_seg, n_fft, hop, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im,
+                    trend, whole, tl, st, sm, re, im, ac, bad, carry, carry[:0], use_carry, pivot)
+    _total_into_tile(ac, n_fft // 2 + 1, nv)
+    return nv
+
+
+@njit(**_HELPER)
+def block_sums(x, r0, nl, seg0, n_seg, n_fft, hop, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im,
+               trend, whole, tl, st, sm, re, im, ac, bad, carry, done, use_carry, pivot):
+    """One worker's sums of ``|2X|^2`` over segments ``seg0 .. seg0 + n_seg - 1`` of the rows
+    ``r0 .. r0 + nl`` (a block) in the summation order above ``CHUNK``; ``x``'s first sample
+    starts segment ``seg0``. On return ``ac`` holds the rows' running chunk (rows
+    ``1 .. n_bins``; zero when the last segment completed its chunk) and their completed
+    chunks' total (rows ``n_bins + 2 ..``). With ``use_carry`` the rows start from ``carry``
+    and ``done`` (:func:`fused_pow2`; an empty ``done`` is zero), else from zero. ``bad[r]`` is
+    set for a row whose samples are not finite, cleared otherwise. Returns the lanes computed."""
+    n_bins = n_fft // 2 + 1
+    tot = n_bins + 2
+    nv = _lanes(nl)
+    for q in range(n_bins):
+        for lane in range(nv):
+            ac[q + 1, lane] = 0.0
+            ac[tot + q, lane] = 0.0
+    if use_carry:
+        for lane in range(nl):
+            for q in range(n_bins):
+                ac[q + 1, lane] = carry[r0 + lane, q]
+        if done.shape[0] > 0:
+            for lane in range(nl):
+                for q in range(n_bins):
+                    ac[tot + q, lane] = done[r0 + lane, q]
+    for lane in range(nl):
+        bad[r0 + lane] = False
+    s = seg0
+    end = seg0 + n_seg
+    while s < end:
+        e = min(end, (s // CHUNK + 1) * CHUNK)  # the end of the chunk of segment s, in this call
+        segments_power(x, r0, nl, s - seg0, e - seg0, n_fft, hop, window, ramp, consts, detrend, rev, tw_re, tw_im,
+                       post_re, post_im, trend, whole, tl, st, sm, re, im, ac, bad, r0, pivot)
+        if e % CHUNK == 0:  # the chunk is complete: into the total, and the next starts from zero
+            _add_chunk(ac, ac, n_bins, nv)
+            for q in range(1, n_bins + 1):
+                for lane in range(nv):
+                    ac[q, lane] = 0.0
+        s = e
+    return nv
+
+
+@njit(**_HELPER)
+def segments_power(x, r0, nl, s_lo, s_hi, n_fft, hop, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re,
+                   post_im, trend, whole, tl, st, sm, re, im, ac, flags, f0, pivot):
+    """Add ``|2X|^2`` of segments ``s_lo .. s_hi - 1`` (segment ``s`` starts at sample
+    ``s * hop`` of ``x``) of the rows ``r0 .. r0 + nl`` (a block, lane ``i`` is row ``r0 + i``)
+    to ``ac[1 .. n_bins, lane]``, in segment order; set ``flags[f0 + lane]`` for a lane whose
+    samples are not finite (never cleared here). The arguments are :func:`fused_pow2`'s, its
+    scratch of one worker: ``tl`` (with ``whole``, the range's frame is transposed into it
+    once, else one segment at a time), ``st``, ``sm``, ``re``, ``im``. Returns the lanes
+    computed (the rows rounded up to a vector; those past the last row add zeros)."""
     m = n_fft // 2
-    n_bins = m + 1
-    frame = n_fft + (n_seg - 1) * hop
+    frame = n_fft + (s_hi - s_lo - 1) * hop
+    base = s_lo * hop
     inv_n = float(consts[0])
     inv_ramp2 = float(consts[1])
     mean = st[0]
     slope = st[1]
     s_sum = sm[0]
     s_ramp = sm[1]
-    nv = min(LANES, (nl + 7) // 8 * 8)  # lanes computed: the rows, rounded up to a vector
-    for q in range(1, n_bins + 1):
-        for lane in range(nv):
-            ac[q, lane] = 0.0
-    if use_carry:
-        for lane in range(nl):
-            for q in range(n_bins):
-                ac[q + 1, lane] = carry[r0 + lane, q]
-    for lane in range(nl):
-        bad[r0 + lane] = False
+    nv = _lanes(nl)
     for lane in range(nl, nv):  # computed lanes past the last row stay zero
         for i in range(tl.shape[0]):
             tl[i, lane] = 0.0
@@ -802,21 +1081,21 @@ def block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev
     # loading: samples near it subtract exactly, and a large offset costs no precision
     # in the compute dtype. Without detrending the shift is zero.
     if whole:
-        # the frame of every row of the block, transposed once (rows become lanes), so
-        # overlapping segments are read from the tile, not from memory again
+        # the frame of the segments of every row of the block, transposed once (rows become
+        # lanes), so overlapping segments are read from the tile, not from memory again
         for lane in range(nl):
             r = r0 + lane
             p0 = _pivot(x, r, detrend, pivot)
             for i in range(frame):
-                tl[i, lane] = x[r, i] - p0
-    for s in range(n_seg):
-        off = s * hop
+                tl[i, lane] = x[r, base + i] - p0
+    for s in range(s_lo, s_hi):
+        off = (s - s_lo) * hop
         if not whole:  # long frames: one segment at a time
             for lane in range(nl):
                 r = r0 + lane
                 p0 = _pivot(x, r, detrend, pivot)
                 for i in range(n_fft):
-                    tl[i, lane] = x[r, off + i] - p0
+                    tl[i, lane] = x[r, base + off + i] - p0
             off = 0
         # The FFT is linear, so the segment is transformed as it is and its trend removed
         # in the spectrum: X[q] - mean W[q] - slope R[q], with W and R the transforms of
@@ -829,7 +1108,7 @@ def block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev
         nxt = _load_first_pass(tl, off, window, rev, re, im, m, nv, mean)
         for lane in range(nl):
             if mean[lane] - mean[lane] != 0.0:
-                bad[r0 + lane] = True
+                flags[f0 + lane] = True
         for lane in range(nv):
             mean[lane] = mean[lane] * inv_n if detrend == DETREND_CONSTANT else 0.0
         if detrend == DETREND_LINEAR:
@@ -958,11 +1237,14 @@ def frames_select(
 ):
     """Frames of overlapping segments: ``seg_power [rows, S, n_bins]`` holds each segment's
     ``|2X|^2`` once (compute dtype); frame ``f`` of row ``r`` (output row ``r * n_frames + f``)
-    sums segments ``f * frame_hop ..`` in order, as the fused pass does, scales and selects.
-    A frame with a non-finite segment (``seg_bad``) or an overflowing power is flagged in ``bad``
-    and left empty."""
+    sums segments ``f * frame_hop ..`` in the fused pass's order (the summation order above
+    ``CHUNK``, chunks counted from the frame's first segment), scales and selects. A frame with
+    a non-finite segment (``seg_bad``) or an overflowing power is flagged in ``bad`` and left
+    empty. ``psd``: scratch of at least ``2 n_bins + 2`` values a worker (the running chunk and
+    the completed chunks' total)."""
     n_rows = seg_power.shape[0]
     n_bins = seg_power.shape[2]
+    tot = n_bins + 2
     jobs = n_rows * n_frames
     n_workers = psd.shape[0]
     per = (jobs + n_workers - 1) // n_workers
@@ -984,9 +1266,16 @@ def frames_select(
                 continue
             for q in range(n_bins):
                 prow[q + 1] = 0.0
+                prow[tot + q] = 0.0
             for s in range(s0, s0 + frame_segments):
                 for q in range(n_bins):
                     prow[q + 1] += seg_power[r, s, q]
+                if (s - s0 + 1) % CHUNK == 0:  # a chunk of the frame is complete
+                    for q in range(n_bins):
+                        prow[tot + q] += prow[q + 1]
+                        prow[q + 1] = 0.0
+            for q in range(n_bins):
+                prow[q + 1] = prow[tot + q] + prow[q + 1]
             chk = 0.0
             for q in range(n_bins):
                 prow[q + 1] *= scale[q]

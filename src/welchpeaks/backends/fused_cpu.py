@@ -1,7 +1,9 @@
 """The ``fused-cpu`` backend: numba kernels for the fused Welch ops, NumPy for the rest.
 
 * ``welch_peaks`` (power-of-two ``n_fft``): one parallel pass per block of 32 rows, raw frames
-  in, peaks out (:func:`welchpeaks.backends._numba_kernels.fused_pow2`); with scipy's filters
+  in, peaks out (:func:`welchpeaks.backends._numba_kernels.fused_pow2`); a call with fewer
+  blocks than threads and many segments shares each block's segments out instead, in chunks
+  (:func:`split_workers`), with the same bits; with scipy's filters
   and the measures, the find_peaks kernel's row step on each block's PSD rows in place of the
   selection (:class:`FusedFindPeaks`);
 * ``spectrum_peaks``: power, segment mean, scale and selection of a spectrum in one parallel
@@ -25,7 +27,7 @@ from welchpeaks.backends import Execution, register
 from welchpeaks.backends.numpy_exec import BACKEND as NUMPY
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.numba_base import (KERNEL_LOCK, LANES, announce_compile, bit_reverse, kernel_input, numba_threads,
-                                   worker_blocks)
+                                   worker_blocks, worker_rows)
 from welchpeaks.params import DETREND_CODES, PeakParams
 from welchpeaks.result import RowPeaks
 
@@ -34,6 +36,12 @@ NAME = "fused-cpu"
 # A block's whole frame is transposed into the tile once when it fits in L2 like this; longer
 # frames are loaded one segment at a time.
 _WHOLE_FRAME_BYTES = 512 * 1024
+
+# A call split by chunks computes up to _SPLIT_DEPTH chunks a worker in a round, their sums in
+# buffers of at most _SPLIT_BYTES a worker (at least one chunk): the workers meet once a round,
+# so fewer, longer rounds wait less on each other; the depth never changes the values.
+_SPLIT_DEPTH = 16
+_SPLIT_BYTES = 4 * 1024 * 1024
 
 
 def _kernels():
@@ -46,6 +54,36 @@ def is_pow2(n: int) -> bool:
     return n >= 2 and n & (n - 1) == 0
 
 
+#: Chunks of the summation order (``_numba_kernels.CHUNK`` segments each) a worker gets at least
+#: before a call's blocks are shared out by chunks (:func:`split_workers`): fewer would leave
+#: workers idle in the last round for a large share of the call.
+SPLIT_MIN_CHUNKS = 2
+
+
+def split_workers(rows: int, n_seg: int, threads: int) -> int:
+    """How many workers the fused pass keeps busy on a call of ``rows`` rows of ``n_seg``
+    segments with ``threads`` numba threads (one worker a thread).
+
+    The pass works on blocks of ``LANES`` (32) rows. With at least as many blocks as threads,
+    each worker takes whole blocks: ``min(blocks, threads)`` workers. With fewer blocks, each
+    block's segments fall into chunks of ``_numba_kernels.CHUNK`` (64) segments and the (chunk,
+    block) pairs are shared out to all ``threads`` workers, provided there are at least
+    :data:`SPLIT_MIN_CHUNKS` pairs a worker; else ``blocks`` workers (one per block). The
+    result never changes the values computed, only who computes them.
+
+    The part of a call's time that grows with its segments is divided by about this number
+    (a block of fewer than 32 rows still costs its rows rounded up to 8).
+    """
+    from welchpeaks.backends._numba_kernels import CHUNK
+
+    blocks = -(-max(rows, 0) // LANES)
+    threads = max(threads, 1)
+    chunks = -(-max(n_seg, 0) // CHUNK)
+    if 0 < blocks < threads and blocks * chunks >= SPLIT_MIN_CHUNKS * threads:
+        return threads
+    return max(1, min(blocks, threads))
+
+
 def sum_scale(params: PeakParams, n_seg: int, compute: np.dtype) -> np.ndarray:
     """Per-bin factor from the kernel's sums of ``|2X|^2`` over ``n_seg`` segments to the PSD."""
     return (params.psd_scale() / n_seg * 0.25).astype(compute)
@@ -53,14 +91,22 @@ def sum_scale(params: PeakParams, n_seg: int, compute: np.dtype) -> np.ndarray:
 
 class FusedCpuPlan:
     """Constants and scratch of the fused pass for one (params, segments, compute dtype);
-    ``n_fft`` a power of two."""
+    ``n_fft`` a power of two.
+
+    The power sums follow one summation order fixed by the segment indices (chunks of
+    ``_numba_kernels.CHUNK`` segments, each summed from zero, added in order; a row of at most
+    ``CHUNK`` segments is summed in segment order), so the results do not depend on the number
+    of numba threads, on whether a call's blocks were shared out by chunks
+    (:func:`split_workers`), nor on the pieces a :class:`LongRows` was fed in. Each call uses
+    one worker per numba thread at the time of the call (``numba.set_num_threads``; the
+    scratch grows when the count rises); :attr:`last_workers` is the number of workers that
+    computed power sums in the last call."""
 
     def __init__(self, params: PeakParams, n_seg: int, compute: np.dtype):
-        kern = _kernels()
         self.params = params
         self.n_seg = n_seg
         self.compute = np.dtype(compute)
-        n, nb, k = params.n_fft, params.n_bins, params.k
+        n, nb = params.n_fft, params.n_bins
         if not is_pow2(n):
             raise ValueError(f"the fused CPU pass needs a power-of-two n_fft, not {n}")
         self._announce()
@@ -78,20 +124,55 @@ class FusedCpuPlan:
         win = params.window_array
         spec = 2.0 * np.fft.rfft(np.stack([win, win * ramp]))
         self.trend = np.stack([spec[0].real, spec[0].imag, spec[1].real, spec[1].imag]).astype(self.compute)
-        w = numba_threads()
         frame = params.frame_length(n_seg)
         self.whole = frame * LANES * self.compute.itemsize <= _WHOLE_FRAME_BYTES
-        self.tile = worker_blocks(w, frame if self.whole else n, self.compute)
-        self.stats = worker_blocks(w, 2, self.compute)
-        self.sums = worker_blocks(w, 2, np.float64)
-        self.buf_re = worker_blocks(w, n // 2, self.compute)
-        self.buf_im = worker_blocks(w, n // 2, self.compute)
-        self.acc = worker_blocks(w, nb + 2, self.compute)
-        self.select = kern.select_scratch(w, k, nb, self.compute)  # psd, vals, idx, cand, top
+        self._allocate(numba_threads())
         self._bad = np.zeros(0, np.bool_)
 
+    def _allocate(self, w: int) -> None:
+        """Scratch for ``w`` workers (one set each, a cache line apart)."""
+        p, compute = self.params, self.compute
+        n, nb = p.n_fft, p.n_bins
+        self.tile = worker_blocks(w, p.frame_length(self.n_seg) if self.whole else n, compute)
+        self.stats = worker_blocks(w, 2, compute)
+        self.sums = worker_blocks(w, 2, np.float64)
+        self.buf_re = worker_blocks(w, n // 2, compute)
+        self.buf_im = worker_blocks(w, n // 2, compute)
+        # a worker's running chunk (rows 1..nb, between the PSD's sentinel rows) and the total
+        # of its block's completed chunks (rows nb+2 .. 2nb+1)
+        self.acc = worker_blocks(w, 2 * nb + 2, compute)
+        self.work = np.zeros(w, np.int64)  # blocks or chunks each worker computed in the last call
+        self.select = _kernels().select_scratch(w, p.k, nb, compute)  # psd, vals, idx, cand, top
+        # the chunk sums of a round of a call split by chunks, and their non-finite lanes:
+        # allocated on the first such call
+        self.parts = np.zeros((0, nb + 1, LANES), compute)
+        self.flags = np.zeros((0, LANES), np.bool_)
+        self._views: tuple = (0, None)
+
+    def _workers(self, w: int, split: bool) -> tuple:
+        """The scratch of the first ``w`` workers, grown when numba's thread count rose since
+        the plan was made, and the chunk buffers of a split call (under ``KERNEL_LOCK``)."""
+        if self.buf_re.shape[0] < w:
+            self._allocate(w)
+        if split and self.parts.shape[0] < w:
+            p = self.params
+            slot = (p.n_bins + 1) * LANES * self.compute.itemsize
+            depth = int(np.clip(_SPLIT_BYTES // slot, 1, _SPLIT_DEPTH))
+            self.parts = np.zeros((w * depth, p.n_bins + 1, LANES), self.compute)
+            self.flags = np.zeros((w * depth, LANES), np.bool_)
+            self._views = (0, None)
+        if self._views[0] != w:  # views made once per worker count (a call costs tens of microseconds)
+            self._views = (w, (*(a[:w] for a in (self.tile, self.stats, self.sums, self.buf_re, self.buf_im, self.acc,
+                                                 *self.select)), self.parts, self.flags, self.work[:w]))
+        return self._views[1]
+
+    @property
+    def last_workers(self) -> int:
+        """How many workers computed power sums in the last call (:func:`split_workers`)."""
+        return int(np.count_nonzero(self._views[1][-1])) if self._views[1] is not None else 0
+
     def _announce(self) -> None:
-        announce_compile(_kernels().fused_pow2, "the fused-cpu kernel", "about 20 s on 2 cores")
+        announce_compile(_kernels().fused_pow2, "the fused-cpu kernel", "about a minute on 2 cores")
 
     def run(self, x2d: np.ndarray) -> RowPeaks:
         """Peaks of rows ``x2d`` (float32/float64, at least the frame long); power comes back in
@@ -101,22 +182,33 @@ class FusedCpuPlan:
         bins = np.empty((rows, self.params.k), np.int32)
         power = np.empty((rows, self.params.k), x2d.dtype)
         fbin = np.empty((rows, self.params.k), np.float64)
-        bad = self._call(x2d, self.n_seg, (bins, power, fbin), np.empty((0, self.params.n_bins), self.compute),
-                         False, True, np.empty(0, x2d.dtype))
+        none = np.empty((0, self.params.n_bins), self.compute)
+        bad = self._call(x2d, self.n_seg, (bins, power, fbin), none, none, False, True, np.empty(0, x2d.dtype))
         return RowPeaks(bins, power, fbin, bad)
 
-    def _call(self, x2d: np.ndarray, n_seg: int, outs: tuple, carry: np.ndarray, use_carry: bool, finish: bool,
-              pivot: np.ndarray) -> np.ndarray:
-        """One kernel call over ``n_seg`` segments of ``x2d``; the rows left empty (non-finite)."""
+    def _call(self, x2d: np.ndarray, n_seg: int, outs: tuple, carry: np.ndarray, done: np.ndarray, use_carry: bool,
+              finish: bool, pivot: np.ndarray, seg0: int = 0) -> np.ndarray:
+        """One kernel call over ``n_seg`` segments of ``x2d``, whose first sample starts the rows'
+        segment ``seg0``; the rows left empty (non-finite). ``carry``, ``done``, ``use_carry``,
+        ``finish`` and ``pivot`` are ``fused_pow2``'s."""
         p, rows = self.params, x2d.shape[0]
+        kern = _kernels()
+        if not finish and done.shape[0] == 0 and seg0 + n_seg >= kern.CHUNK:
+            raise ValueError(f"segments {seg0}..{seg0 + n_seg - 1} complete a chunk of {kern.CHUNK}: an unfinished "
+                             "call needs the completed chunks' total (done)")
+        # one worker a thread, numba's thread count now (the values do not depend on it)
+        threads = numba_threads()
+        blocks = -(-rows // LANES)
+        split = blocks < threads and split_workers(rows, n_seg, threads) > blocks
         with KERNEL_LOCK:
             bad = self._bad_rows(rows)
-            _kernels().fused_pow2(
+            tile, stats, sums, buf_re, buf_im, acc, *select, parts, flags, work = self._workers(threads, split)
+            kern.fused_pow2(
                 kernel_input(x2d), rows, p.n_fft, p.hop, n_seg, self.window, self.ramp, self.consts,
                 p.detrend_code, self.rev, self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend,
                 self.scale, p.k, p.mode_code, p.min_distance, p.interp_code, p.interp_alpha,
-                p.edge_sentinel, self.whole, self.tile, self.stats, self.sums,
-                self.buf_re, self.buf_im, self.acc, *self.select, bad, *outs, carry, use_carry, finish, pivot,
+                p.edge_sentinel, self.whole, tile, stats, sums, buf_re, buf_im, acc, *select, bad, *outs,
+                carry, done, use_carry, finish, pivot, seg0, split, parts, flags, work,
             )
             return np.flatnonzero(bad[:rows])
 
@@ -170,14 +262,18 @@ class FusedFindPeaks(FusedCpuPlan):
 class LongRows:
     """Rows too long to hold at once, fed to the fused pass in pieces of whole segments, in order:
     ``feed(piece, n_seg)`` for each (the piece starts at a segment's first sample and spans
-    ``n_seg`` segments), then :meth:`result`. The result is bit for bit that of one
-    :meth:`FusedCpuPlan.run` over whole rows; memory is the piece plus ``rows x n_bins`` sums."""
+    ``n_seg`` segments; any number of them, a piece need not end on a chunk of the summation
+    order), then :meth:`result`. Between pieces each row keeps its running chunk (``carry``) and
+    its completed chunks' total (``done``), so the result is bit for bit that of one
+    :meth:`FusedCpuPlan.run` over whole rows, with any number of threads; memory is the piece
+    plus ``2 x rows x n_bins`` sums."""
 
     def __init__(self, plan: FusedCpuPlan, rows: int, dtype: np.dtype):
         if plan.whole:
             raise ValueError("LongRows is for plans whose frame is loaded a segment at a time (long rows)")
         self.plan, self.rows, self.dtype = plan, rows, dtype
         self.carry = np.zeros((rows, plan.params.n_bins), plan.compute)
+        self.done = np.zeros((rows, plan.params.n_bins), plan.compute)
         self.pivot: np.ndarray | None = None
         self.bad = np.zeros(rows, np.bool_)
         self.fed = 0
@@ -190,10 +286,11 @@ class LongRows:
             raise ValueError(f"a piece of {piece.shape} does not hold {self.rows} rows of {n_seg} segments")
         if self.pivot is None:  # each row's first sample shifts all its pieces
             self.pivot = piece[:, 0].copy()
+        seg0 = self.fed
         self.fed += n_seg
         if last and self.fed != self.plan.n_seg:
             raise ValueError(f"the pieces hold {self.fed} segments, the plan {self.plan.n_seg}")
-        bad = self.plan._call(piece, n_seg, self.outs, self.carry, True, last, self.pivot)
+        bad = self.plan._call(piece, n_seg, self.outs, self.carry, self.done, True, last, self.pivot, seg0)
         self.bad[bad] = True
 
     def result(self) -> RowPeaks:
@@ -216,7 +313,10 @@ class SharedFrames:
         self.segment = FusedCpuPlan(params, 1, compute)
         self.compute = self.segment.compute
         self.scale = sum_scale(params, frame_segments, self.compute)
-        self.select = _kernels().select_scratch(numba_threads(), params.k, params.n_bins, self.compute)
+        w, nb = numba_threads(), params.n_bins
+        # frames_select sums a frame's chunks in the psd scratch: 2 n_bins + 2 values a worker
+        self.select = (worker_rows(w, 2 * nb + 2, self.compute),
+                       *_kernels().select_scratch(w, params.k, nb, self.compute)[1:])
         self._none = (np.empty((0, params.k), np.int32), np.empty((0, params.k), self.compute),
                       np.empty((0, params.k), np.float64))
         announce_compile(_kernels().frames_select, "the fused-cpu frames kernel", "a few seconds")
@@ -232,8 +332,8 @@ class SharedFrames:
         segs = np.ascontiguousarray(as_strided(rows[:, start:], shape=(n_rows, n_seg, p.n_fft),
                                                strides=(row_stride, p.hop * item, item), writeable=False))
         power = np.empty((n_rows * n_seg, p.n_bins), self.compute)
-        bad_segs = self.segment._call(segs.reshape(-1, p.n_fft), 1, self._none, power, False, False,
-                                      np.empty(0, rows.dtype))
+        bad_segs = self.segment._call(segs.reshape(-1, p.n_fft), 1, self._none, power,
+                                      np.empty((0, p.n_bins), self.compute), False, False, np.empty(0, rows.dtype))
         seg_bad = np.zeros(n_rows * n_seg, np.bool_)
         seg_bad[bad_segs] = True
         jobs = n_rows * n_frames
@@ -332,6 +432,21 @@ class FusedCpu(Execution):
 
     def default_dtype(self, input_dtype: np.dtype) -> np.dtype:
         return np.dtype(np.float32)
+
+    def compiled_for(self, params: PeakParams, compute: np.dtype) -> bool:
+        """Whether the fused pass for these parameters is compiled in this process for
+        ``compute`` rows (no filters, power-of-two ``n_fft``: the one kernel such a call runs)."""
+        if params.filters is not None or not is_pow2(params.n_fft):
+            return False
+        import sys
+
+        kern = sys.modules.get("welchpeaks.backends._numba_kernels")  # not imported: nothing compiled
+        if kern is None:
+            return False
+        from numba import from_dtype
+
+        want = from_dtype(np.dtype(compute))
+        return any(getattr(sig[0], "dtype", None) == want for sig in kern.fused_pow2.signatures)
 
 
 register(FusedCpu())

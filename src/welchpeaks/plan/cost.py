@@ -126,15 +126,19 @@ class BackendCostModel:
         return max(t, 1.0)
 
     def fused_ns(self, n_fft: int, rows: int, n_segments: int, k: int, dtype: str = "float32",
-                 mode: str = "peaks") -> float:
+                 mode: str = "peaks", spread: float = 1.0) -> float:
         """The fused kernel: measured at 1 and 2 segments (time is linear in S), plus the k term
-        (k counts up to the most candidates a row can have: every bin, or every other in peaks mode)."""
+        (k counts up to the most candidates a row can have: every bin, or every other in peaks
+        mode). ``spread``: how many times more workers share the segments of this call than the
+        curves' points of its row count had (the CPU pass shares few long rows' segments out,
+        :func:`welchpeaks.backends.fused_cpu.split_workers`); the part that grows with the
+        segments is divided by it."""
         t1 = self._table(f"fused:{dtype}:s1")(n_fft, rows)
         t2 = self._table(f"fused:{dtype}:s2")(n_fft, rows)
         n_bins = n_fft // 2 + 1
         k = min(k, n_bins if mode == "bins" else (n_bins + 1) // 2)
-        t = max(t1 + (n_segments - 1) * (t2 - t1), t1) + self._k_term("fused-k", k, rows, n_fft)
-        return max(t, 1.0)
+        t = max(t1 + (n_segments - 1) * max(t2 - t1, 0.0) / max(spread, 1.0), t1)
+        return max(t + self._k_term("fused-k", k, rows, n_fft), 1.0)
 
     def op_factor(self, op: Op) -> float:
         """Measured time over the traffic estimate of the host's elementwise ``op`` (window,
@@ -300,7 +304,9 @@ def node_cost_ns(graph: Graph, node: Node, model: BackendCostModel) -> float:
                 + model.fused_ns(p.n_fft, node.shape[0], node.attrs["n_segments"], 16, _dtype_name(src)))
     if node.op is Op.welch_peaks:
         p = node.attrs["params"]
-        t = model.fused_ns(p.n_fft, node.shape[0], node.attrs["n_segments"], p.k, _dtype_name(src), p.mode)
+        rows, n_seg = node.shape[0], node.attrs["n_segments"]
+        spread = _cpu_spread(rows, n_seg, model.threads) if model.on_host and p.filters is None else 1.0
+        t = model.fused_ns(p.n_fft, rows, n_seg, p.k, _dtype_name(src), p.mode, spread)
         if p.filters is not None:  # the find_peaks kernel's step on each row, in place of the selection
             t = model.fused_filtered_ns(t, p.n_fft, p.n_bins, node.shape[0])
         return model.dispatch_ns + t
@@ -312,6 +318,16 @@ def node_cost_ns(graph: Graph, node: Node, model: BackendCostModel) -> float:
     if node.op in ELEMENTWISE_OPS:
         return model.dispatch_ns + moved / model.memory_bw * model.op_factor(node.op)
     return base
+
+
+def _cpu_spread(rows: int, n_seg: int, threads: int) -> float:
+    """How many times more workers the CPU fused pass puts on a call of few long rows than on
+    the calibration's calls of the same row count (which never share segments out): its
+    :func:`~welchpeaks.backends.fused_cpu.split_workers` over one worker per block."""
+    from welchpeaks.backends.fused_cpu import split_workers
+    from welchpeaks.numba_base import LANES
+
+    return split_workers(rows, n_seg, threads) / max(1, min(-(-rows // LANES), threads))
 
 
 def estimate_graph_cost(graph: Graph, model: BackendCostModel) -> float:

@@ -441,3 +441,23 @@ def test_without_a_model_auto_takes_the_fused_pass_once_it_is_compiled(monkeypat
     assert got.strategy == "fused-cpu"
     monkeypatch.setattr(type(fused), "compiled_for", lambda self, params, compute: False)
     assert welchpeaks.welch_peaks(x, n_fft=256, segments=2).strategy == "numpy"
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--burners", "1"], "only with --calibration loaded"),
+    (["--loaded", "--burners", "100000"], "--burners 100000"),
+    (["--calibration", "busy"], "--calibration 'busy'"),
+    (["--loaded", "--device", "cuda"], "measures the CPU model"),
+    (["--dtype", "float16"], "--dtype 'float16'"),
+    (["--long", "16by4"], "--long '16by4'"),
+])
+def test_bench_picker_refuses_bad_options_before_any_work(args, said, monkeypatch):
+    from typer.testing import CliRunner
+
+    from welchpeaks.bench import picker as bp
+    from welchpeaks.cli import app
+
+    monkeypatch.setattr(bp, "loaded_calibration", lambda *a, **k: pytest.fail("calibrated before checking"))
+    monkeypatch.setattr(bp, "measure_cell", lambda *a, **k: pytest.fail("measured before checking"))
+    res = CliRunner().invoke(app, ["bench", "picker", *args])
+    assert res.exit_code == 2 and said in res.output, res.output

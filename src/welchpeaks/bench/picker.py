@@ -66,9 +66,18 @@ def measure_cell(cell: dict[str, Any], device: str = "cpu", mode: str = "peaks",
     length = _length(cell)
     batch = max(1, min(batch, MAX_CELL_BYTES // (length * dtype.itemsize)))
     x = np.random.default_rng(batch * 31 + n_fft).standard_normal((batch, length)).astype(dtype)
-    plan = welchpeaks.WelchPeaks(device=device, **opts).planner.explain(batch, length, dtype)
-    predicted = {n: v["total_ns"] for n, v in plan["costs"].items() if math.isfinite(v["total_ns"])}
-    names, picked = list(predicted), plan["strategy"]
+    if device == "cpu":  # what auto's planner prices and picks for these rows
+        plan = welchpeaks.WelchPeaks(device=device, **opts).planner.explain(batch, length, dtype)
+        predicted = {n: v["total_ns"] for n, v in plan["costs"].items() if math.isfinite(v["total_ns"])}
+        picked = plan["strategy"]
+    else:  # device data: the CUDA model's prices (the executor refuses device='cuda' without a GPU)
+        from welchpeaks.plan import estimate_costs, pick_strategy
+
+        cuda_opts = dict(opts, segments=seg or 2)
+        predicted = {n: v for n, v in estimate_costs(device, batch=batch, dtype=dtype.name, **cuda_opts).items()
+                     if math.isfinite(v)}
+        picked = pick_strategy(device, batch=batch, dtype=dtype.name, **cuda_opts)
+    names = list(predicted)
     rows: dict[str, Callable[[], Any]] = {}
     auto = None
     if device == "cuda":  # signals on the device; the pick is what auto runs for device data

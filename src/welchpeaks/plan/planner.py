@@ -60,11 +60,11 @@ _PROGRAMS = LruCache(64)
 LAYOUTS = {"ultra": 1, "fast": 2}
 #: auto prefers executions needing at most this much working memory when any can run the call
 LEAN_BYTES = 256 << 20
-#: why auto runs numpy while there is no CPU cost model (such plans are not remembered)
+#: why auto chooses provisionally while there is no CPU cost model (such plans are not remembered)
 PROVISIONAL = "auto without a cost model: "
 
-#: Planner.observe: a shape is checked once the median of this many calls is more than
-#: CHECK_RATIO times off its prediction (either way); calls predicted and seen under
+#: Planner.observe: a shape is checked once each of its last CHECK_CALLS calls is more than
+#: CHECK_RATIO times off its prediction, the same way; calls predicted and seen under
 #: MIN_CHECK_NS are not checked (the fixed cost of a call decides them); KEEP_CALLS are kept
 CHECK_CALLS = 3
 CHECK_RATIO = 2.0

@@ -325,12 +325,11 @@ def test_a_forked_child_does_not_keep_the_measurement_lock(tmp_path, monkeypatch
     lock = calibrate.MachineLock("cpu")
     assert lock.acquire()
     ready_r, ready_w = os.pipe()
+    hold_r, hold_w = os.pipe()  # never written: the worker blocks on it
     child = os.fork()
-    if child == 0:  # the worker (its at-fork hooks have run): says so, then lives on
-        import time
-
+    if child == 0:  # the worker (its at-fork hooks have run): says so, then lives until it is killed
         os.write(ready_w, b"1")
-        time.sleep(30)
+        os.read(hold_r, 1)
         os._exit(0)
     try:
         assert os.read(ready_r, 1) == b"1"
@@ -339,8 +338,8 @@ def test_a_forked_child_does_not_keep_the_measurement_lock(tmp_path, monkeypatch
     finally:
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
-        os.close(ready_r)
-        os.close(ready_w)
+        for fd in (ready_r, ready_w, hold_r, hold_w):
+            os.close(fd)
 
 
 def test_corrections_are_written_into_the_same_measurement_only(tmp_path, monkeypatch):

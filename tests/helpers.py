@@ -44,18 +44,24 @@ def assert_matches_reference(res, psd, p, exact=True):
     np.testing.assert_allclose(got_f[rows], fbins[rows], rtol=0, atol=5e-2, equal_nan=True)
 
 
-def synthetic_cpu_model(fused_ns_per_row=1000.0, fft_ns_per_row=200.0, select_ns_per_row=2000.0, **kw):
-    """A CPU cost model with round numbers: time proportional to rows, flat in n_fft/n_bins."""
+def synthetic_cpu_model(fused_ns_per_row=1000.0, fft_ns_per_row=200.0, select_ns_per_row=2000.0,
+                        spectrum_ns_per_row=None, **kw):
+    """A CPU cost model with round numbers: time proportional to rows, flat in n_fft/n_bins; the
+    fused pass's second segment costs half its first (its selection is paid once), and
+    fused-cpu's spectrum kernel costs the selection's time per row unless told."""
     from welchpeaks.plan.cost import LogLogTable, cpu_cost_model
 
     def flat(per_row):
         return LogLogTable([64.0, 4096.0], [1.0, 1e6], [[per_row, per_row * 1e6]] * 2)
 
     tables = {
-        "fft:float32": flat(fft_ns_per_row), "fft:float64": flat(2 * fft_ns_per_row),
-        "select:peaks": flat(select_ns_per_row), "select:bins": flat(select_ns_per_row),
-        "fused:float32:s1": flat(fused_ns_per_row), "fused:float32:s2": flat(2 * fused_ns_per_row),
-        "fused:float64:s1": flat(2 * fused_ns_per_row), "fused:float64:s2": flat(4 * fused_ns_per_row),
+        "numpy/fft:float32": flat(fft_ns_per_row), "numpy/fft:float64": flat(2 * fft_ns_per_row),
+        "numpy/select:peaks": flat(select_ns_per_row), "numpy/select:bins": flat(select_ns_per_row),
+        "fused-cpu/fused:float32:s1": flat(fused_ns_per_row), "fused-cpu/fused:float32:s2": flat(1.5 * fused_ns_per_row),
+        "fused-cpu/fused:float64:s1": flat(2 * fused_ns_per_row),
+        "fused-cpu/fused:float64:s2": flat(3 * fused_ns_per_row),
+        "fused-cpu/spectrum:peaks": flat(spectrum_ns_per_row or select_ns_per_row),
+        "fused-cpu/spectrum:bins": flat(spectrum_ns_per_row or select_ns_per_row),
     }
     args = dict(status="measured", dispatch_ns=1000.0, roundtrip_ns=10_000.0, memory_bw=10.0, h2d_bw=10.0,
                 d2h_bw=10.0, threads=2, tables=tables, min_gain_ns=1000.0)

@@ -243,9 +243,9 @@ def _cuda_model(fused_per_row: float, select_per_row: float, h2d_bw: float = 25.
     def flat(per_row):
         return LogLogTable([64.0, 65536.0], [1.0, 1e7], [[per_row, per_row * 1e7]] * 2)
 
-    tables = {**default_cuda_model().tables, "fused:float32:s1": flat(fused_per_row),
-              "fused:float32:s2": flat(2 * fused_per_row), "select:peaks": flat(select_per_row),
-              "select:bins": flat(select_per_row)}
+    tables = {**default_cuda_model().tables, "triton-fused/fused:float32:s1": flat(fused_per_row),
+              "triton-fused/fused:float32:s2": flat(2 * fused_per_row),
+              "triton-block/spectrum:peaks": flat(select_per_row), "triton-block/spectrum:bins": flat(select_per_row)}
     return replace(default_cuda_model(), status="measured", tables=tables, h2d_bw=h2d_bw)
 
 
@@ -312,19 +312,20 @@ def test_cuda_calibration_runs_end_to_end(tmp_path, monkeypatch):
     model = measure_cuda(progress=ticks.append, device=DEV, grid=grid)
     assert len(ticks) == steps(False, grid) and model.status == ("measured" if DEV == "cuda" else
                                                                  "stand-in (Triton interpreter)")
-    assert {"fft:float32", "select:peaks", "select:bins", "fused:float32:s1", "fused:float32:s2"} <= set(model.tables)
-    assert model.fused_ns(128, 2, 2, 16) > 0 and model.h2d_bw > 0 and model.memory_bw > 0
+    assert {"torch/fft:float32", "triton-block/spectrum:peaks", "triton-block/spectrum:bins",
+            "triton-fused/fused:float32:s1", "triton-fused/fused:float32:s2"} <= set(model.tables)
+    assert model.fused_ns(128, 2, 2, 16, "float32", "triton-fused") > 0 and model.h2d_bw > 0 and model.memory_bw > 0
     failures = model.meta["failures"]
     assert len(failures) == 4 and all("bins" in f["step"] and "injected" in f["error"] for f in failures)
-    assert model.meta["filled"] == {"select:bins": 4} and "partial: 4 of" in model.label
-    default = default_cuda_model().tables["select:bins"]
-    assert model.tables["select:bins"].ns == [[default(nb, r) for r in (1, 2)] for nb in (33, 65)]
-    assert model.tables["select:peaks"].ns != [[default(nb, r) for r in (1, 2)] for nb in (33, 65)]  # measured
+    assert model.meta["filled"] == {"triton-block/spectrum:bins": 4} and "partial: 4 of" in model.label
+    default = default_cuda_model().tables["triton-block/spectrum:bins"]
+    assert model.tables["triton-block/spectrum:bins"].ns == [[default(nb, r) for r in (1, 2)] for nb in (33, 65)]
+    assert model.tables["triton-block/spectrum:peaks"].ns != [[default(nb, r) for r in (1, 2)] for nb in (33, 65)]  # measured
     doc = model.to_dict()
     doc["status"] = "measured"
     loaded = BackendCostModel.from_dict(json.loads(json.dumps(doc)))
     assert loaded.tables.keys() == model.tables.keys() and loaded.label == model.label.replace(model.status, "measured")
-    del doc["tables"]["fused:float32:s2"]
+    del doc["tables"]["triton-fused/fused:float32:s2"]
     with pytest.raises(ValueError, match="cuda model lacks the curves"):
         BackendCostModel.from_dict(doc)
     if not torch.cuda.is_available():

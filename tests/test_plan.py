@@ -163,14 +163,19 @@ def test_loglog_table_interpolates_power_laws_exactly():
 def test_picker_follows_the_injected_model():
     set_cost_model(synthetic_cpu_model(fused_ns_per_row=100.0))
     assert plan.pick_strategy("cpu", batch=4096, n_fft=256, k=16, segments=2) == "fused-cpu"
-    set_cost_model(synthetic_cpu_model(fused_ns_per_row=1e7))  # a (fake) machine where fusing loses
+    set_cost_model(synthetic_cpu_model(fused_ns_per_row=1e7, spectrum_ns_per_row=1e7))  # a (fake) machine where fusing loses
     assert plan.pick_strategy("cpu", batch=4096, n_fft=256, k=16, segments=2) == "numpy"
     costs = plan.estimate_costs("cpu", batch=4096, n_fft=256, k=16, segments=2)
     assert set(costs) == set(backends.names()) and costs["numpy"] < costs["fused-cpu"]
     x = np.random.default_rng(0).standard_normal((3, 384))
     assert welchpeaks.welch_peaks(x, segments=2).strategy == "numpy"
     exp = welchpeaks.WelchPeaks(segments=2).explain(batch=4096)
-    assert exp["strategy"] == "numpy" and exp["costs"]["fused-cpu"]["fusion"]["launches_saved"] == 5
+    # fusing saves IO (5 launches), but the fused pass's measured compute costs more than the
+    # steps it replaces: the gate keeps fused-cpu's chain unfused (its window kernel aside)
+    fusion = exp["costs"]["fused-cpu"]["fusion"]
+    assert exp["strategy"] == "numpy" and fusion["fused"] is None and "welch_peaks" not in exp["costs"]["fused-cpu"]["graph"]
+    whole = fusion["candidates"]["welch_peaks"]
+    assert whole["launches_saved"] == 5 and whole["compute_saved_ns"] < -1e9 and whole["score_ns"] < 0
     terms = exp["costs"]["numpy"]
     assert terms["total_ns"] == pytest.approx(sum(terms["nodes_ns"].values()) + terms["roundtrip_ns"]
                                               + terms["sync_ns"] + terms["readback_ns"])
@@ -179,40 +184,44 @@ def test_picker_follows_the_injected_model():
 def test_filtered_calls_are_planned_priced_and_explained_like_any_other():
     """With scipy's filters every execution's graph ends in find_peaks; fused-cpu's chain fuses
     whole into welch_peaks (the gate scores it over the PSD alone, welch_psd, which writes the
-    PSD); find_peaks is priced by its measured curve (else 3x the selection), also in the
-    fused pass (its selection is not priced apart) unless the filtered fused pass was measured, the
-    elementwise steps by their traffic times the measured factors (hostile values ignored),
-    and the pick follows the model."""
+    PSD); find_peaks is priced by numpy's measured curve (else 3x numpy's selection), the
+    filtered fused pass by fused-cpu's own curves (its plain pass times the measured ratio, else
+    twice), numpy's elementwise steps by their traffic times the measured factors (hostile
+    values ignored), and the pick follows the model."""
     from welchpeaks.api.detailed import make_filters
-    from welchpeaks.plan.cost import FIND_PEAKS_OVER_SELECT, node_cost_ns
+    from welchpeaks.plan.cost import FIND_PEAKS_OVER_SELECT, FUSED_FILTERED_OVER_PLAIN, node_cost_ns
 
     model = synthetic_cpu_model(fused_ns_per_row=100.0)
     set_cost_model(model)
     p = make_params(n_fft=256, k=16, segments=2, filters=make_filters(prominence=0.0, measures="snr"))
     g = welch_chain_graph(p, 4096, 384, 2, np.float32)
     assert [n.op for n in g.nodes][-1] is ir.Op.find_peaks
-    fused, info = plan.fuse(g, backends.get("fused-cpu").backend, model.gate())
+    NUMPY, FUSED = backends.get("numpy").backend, backends.get("fused-cpu").backend
+    fused, info = plan.fuse(g, FUSED, model.gate())
     assert info["fused"] == "welch_peaks" and [n.op for n in fused.nodes] == [ir.Op.input, ir.Op.welch_peaks]
     scores = {op: c["score_ns"] for op, c in info["candidates"].items()}
     assert scores["welch_peaks"] > scores["welch_psd"] >= model.gate().min_gain_ns
     fp = g.nodes[-1]
-    assert node_cost_ns(g, fp, model) == pytest.approx(
+    assert node_cost_ns(g, fp, model, NUMPY) == pytest.approx(
         model.dispatch_ns + (g.node(fp.inputs[0]).nbytes + fp.nbytes) / model.memory_bw
         + FIND_PEAKS_OVER_SELECT * 2000.0 * 4096)
-    assert node_cost_ns(fused, fused.nodes[-1], model) == pytest.approx(
-        model.dispatch_ns + model.fused_ns(256, 4096, 2, 16) + FIND_PEAKS_OVER_SELECT * 2000.0 * 4096)
-    model.tables["find_peaks"] = LogLogTable([33.0, 2049.0], [1.0, 1e6], [[500.0, 5e8]] * 2)
-    assert model.find_peaks_ns(129, 4096) == pytest.approx(500.0 * 4096)
-    # with the filtered fused pass measured (calibrate): the plain pass's estimate times the ratio
-    model.tables["fused-filtered"] = LogLogTable([64.0, 4096.0], [1.0, 1e6], [[300.0, 3e8]] * 2)  # 1.5x s2's
-    assert node_cost_ns(fused, fused.nodes[-1], model) == pytest.approx(
-        model.dispatch_ns + 1.5 * model.fused_ns(256, 4096, 2, 16))
-    del model.tables["fused-filtered"]
+    plain = model.fused_ns(256, 4096, 2, 16, "float32", "fused-cpu")
+    assert node_cost_ns(fused, fused.nodes[-1], model, FUSED) == pytest.approx(
+        model.dispatch_ns + FUSED_FILTERED_OVER_PLAIN * plain)
+    model.tables["numpy/find_peaks"] = LogLogTable([33.0, 2049.0], [1.0, 1e6], [[500.0, 5e8]] * 2)
+    assert model.find_peaks_ns(129, 4096, "numpy") == (pytest.approx(500.0 * 4096), True)
+    # numpy's curve does not price fused-cpu's filtered pass: with its own (calibrate), its plain
+    # pass's estimate times the ratio
+    assert node_cost_ns(fused, fused.nodes[-1], model, FUSED) == pytest.approx(
+        model.dispatch_ns + FUSED_FILTERED_OVER_PLAIN * plain)
+    model.tables["fused-cpu/fused-filtered"] = LogLogTable([64.0, 4096.0], [1.0, 1e6], [[225.0, 2.25e8]] * 2)  # 1.5x s2's
+    assert node_cost_ns(fused, fused.nodes[-1], model, FUSED) == pytest.approx(model.dispatch_ns + 1.5 * plain)
+    del model.tables["fused-cpu/fused-filtered"]
     window = next(n for n in g.nodes if n.op is ir.Op.window)
-    plain = node_cost_ns(g, window, model)
+    plain = node_cost_ns(g, window, model, NUMPY)
     model.meta["op_factors"] = {"window": 3.0, "power": float("nan"), "mul": 1e9, "segment_mean": "x"}
     traffic = plain - model.dispatch_ns
-    assert node_cost_ns(g, window, model) == pytest.approx(model.dispatch_ns + 3.0 * traffic)
+    assert node_cost_ns(g, window, model, NUMPY) == pytest.approx(model.dispatch_ns + 3.0 * traffic)
     for op in ("power", "mul", "segment_mean"):  # not finite, out of range, not a number: ignored
         n = next(n for n in g.nodes if n.op.value == op)
         assert model.op_factor(n.op) == 1.0
@@ -263,7 +272,8 @@ def test_calibration_cache_round_trip_corruption_and_versions(monkeypatch, tmp_p
     assert path.parent == tmp_path and not list(tmp_path.glob("*.tmp"))
     back = calibrate.load("cpu")
     assert back.to_dict() == m.to_dict()
-    assert back.fused_ns(256, 1000, 2, 16) == m.fused_ns(256, 1000, 2, 16)
+    assert back.fused_ns(256, 1000, 2, 16, "float32", "fused-cpu") == m.fused_ns(256, 1000, 2, 16, "float32",
+                                                                                "fused-cpu")
     path.write_text(path.read_text()[:50])  # a partial write
     with pytest.warns(UserWarning, match="unusable"):
         assert calibrate.load("cpu") is None
@@ -340,10 +350,12 @@ def test_a_full_calibration_measures_every_curve_on_its_grid(monkeypatch):
     ticks = []
     m = cal.measure_cpu(quick=False, progress=ticks.append)
     assert len(ticks) == cal.steps(False)
-    need = {"fft:float32", "fft:float64", "select:peaks", "select:bins", "find_peaks", "fused-filtered", "fused-k",
-            "select-k:peaks", "select-k:bins"} | {f"fused:{dt}:s{s}" for dt in ("float32", "float64") for s in (1, 2)}
-    assert need <= set(m.tables)
-    t = m.tables["fused-filtered"]
+    need = {f"numpy/{c}" for c in ("fft:float32", "fft:float64", "select:peaks", "select:bins", "find_peaks",
+                                   "select-k:peaks", "select-k:bins")}
+    need |= {f"fused-cpu/{c}" for c in ("fused-filtered", "fused-k", "spectrum:peaks", "spectrum:bins")}
+    need |= {f"fused-cpu/fused:{dt}:s{s}" for dt in ("float32", "float64") for s in (1, 2)}
+    assert need == set(m.tables)
+    t = m.tables["fused-cpu/fused-filtered"]
     assert np.asarray(t.ns).shape == (2, 2)  # (positive and finite: the table checks)
     assert t(64, 1) <= t(64, 40) <= t(128, 40) and t(128, 1) <= t(128, 40)
     assert m.meta["rounds"] >= len(ticks) - 1 and isinstance(m.meta["provisional"], list)
@@ -351,3 +363,80 @@ def test_a_full_calibration_measures_every_curve_on_its_grid(monkeypatch):
     json.dumps(m.to_dict())
 
 
+
+
+def test_a_backend_without_its_own_curves_is_priced_by_a_labelled_default_not_another_backends():
+    """Prices are per backend: a new fused CPU backend's welch_peaks is priced by a labelled
+    default (not by fused-cpu's measured curves), the ops it inherits from numpy by numpy's
+    curves; once the model has its own curve, that prices it."""
+    from welchpeaks.plan.cost import cost_breakdown, price_node
+
+    model = synthetic_cpu_model()
+    fused_cpu = backends.get("fused-cpu").backend
+    numpy_backend = backends.get("numpy").backend
+    new = ir.Backend("new-cpu", {ir.Op.welch_peaks: fused_cpu.kernels[ir.Op.welch_peaks]}, base=numpy_backend)
+    assert new.owner(ir.Op.welch_peaks) is new and new.owner(ir.Op.rfft) is numpy_backend
+    p = make_params(n_fft=256, k=16, segments=2)
+    chain = welch_chain_graph(p, 1024, 384, 2, np.float32, name="new-cpu")
+    fused, _ = plan.fuse(chain, new, model.gate())
+    node = fused.nodes[-1]
+    assert node.op is ir.Op.welch_peaks
+    mine, theirs = price_node(fused, node, model, new), price_node(fused, node, model, fused_cpu)
+    assert theirs.by == "fused-cpu/fused:float32" and theirs.compute_ns is not None
+    assert mine.by.startswith("default: no new-cpu/fused:float32:s1 curve") and mine.compute_ns is None
+    assert mine.ns != pytest.approx(theirs.ns)
+    rfft = next(n for n in chain.nodes if n.op is ir.Op.rfft)
+    assert price_node(chain, rfft, model, new).by == "numpy/fft:float32"  # numpy's kernel runs it
+    assert cost_breakdown(fused, model, new)["priced_by"]["%1 welch_peaks"] == mine.by
+    for s in (1, 2):
+        model.tables[f"new-cpu/fused:float32:s{s}"] = model.tables[f"fused-cpu/fused:float32:s{s}"]
+    assert price_node(fused, node, model, new).by == "new-cpu/fused:float32"
+
+
+def test_calibration_measures_the_curves_each_execution_names(monkeypatch):
+    """``measure_cpu`` loops over the executions: a new execution's curve is timed at every
+    point of the grid (its points counted) and stored under its backend's name."""
+    from welchpeaks.backends import Execution
+    from welchpeaks.backends.curves import Curve
+    from welchpeaks.plan import calibrate as cal
+
+    seen = []
+
+    def make(pt):
+        seen.append((pt.n_fft, pt.rows, pt.frames.shape, pt.frames.dtype.name))
+        return lambda: np.sum(pt.frames)
+
+    class New(Execution):
+        name = "new-cpu"
+        backend = ir.Backend("new-cpu", {}, base=backends.get("numpy").backend)
+
+        def curves(self):
+            return [Curve("sum:float32", ("n_fft", "rows"), make), Curve("late", ("n_fft", "rows"), make, full=True)]
+
+    monkeypatch.setitem(backends._REGISTRY, "new-cpu", New())
+    monkeypatch.setitem(backends._MODULES, "new-cpu", "welchpeaks.backends.numpy_exec")
+    grid = {"n_fft": [64, 128], "rows": [1, 3], "bins": [33, 65], "repeats": 1}
+    monkeypatch.setattr(cal, "QUICK_GRID", grid)
+    m = cal.measure_cpu(quick=True)
+    assert sorted(seen) == [(n, r, (r, n + n // 2), "float32") for n in (64, 128) for r in (1, 3)]
+    t = m.tables["new-cpu/sum:float32"]
+    assert t.x1 == [64, 128] and t.x2 == [1, 3] and "new-cpu/late" not in m.tables  # a quick model skips it
+    assert {k.split("/")[0] for k in m.tables} == {"numpy", "fused-cpu", "new-cpu"}
+
+
+def test_the_gate_decides_alike_for_every_batch():
+    """The gate scores the rewrites at one batch size (picker.GATE_ROWS), so a model where
+    fusing saves launches but costs compute per row does not fuse one row and leave 20000
+    rows unfused: pieces, chunks and whole calls run the same kernels."""
+    from welchpeaks.plan.picker import GATE_ROWS, execution_graph
+
+    model = synthetic_cpu_model(fused_ns_per_row=3000.0, spectrum_ns_per_row=1e7)
+    p = make_params(n_fft=256, k=16, segments=2)
+    ex = backends.get("fused-cpu")
+    decisions = {rows: execution_graph(ex, p, 2, rows, 384, np.float32, model)[1] for rows in (1, GATE_ROWS, 20_000)}
+    assert {d["fused"] for d in decisions.values()} == {None}
+    assert decisions[1]["scored_at_rows"] == GATE_ROWS and "scored_at_rows" not in decisions[GATE_ROWS]
+    chain = welch_chain_graph(p, 1, 384, 2, np.float32, name="fused-cpu")
+    alone, info = plan.fuse(chain, ex.backend, model.gate(),
+                            lambda g: plan.cost.compute_ns(g, model, ex.backend))  # one row scored alone fuses
+    assert info["fused"] == "welch_peaks"

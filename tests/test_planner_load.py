@@ -42,6 +42,16 @@ class ScriptedMachine:
         return self.busy, 0.0, self.now / 1e9
 
 
+@pytest.fixture(autouse=True)
+def io_gate(monkeypatch):
+    """The fusion gate weighs IO only here, as for a model without compute curves: these tests
+    price whole executions (a slow fused pass makes fused-cpu slow) to test the planner's
+    checks, not the gate (tests/test_plan.py tests the gate's compute term)."""
+    from welchpeaks.plan import picker
+
+    monkeypatch.setattr(picker, "compute_ns", lambda graph, model, backend: None)
+
+
 @pytest.fixture
 def machine(monkeypatch):
     m = ScriptedMachine()

@@ -231,8 +231,8 @@ def test_array_window_under_auto_and_explain():
     lambda m: m.update(tables={}),
     lambda m: m.update(call_ns=[1, 2]),
     lambda m: m.update(threads=True),
-    lambda m: m["tables"]["fft:float32"].update(ns=[[1.0]]),
-    lambda m: m["tables"]["fft:float32"].update(x1=[2.0, 1.0]),
+    lambda m: m["tables"]["numpy/fft:float32"].update(ns=[[1.0]]),
+    lambda m: m["tables"]["numpy/fft:float32"].update(x1=[2.0, 1.0]),
     lambda m: m.pop("status"),
 ])
 def test_corrupt_cache_values_warn_and_are_remeasured(monkeypatch, tmp_path, edit):
@@ -722,20 +722,23 @@ def test_a_quick_model_gains_the_find_peaks_curve_once_the_kernel_is_compiled(qu
     m = synthetic_cpu_model()
     m.meta["quick"] = quick
     if has_curve:
-        m.tables["find_peaks"] = curve
+        m.tables["numpy/find_peaks"] = curve
     monkeypatch.setattr(calibrate, "_BACKGROUND", {})
     monkeypatch.setattr(calibrate, "_find_peaks_compiled", lambda: compiled)
-    monkeypatch.setattr(calibrate, "_find_peaks_curve", lambda grid, reps, rng, tick: curve)
+    measured = []
+    monkeypatch.setattr(calibrate, "_measure_curves", lambda g, curves, grid, rng: measured.append(curves))
+    monkeypatch.setattr(calibrate, "_curve_tables", lambda g, curves, grid: {f"{o}/{c.name}": curve for o, c in curves})
     set_cost_model(m)
     x = np.random.default_rng(10).standard_normal((4, 384))
-    before = m.find_peaks_ns(129, 8192)
+    before = m.find_peaks_ns(129, 8192, "numpy")
     welchpeaks.welch_peaks(x, prominence=0.0)  # auto: the pick
     assert ("cpu:find_peaks" in calibrate._BACKGROUND) == completes
     if completes:
         calibrate._BACKGROUND["cpu:find_peaks"].join()
         now = cost_model_for("cpu")
-        assert now is not m and "find_peaks" in now.tables and now.find_peaks_ns(129, 8192) != before
-        assert "find_peaks" in calibrate.load("cpu").tables  # cached
+        assert now is not m and "numpy/find_peaks" in now.tables and now.find_peaks_ns(129, 8192, "numpy") != before
+        assert "numpy/find_peaks" in calibrate.load("cpu").tables  # cached
+        assert [[f"{o}/{c.name}" for o, c in curves] for curves in measured] == [["numpy/find_peaks"]]
     else:
         assert cost_model_for("cpu") is m
 

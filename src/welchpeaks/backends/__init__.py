@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import importlib
 import os
+from typing import Any, Callable
 
 import numpy as np
 
+from welchpeaks.backends.curves import Curve
 from welchpeaks.ir import Backend
 from welchpeaks.params import PeakParams
 
@@ -48,6 +50,18 @@ class Execution:
         process without compiling anything (auto's provisional choice before a cost model
         exists takes only such an execution, or numpy)."""
         return False
+
+    def curves(self) -> list[Curve]:
+        """The measured curves this execution's own kernels are priced by, and how to time
+        them (:mod:`welchpeaks.backends.curves`); ``welchpeaks calibrate`` measures them.
+        Ops without a curve here are priced by their kernel's owner's curves (a ``base``
+        backend's), or by a labelled default."""
+        return []
+
+    def round_trip(self) -> Callable[[], Any] | None:
+        """The least call of this execution's parallel kernel (one tiny row: the fixed cost of
+        a parallel region, timed by calibration), or None if it has none."""
+        return None
 
 
 # name -> module that registers it (imported on first use)

@@ -24,11 +24,12 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from welchpeaks.backends import Execution, register
+from welchpeaks.backends.curves import Curve, Point
 from welchpeaks.backends.numpy_exec import BACKEND as NUMPY
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.numba_base import (KERNEL_LOCK, LANES, announce_compile, bit_reverse, kernel_input, numba_threads,
                                    worker_blocks, worker_rows)
-from welchpeaks.params import DETREND_CODES, PeakParams
+from welchpeaks.params import DETREND_CODES, PeakFilters, PeakParams, make_params
 from welchpeaks.result import RowPeaks
 
 NAME = "fused-cpu"
@@ -418,10 +419,53 @@ BACKEND = Backend(NAME, {Op.welch_peaks: _welch_peaks, Op.spectrum_peaks: _spect
                                        Op.welch_psd: lambda p: is_pow2(p.n_fft)})
 
 
+def _fused_point(n_seg: int):
+    def make(pt: Point):
+        plan = FusedCpuPlan(make_params(n_fft=pt.n_fft, k=pt.k, segments=n_seg), n_seg, np.dtype(pt.dtype))
+        return lambda x=pt.frames: plan.run(x)
+    return make
+
+
+def _filtered_point(pt: Point):
+    filters = PeakFilters(prominence=(0.0, None), measures=("snr",))
+    plan = FusedFindPeaks(make_params(n_fft=pt.n_fft, k=16, segments=2, filters=filters), 2, np.dtype(pt.dtype))
+    return lambda x=pt.frames: plan.run(x)
+
+
+def _spectrum_point(mode: str):
+    def make(pt: Point):
+        p = make_params(n_fft=pt.n_fft, k=pt.k, segments=2, mode=mode)
+        run = SpectrumSelect(p, p.psd_scale() / 2, np.dtype(pt.dtype))
+        return lambda spec=pt.spectrum: run(spec)
+    return make
+
+
+def _blocks(pt: Point, threads: int) -> int:
+    """The threads a fused call of ``pt.rows`` rows keeps busy: one block of rows each."""
+    return min(threads, -(-pt.rows // LANES))
+
+
 class FusedCpu(Execution):
     name = NAME
     backend = BACKEND
     description = "one parallel numba pass per block of rows: window, FFT, power, mean, select"
+
+    def curves(self) -> list[Curve]:
+        """The fused pass at 1 and 2 segments in both precisions (its time is linear in the
+        segments) and its cost over k; in a full calibration also the pass with scipy's filters
+        and the spectrum kernel (``spectrum_peaks``: other ``n_fft``), whose compiles a first
+        run's quick measurement skips."""
+        out = [Curve(f"fused:{dt}:s{s}", ("n_fft", "rows"), _fused_point(s), dt, width=_blocks)
+               for dt in ("float32", "float64") for s in (1, 2)]
+        out.append(Curve("fused-k", ("k", "n_fft"), _fused_point(2)))
+        out.append(Curve("fused-filtered", ("n_fft", "rows"), _filtered_point, width=_blocks, full=True))
+        return out + [Curve(f"spectrum:{m}", ("bins", "rows"), _spectrum_point(m), width=_blocks, full=True)
+                      for m in ("peaks", "bins")]
+
+    def round_trip(self):
+        plan = FusedCpuPlan(make_params(n_fft=64, k=1, segments=1), 1, np.dtype(np.float32))
+        x = np.ones((1, 64), np.float32)
+        return lambda: plan.run(x)  # one row: one worker does the work, the others join
 
     def unavailable_reason(self) -> str | None:
         import importlib.util

@@ -13,6 +13,7 @@ import numpy as np
 from scipy.ndimage import maximum_filter1d, minimum_filter1d
 
 from welchpeaks.backends import Execution, filtered, register
+from welchpeaks.backends.curves import Curve, Point
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.ir.run import constant_value, identity_input
 from welchpeaks.result import RowPeaks
@@ -217,10 +218,42 @@ KERNELS = {
 BACKEND = Backend(NAME, KERNELS)
 
 
+def _fft_point(pt: Point):
+    import scipy.fft
+
+    segs = np.ascontiguousarray(pt.frames[:, : pt.n_fft])
+    return lambda: scipy.fft.rfft(segs, axis=-1, workers=-1)
+
+
+def _select_point(mode: str):
+    return lambda pt: (lambda psd=pt.psd: select(psd, pt.k, mode, 1))
+
+
+def _find_peaks_point(pt: Point):
+    from welchpeaks.params import PeakFilters, make_params
+
+    filters = PeakFilters(prominence=(0.0, None), measures=("snr",))
+    run = filtered.host_rows(make_params(n_fft=pt.n_fft, k=16, filters=filters))
+    return lambda psd=pt.psd: run(psd)
+
+
 class NumpyExecution(Execution):
     name = NAME
     backend = BACKEND
     description = "vectorised NumPy: strided segment views, scipy.fft on all cores, array selection (unfused)"
+
+    def curves(self) -> list[Curve]:
+        """scipy.fft's transform in both precisions, the array selection (and its cost over k),
+        and scipy's filters on PSD rows (the find_peaks kernel: a full calibration only, as it
+        compiles a kernel a first run may never need). The elementwise steps are priced by
+        their traffic times factors measured on this backend's kernels
+        (:func:`welchpeaks.plan.calibrate.measure_cpu`)."""
+        out = [Curve(f"fft:{dt}", ("n_fft", "rows"), _fft_point, dt, width=lambda pt, t: min(t, pt.rows))
+               for dt in ("float32", "float64")]
+        for mode in ("peaks", "bins"):
+            out += [Curve(f"select:{mode}", ("bins", "rows"), _select_point(mode)),
+                    Curve(f"select-k:{mode}", ("k", "bins"), _select_point(mode))]
+        return out + [Curve("find_peaks", ("bins", "rows"), _find_peaks_point, full=True)]
 
 
 register(NumpyExecution())

@@ -76,7 +76,7 @@ def run_phases(batch: int, n_fft: int = 256, k: int = 16, segments: int = 2, mod
     rows = []
     for name, g in graphs.items():
         m = summary(samples[name])
-        pred = estimate_graph_cost_with_io(g, model, profiles[name])
+        pred = estimate_graph_cost_with_io(g, model, profiles[name], backends.get(BACKEND[name]).backend)
         rows.append({"phase": name, "backend": BACKEND[name], **m, "predicted_ms": pred / 1e6,
                      "predicted_over_measured": pred / 1e6 / m["median_ms"],
                      "speedup_vs_baseline": float(np.median(samples["baseline"])) / m["median_ms"],

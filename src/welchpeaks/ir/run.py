@@ -53,6 +53,13 @@ class Backend:
             return self.base.factory(op)
         raise ValueError(f"backend {self.name!r} has no kernel for op {op.value!r}")
 
+    def owner(self, op: Op) -> "Backend":
+        """The backend whose own kernel runs ``op`` here: this one, or the nearest ``base`` that
+        has it (its measured curves price the op)."""
+        if op in self.kernels or self.base is None or op in self.FUSED:
+            return self
+        return self.base.owner(op)
+
     def fuses(self, op: Op, params: Any) -> bool:
         """True when this backend has its own kernel for the fused ``op`` at ``params``."""
         return op in self.kernels and self.accepts.get(op, lambda p: True)(params)

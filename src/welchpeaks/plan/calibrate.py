@@ -25,9 +25,10 @@ from typing import Any, Callable
 import numpy as np
 
 from welchpeaks import backends
+from welchpeaks.backends.curves import Curve, Point
 from welchpeaks.files import write_atomic
 from welchpeaks.machine import machine_info
-from welchpeaks.params import PeakFilters, make_params
+from welchpeaks.params import make_params
 from welchpeaks.plan.cost import (
     BackendCostModel,
     LogLogTable,
@@ -38,7 +39,7 @@ from welchpeaks.plan.cost import (
 )
 from welchpeaks.timing import QUIET
 
-FORMAT = 3  # 3: graphs chosen by the fusion gate (call_ns re-measured), no sgemm curve
+FORMAT = 4  # 4: tables named by the backend whose kernel was measured ("numpy/fft:float32")
 QUICK_GRID = {"n_fft": [64, 1024], "rows": [1, 32, 1024], "bins": [33, 513], "repeats": 3}
 FULL_GRID = {"n_fft": [64, 256, 1024, 4096], "rows": [1, 16, 512, 8192], "bins": [33, 129, 513, 2049],
              "repeats": 5}
@@ -366,7 +367,7 @@ def complete_background(model: BackendCostModel, device: str = "cpu") -> None:
     does not compile that kernel, and until then the node is priced at a multiple of NumPy's
     selection: 3 to 16 times too high), once this process has the kernel compiled: in a daemon
     thread, once per process; the completed model is cached and used from then on."""
-    if model.meta.get("quick") is not True or "find_peaks" in model.tables or not _find_peaks_compiled():
+    if model.meta.get("quick") is not True or not _later_curves(model):
         return
     with _BACKGROUND_LOCK:
         name = f"{device}:find_peaks"
@@ -384,16 +385,18 @@ def _complete_and_cache(model: BackendCostModel, device: str) -> None:
     from welchpeaks.plan.cost import set_cost_model
 
     try:
-        grid = QUICK_GRID
+        grid, curves = QUICK_GRID, _later_curves(model)
+        g = _Grid(grid["repeats"], _step)
         with QUIET.armed():
-            table = _find_peaks_curve(grid, grid["repeats"], np.random.default_rng(0), _step)
+            _measure_curves(g, curves, grid, np.random.default_rng(0))
+        tables = _curve_tables(g, curves, grid)
     except _Stopped:
         return
     except Exception as exc:  # the model stays as it was: priced by the fallback
         warnings.warn(f"welchpeaks: measuring the find_peaks kernel for the {device} cost model failed ({exc})",
                       stacklevel=2)
         return
-    done = dataclasses.replace(model, tables={**model.tables, "find_peaks": table}, meta=dict(model.meta))
+    done = dataclasses.replace(model, tables={**model.tables, **tables}, meta=dict(model.meta))
     try:
         save(done)
     except OSError as exc:
@@ -465,8 +468,8 @@ def should_remeasure(model: BackendCostModel) -> bool:
 
 
 def describe(model: BackendCostModel | None, device: str = "cpu") -> str:
-    """One line on the model in use: its kind, when and in how long it was measured, the other
-    processes' load meanwhile, its provisional points, the corrections learned from observed
+    """One line on the model in use: its kind, when and in how long it was measured, whose
+    curves it holds (per backend), the other processes' load meanwhile, its provisional points, the corrections learned from observed
     calls, and whether it will be measured again (or, without one, why there is none)."""
     if model is None:
         if measuring(device):
@@ -483,6 +486,11 @@ def describe(model: BackendCostModel | None, device: str = "cpu") -> str:
     if isinstance(meta.get("measured_at"), str):
         took = meta.get("seconds")
         parts[0] += f", measured {meta['measured_at'][:40]}" + (f" in {took:g} s" if _number(took) else "")
+    owners: dict[str, int] = {}
+    for key in model.tables:
+        owners[key.split("/")[0]] = owners.get(key.split("/")[0], 0) + 1
+    if owners:
+        parts.append("curves of " + ", ".join(f"{o} ({n})" for o, n in sorted(owners.items())))
     load = meta.get("foreign_load")
     if _number(load):
         peak = meta.get("foreign_load_max")
@@ -746,38 +754,98 @@ def _one_thread(fn: Callable[[], Any]) -> Callable[[], Any]:
     return run
 
 
+def cpu_curves(full: bool) -> list[tuple[str, Curve]]:
+    """The curves of every execution usable on the CPU, as (backend, curve): what a
+    measurement times (``full``: also those a quick one skips)."""
+    out = []
+    for name in backends.available("cpu"):
+        ex = backends.get(name)
+        out += [(ex.backend.name, c) for c in ex.curves() if full or not c.full]
+    return out
+
+
+def _measure_curves(g: _Grid, curves: list[tuple[str, Curve]], grid: dict, rng: np.random.Generator) -> None:
+    """Time ``curves`` over ``grid``: those over rows at each (n_fft, rows) and precision, every
+    curve's point round robin with the others there (a kernel spread over threads also on one
+    thread while the machine is busy); those over k at the grid's second largest batch, per k."""
+    from welchpeaks.numba_base import numba_threads
+
+    threads = numba_threads()
+    ns_, rows_, bins_ = grid["n_fft"], grid["rows"], grid["bins"]
+    for n, nb in zip(ns_, bins_):
+        for r in rows_:
+            for dt in ("float32", "float64"):  # one precision's inputs at a time: the largest are 100s of MB
+                here = [(o, c) for o, c in curves if c.axes[1] == "rows" and c.dtype == dt]
+                if not here:
+                    continue
+                pt = Point(n, r, dt, rng=rng)
+                pts = {f"{o}/{c.name}": c.make(pt) for o, c in here}
+                single = {f"{o}/{c.name}": (_one_thread(pts[f"{o}/{c.name}"]), c.width(pt, threads))
+                          for o, c in here if c.width is not None}
+                g.measure((n, r), pts, single)
+                for o, c in here:  # curves over bins are indexed by bins
+                    if c.axes[0] == "bins":
+                        g.values[f"{o}/{c.name}"][(nb, r)] = g.values[f"{o}/{c.name}"].pop((n, r))
+                del pt, pts, single
+    over_k = [(o, c) for o, c in curves if c.axes[0] == "k"]
+    if not over_k:
+        return
+    rk = rows_[-2]
+    for k in (4, 16, 64):
+        pts = {}
+        for n, nb in zip(ns_, bins_):
+            made: dict[str, Point] = {}
+            for o, c in over_k:
+                pt = made.setdefault(c.dtype, Point(n, rk, c.dtype, k=k, rng=rng))
+                pts[f"{o}/{c.name}@{n if c.axes[1] == 'n_fft' else nb}"] = c.make(pt)
+        for name, ns in g.measure((k, rk), pts).items():
+            curve, at = name.rsplit("@", 1)
+            g.values.setdefault(curve, {})[(k, float(at))] = ns
+
+
+def _curve_tables(g: _Grid, curves: list[tuple[str, Curve]], grid: dict) -> dict[str, LogLogTable]:
+    """The tables of ``curves`` from ``g``'s points (the k curves as ns per row)."""
+    axis = {"n_fft": grid["n_fft"], "bins": grid["bins"], "rows": grid["rows"], "k": [4, 16, 64]}
+    out = {}
+    for o, c in curves:
+        key = f"{o}/{c.name}"
+        if c.axes[0] == "k":
+            out[key] = g.table(key, axis["k"], axis[c.axes[1]], per=grid["rows"][-2], monotone=False)
+        else:
+            out[key] = g.table(key, axis[c.axes[0]], axis["rows"])
+    return out
+
+
 def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = None) -> BackendCostModel:
     """Measure this machine's CPU cost model (``quick``: a small grid, a few seconds).
 
-    The curves are measured grid point by grid point: at each (n_fft, rows), every curve's
-    point (FFT, selections, the fused passes in both precisions, and in a full model the
-    filtered ones) is timed round robin with the others (:func:`time_points`), so the machine's
-    drifts hit them alike and no one curve is measured in a busy moment alone."""
-    import scipy.fft
-
-    from welchpeaks.backends.fused_cpu import FusedCpuPlan  # numba: imported when measuring
-    from welchpeaks.backends.numpy_exec import select
-    from welchpeaks.numba_base import LANES, numba_threads
+    The scalars (launch cost, memory bandwidth, each execution's round trip), then every CPU
+    execution's curves (:func:`cpu_curves`; :mod:`welchpeaks.backends.curves`), grid point by
+    grid point: at each (n_fft, rows), every curve's point is timed round robin with the others
+    (:func:`time_points`), so the machine's drifts hit them alike and no one curve is measured
+    in a busy moment alone."""
+    from welchpeaks.numba_base import numba_threads
 
     grid = QUICK_GRID if quick else FULL_GRID
-    reps = grid["repeats"]
     tick = progress or (lambda what: None)
     rng = np.random.default_rng(0)
     started = _cpu_seconds()
     t_start = time.perf_counter()
-    g = _Grid(reps, tick)
+    g = _Grid(grid["repeats"], tick)
 
     a = np.ones(8), np.ones(8), np.empty(8)
     # what an unfused step sees: it reads its input and writes a fresh (page-faulting) buffer
     big = np.ones((4 if quick else 16) << 20, np.float32)
-    p1 = make_params(n_fft=64, k=1, segments=1)
-    tiny = FusedCpuPlan(p1, 1, np.dtype(np.float32))
-    x1 = np.ones((1, 64), np.float32)
-    trip = lambda: tiny.run(x1)  # noqa: E731  (one row: one worker does the work, the other joins)
+    trips = {}
+    for name in backends.available("cpu"):
+        fn = backends.get(name).round_trip()
+        if fn is not None:
+            trips[f"round trip {name}"] = fn
     got = g.measure((1, 1), {"launch cost": lambda: np.add(a[0], a[1], out=a[2]),
-                             "memory bandwidth": lambda: np.multiply(big, 2), "round trip": trip},
-                    {"round trip": (_one_thread(trip), 1)})
-    dispatch, roundtrip = got["launch cost"], got["round trip"]
+                             "memory bandwidth": lambda: np.multiply(big, 2), **trips},
+                    {name: (_one_thread(fn), 1) for name, fn in trips.items()})
+    dispatch = got["launch cost"]
+    roundtrip = max([got[name] for name in trips] or [dispatch])  # the slowest parallel region stands in
     bw = 2 * big.nbytes / got["memory bandwidth"]
     big = None  # 16 MiB, not kept through the grid
     # Calls through the API plan with the CPU model's gate: a provisional model (no curves,
@@ -787,74 +855,13 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
     with provisional_cost_model(model):
         calls = _time_tiny_calls(g)
 
-    ns_, rows_, bins_ = grid["n_fft"], grid["rows"], grid["bins"]
-    threads = numba_threads()
-
-    def fused_width(rows: int, n_seg: int) -> int:  # the threads a fused call of this shape keeps busy
-        return min(threads, -(-rows // LANES))
-    full = not quick  # the quick grid (a first run's background measurement) does not compile the find_peaks
-    filters = PeakFilters(prominence=(0.0, None), measures=("snr",))  # kernel for calls that may never filter
-    for n, nb in zip(ns_, bins_):
-        plans = {(dt, s): FusedCpuPlan(make_params(n_fft=n, k=16, segments=s), s, np.dtype(dt))
-                 for dt in ("float32", "float64") for s in (1, 2)}
-        if full:
-            from welchpeaks.backends.filtered import host_rows
-            from welchpeaks.backends.fused_cpu import FusedFindPeaks
-
-            pf = make_params(n_fft=n, k=16, segments=2, filters=filters)
-            filtered = FusedFindPeaks(pf, 2, np.dtype(np.float32))
-            find_peaks = host_rows(make_params(n_fft=2 * (nb - 1), k=16, filters=filters))
-        for r in rows_:
-            for dt in ("float32", "float64"):  # one precision's arrays at a time: the largest are 100s of MB
-                x = rng.standard_normal((r, n + n // 2)).astype(dt)  # the frame of 2 segments
-                xn = np.ascontiguousarray(x[:, :n])
-                pts = {f"fft:{dt}": lambda xn=xn: scipy.fft.rfft(xn, axis=-1, workers=-1)}
-                pts.update({f"fused:{dt}:s{s}": (lambda x=x, plan=plans[dt, s]: plan.run(x)) for s in (1, 2)})
-                single = {f"fft:{dt}": (lambda xn=xn: scipy.fft.rfft(xn, axis=-1, workers=1), min(threads, r))}
-                single.update({f"fused:{dt}:s{s}": (_one_thread(pts[f"fused:{dt}:s{s}"]), fused_width(r, s))
-                               for s in (1, 2)})
-                if dt == "float32":
-                    psd = rng.chisquare(4, (r, nb)).astype(np.float32)
-                    pts.update({f"select:{m}": (lambda psd=psd, m=m: select(psd, 16, m, 1)) for m in ("peaks", "bins")})
-                    if full:
-                        pts["find_peaks"] = lambda psd=psd: find_peaks(psd)
-                        pts["fused-filtered"] = lambda x=x: filtered.run(x)
-                g.measure((n, r), pts, single)
-                for name in pts:  # the selections and find_peaks are indexed by bins
-                    if name.startswith(("select", "find_peaks")):
-                        g.values[name][(nb, r)] = g.values[name].pop((n, r))
-                del x, xn, pts
-    tables: dict[str, LogLogTable] = {}
-    for dt in ("float32", "float64"):
-        tables[f"fft:{dt}"] = g.table(f"fft:{dt}", ns_, rows_)
-        for s in (1, 2):
-            tables[f"fused:{dt}:s{s}"] = g.table(f"fused:{dt}:s{s}", ns_, rows_)
-    for m in ("peaks", "bins"):
-        tables[f"select:{m}"] = g.table(f"select:{m}", bins_, rows_)
-    if full:
-        tables["find_peaks"] = g.table("find_peaks", bins_, rows_)
-        tables["fused-filtered"] = g.table("fused-filtered", ns_, rows_)
-    # ns per row over k, at the grid's second largest batch
-    rk = rows_[-2]
-    for k in (4, 16, 64):
-        pts = {}
-        for n, nb in zip(ns_, bins_):
-            psd = rng.chisquare(4, (rk, nb)).astype(np.float32)
-            pts.update({f"select-k:{m}@{nb}": (lambda psd=psd, k=k, m=m: select(psd, k, m, 1))
-                        for m in ("peaks", "bins")})
-            x = rng.standard_normal((rk, n + n // 2)).astype(np.float32)
-            plan = FusedCpuPlan(make_params(n_fft=n, k=k, segments=2), 2, np.dtype(np.float32))
-            pts[f"fused-k@{n}"] = lambda plan=plan, x=x: plan.run(x)
-        for name, ns in g.measure((k, rk), pts).items():
-            curve, at = name.split("@")
-            g.values.setdefault(curve, {})[(k, float(at))] = ns
-    for m in ("peaks", "bins"):
-        tables[f"select-k:{m}"] = g.table(f"select-k:{m}", [4, 16, 64], bins_, per=rk, monotone=False)
-    tables["fused-k"] = g.table("fused-k", [4, 16, 64], ns_, per=rk, monotone=False)
+    curves = cpu_curves(full=not quick)
+    _measure_curves(g, curves, grid, rng)
     model = cpu_cost_model(
         status="measured", dispatch_ns=dispatch, roundtrip_ns=roundtrip, memory_bw=bw, h2d_bw=bw, d2h_bw=bw,
-        threads=numba_threads(), tables=tables, min_gain_ns=dispatch, host_thunk_penalty_ns=0.0,
-        meta={"quick": quick, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "grid": grid},
+        threads=numba_threads(), tables=_curve_tables(g, curves, grid), min_gain_ns=dispatch,
+        host_thunk_penalty_ns=0.0, meta={"quick": quick, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                         "grid": grid},
     )
     model.meta["op_factors"] = _op_factors(model, 2048 if quick else 8192, g)
     model.call_ns = {name: max(t - estimate_graph_cost(gr, model), 0.0) for name, (t, gr) in calls.items()}
@@ -867,23 +874,12 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
     return model
 
 
-def _find_peaks_curve(grid: dict, reps: int, rng: np.random.Generator, tick: Callable[[str], None]) -> LogLogTable:
-    """ns of the find_peaks node's host kernel over n_bins x rows (scipy's filters on PSD rows
-    with prominence and the SNR measure, k 16), for a quick model that lacks it: its points
-    timed round robin at each row count."""
-    from welchpeaks.backends.filtered import host_rows
-
-    g = _Grid(reps, tick)
-    filters = PeakFilters(prominence=(0.0, None), measures=("snr",))
-    runs = {nb: host_rows(make_params(n_fft=2 * (nb - 1), k=16, filters=filters)) for nb in grid["bins"]}
-    for r in grid["rows"]:
-        pts = {}
-        for nb, run in runs.items():
-            psd = rng.chisquare(4, (r, nb)).astype(np.float32)
-            pts[f"find_peaks@{nb}"] = lambda psd=psd, run=run: run(psd)
-        for name, ns in g.measure((0, r), pts).items():
-            g.values.setdefault("find_peaks", {})[(float(name.split("@")[1]), r)] = ns
-    return g.table("find_peaks", grid["bins"], grid["rows"])
+def _later_curves(model: BackendCostModel) -> list[tuple[str, Curve]]:
+    """The full calibration's curves a quick ``model`` lacks that can be added now: the
+    find_peaks kernel's, once this process has compiled it (a filtered call did)."""
+    if not _find_peaks_compiled():
+        return []
+    return [(o, c) for o, c in cpu_curves(full=True) if c.name == "find_peaks" and f"{o}/{c.name}" not in model.tables]
 
 
 def _op_factors(model: BackendCostModel, rows: int, grid: _Grid) -> dict[str, float]:
@@ -908,7 +904,7 @@ def _op_factors(model: BackendCostModel, rows: int, grid: _Grid) -> dict[str, fl
             pts[node.op.value] = lambda fn=fn, args=args: fn(*args)
             nodes[node.op.value] = node
     got = grid.measure((256, rows), pts)
-    return {op: got[op] / node_cost_ns(g, nodes[op], model) for op in pts}
+    return {op: got[op] / node_cost_ns(g, nodes[op], model, backends.get("numpy").backend) for op in pts}
 
 
 def _time_tiny_calls(grid: _Grid) -> dict[str, tuple[float, Any]]:

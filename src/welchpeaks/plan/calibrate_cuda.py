@@ -22,6 +22,14 @@ QUICK_GRID = {"n_fft": [64, 256, 1024, 4096], "rows": [1, 256, 16384], "repeats"
 FULL_GRID = {"n_fft": [64, 256, 1024, 4096], "rows": [1, 256, 16384, 262144], "repeats": 10}
 
 
+#: the curves measured here, named by the backend whose kernel is timed: torch's cuFFT,
+#: triton-fused's fused pass (1 and 2 segments), triton-block's spectrum kernel (its selection,
+#: the spectrum's read included; 1 segment). float64 FFTs are priced at twice float32's.
+FFT = "torch/fft:float32"
+FUSED = "triton-fused/fused:float32:s%d"
+SPECTRUM = "triton-block/spectrum:%s"
+
+
 def _timer(torch, device) -> Callable[[Callable[[], Any], int], float]:
     """Median ns of ``fn`` over ``repeats`` runs: on a GPU after two warm-up runs, with CUDA
     events; on a CPU device (the interpreter's stand-in, whose numbers mean nothing) with the
@@ -142,14 +150,14 @@ def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = N
     bufs.clear()  # free the device memory before the curves
     ns_, rows_ = [float(n) for n in grid["n_fft"]], [float(r) for r in grid["rows"]]
     gen = torch.Generator(device=device).manual_seed(0)
-    names = ["fft:float32", "fused:float32:s1", "fused:float32:s2", "select:peaks", "select:bins"]
+    names = [FFT, FUSED % 1, FUSED % 2, SPECTRUM % "peaks", SPECTRUM % "bins"]
     curves: dict[str, list[list[float]]] = {name: [] for name in names}
     for n in grid["n_fft"]:
         row: dict[str, list[float]] = {name: [] for name in names}
         for r in grid["rows"]:
             x = attempt(f"signals {n} x {r}", lambda: torch.randn((r, n), device=device, generator=gen))
             ok = not isinstance(x, float)
-            row["fft:float32"].append(attempt(f"cuFFT n_fft {n} x {r}", lambda: timed(
+            row[FFT].append(attempt(f"cuFFT n_fft {n} x {r}", lambda: timed(
                 lambda: torch.fft.rfft(x, dim=-1), reps)) if ok else math.nan)
             for seg in (1, 2):
                 def fused(seg=seg) -> float:
@@ -158,14 +166,14 @@ def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = N
                     frames = torch.randn((r, p.frame_length(seg)), device=device, generator=gen)
                     return timed(lambda: run(frames), reps)
 
-                row[f"fused:float32:s{seg}"].append(attempt(f"triton-fused n_fft {n} x {r}, {seg} segments", fused))
+                row[FUSED % seg].append(attempt(f"triton-fused n_fft {n} x {r}, {seg} segments", fused))
             for mode in ("peaks", "bins"):
                 def select(mode=mode) -> float:
                     run = block_runner(make_params(n_fft=n, k=16, segments=1, mode=mode), 1)
                     spec = torch.fft.rfft(x, dim=-1)[:, None, :]
                     return timed(lambda: run(spec), reps)
 
-                row[f"select:{mode}"].append(attempt(f"triton-block selection ({mode}) n_fft {n} x {r}", select)
+                row[SPECTRUM % mode].append(attempt(f"triton-block selection ({mode}) n_fft {n} x {r}", select)
                                              if ok else math.nan)
             tick(f"n_fft {n} x {r}")
         for name in names:
@@ -181,10 +189,10 @@ def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = N
             filled[name] = missing
         return LogLogTable(x1, rows_, out)
 
-    tables = {name: fill(name, curves[name], ns_) for name in names if not name.startswith("select")}
-    tables["fft:float64"] = LogLogTable(ns_, rows_, [[2 * v for v in vals] for vals in tables["fft:float32"].ns])
+    tables = {name: fill(name, curves[name], ns_) for name in names if "spectrum" not in name}
+    tables["torch/fft:float64"] = LogLogTable(ns_, rows_, [[2 * v for v in vals] for vals in tables[FFT].ns])
     for mode in ("peaks", "bins"):  # the selection's curve is over bins, as the CPU model's
-        tables[f"select:{mode}"] = fill(f"select:{mode}", curves[f"select:{mode}"], [n // 2 + 1 for n in ns_])
+        tables[SPECTRUM % mode] = fill(SPECTRUM % mode, curves[SPECTRUM % mode], [n // 2 + 1 for n in ns_])
     scalars = {"dispatch_ns": (dispatch, default.dispatch_ns), "roundtrip_ns": (roundtrip, default.roundtrip_ns),
                "memory_bw": (memory_bw, default.memory_bw), "h2d_bw": (bws["h2d_pageable"], default.h2d_bw),
                "d2h_bw": (bws["d2h_pageable"], default.d2h_bw)}

@@ -72,18 +72,34 @@ FOREIGN_LOAD_MAX = 0.5
 #: find_peaks' cost over the plain selection's where no ``find_peaks`` curve was measured (the
 #: numba kernel with prominence and SNR against the peaks selection, 129-bin rows, 2-vCPU VM)
 FIND_PEAKS_OVER_SELECT = 3.0
+#: the filtered fused pass's cost over the plain one's where no ``fused-filtered`` curve was
+#: measured (a quick model)
+FUSED_FILTERED_OVER_PLAIN = 2.0
+#: a kernel without measured curves is priced by its traffic, this many times the model's
+#: memory bandwidth's time, plus its arithmetic at a nominal rate (:func:`price_node`): a
+#: labelled default that errs slow
+UNMEASURED_TRAFFIC_FACTOR = 2.0
+#: flop per ns of a kernel without measured curves: per thread on the CPU, per device on CUDA
+UNMEASURED_FLOPS_PER_NS = {"cpu": 1.0, "cuda": 5_000.0}
+
+
+class MissingCurve(KeyError):
+    """The model has no table ``key`` (``"<backend>/<curve>"``)."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
 
 
 @dataclass
 class BackendCostModel:
     """Measured (or default) costs of one device. Bandwidths in bytes/ns (= GB/s), times in ns.
 
-    ``tables`` keys: ``fft:<dtype>`` (n_fft x transforms), ``select:<mode>`` and ``find_peaks`` (n_bins x rows),
-    ``fused:<dtype>:s<S>`` (n_fft x rows: the whole fused kernel for S segments, k 16),
-    ``fused-filtered`` (n_fft x rows: the same with scipy's filters, float32, 2 segments),
-    ``fused-k`` (k x n_fft) and ``select-k:<mode>`` (k x n_bins): ns per row at k. ``call_ns`` is each execution's fixed cost of one call through the API
-    (validation, planning lookup, result assembly) beyond its nodes; ``roundtrip_ns`` stands in
-    for an execution without one.
+    ``tables`` keys are ``"<backend>/<curve>"``: the curve a backend's own kernel was measured
+    on (:mod:`welchpeaks.backends.curves` lists the curves and their axes); a node is priced by
+    the curves of the backend whose kernel runs it (:func:`price_node`). ``call_ns`` is each
+    execution's fixed cost of one call through the API (validation, planning lookup, result
+    assembly) beyond its nodes; ``roundtrip_ns`` stands in for an execution without one.
     """
 
     device: str
@@ -107,11 +123,20 @@ class BackendCostModel:
 
     def _table(self, key: str) -> LogLogTable:
         if key not in self.tables:
-            raise KeyError(f"the {self.status} cost model of {self.device!r} has no {key!r} curve; run `welchpeaks calibrate`")
+            raise MissingCurve(key)
         return self.tables[key]
 
-    def fft_ns(self, n_fft: int, rows: int, dtype: str = "float32") -> float:
-        return self._table(f"fft:{dtype}")(n_fft, rows)
+    @property
+    def curves_key(self) -> int:
+        """A hash of the curves (graphs chosen with them are remembered under it)."""
+        return hash(tuple((k, tuple(map(tuple, t.ns)), tuple(t.x1), tuple(t.x2)) for k, t in sorted(self.tables.items())))
+
+    def has(self, owner: str, curve: str) -> bool:
+        """Whether ``owner``'s curve ``curve`` was measured (the table ``"<owner>/<curve>"``)."""
+        return f"{owner}/{curve}" in self.tables
+
+    def fft_ns(self, n_fft: int, rows: int, dtype: str, owner: str) -> float:
+        return self._table(f"{owner}/fft:{dtype}")(n_fft, rows)
 
     def _k_term(self, key: str, k: int, rows: int, x2: float = 1.0) -> float:
         """Extra ns of ``rows`` rows at ``k`` peaks against the k 16 the main curve was measured at
@@ -121,54 +146,60 @@ class BackendCostModel:
         t = self.tables[key]
         return rows * (t(k, x2) - t(16, x2))
 
-    def select_ns(self, n_bins: int, k: int, rows: int, mode: str) -> float:
-        t = self._table(f"select:{mode}")(n_bins, rows) + self._k_term(f"select-k:{mode}", k, rows, n_bins)
+    def select_ns(self, n_bins: int, k: int, rows: int, mode: str, owner: str) -> float:
+        t = (self._table(f"{owner}/select:{mode}")(n_bins, rows)
+             + self._k_term(f"{owner}/select-k:{mode}", k, rows, n_bins))
         return max(t, 1.0)
 
-    def fused_ns(self, n_fft: int, rows: int, n_segments: int, k: int, dtype: str = "float32",
+    def spectrum_ns(self, n_bins: int, rows: int, mode: str, owner: str) -> float:
+        """Power, segment mean, scale and selection of 2-segment spectra (``spectrum_peaks``, k 16)."""
+        return max(self._table(f"{owner}/spectrum:{mode}")(n_bins, rows), 1.0)
+
+    def fused_ns(self, n_fft: int, rows: int, n_segments: int, k: int, dtype: str, owner: str,
                  mode: str = "peaks", spread: float = 1.0) -> float:
-        """The fused kernel: measured at 1 and 2 segments (time is linear in S), plus the k term
-        (k counts up to the most candidates a row can have: every bin, or every other in peaks
-        mode). ``spread``: how many times more workers share the segments of this call than the
-        curves' points of its row count had (the CPU pass shares few long rows' segments out,
-        :func:`welchpeaks.backends.fused_cpu.split_workers`); the part that grows with the
-        segments is divided by it."""
-        t1 = self._table(f"fused:{dtype}:s1")(n_fft, rows)
-        t2 = self._table(f"fused:{dtype}:s2")(n_fft, rows)
+        """``owner``'s fused kernel: measured at 1 and 2 segments (time is linear in S), plus the
+        k term (k counts up to the most candidates a row can have: every bin, or every other in
+        peaks mode). ``spread``: how many times more workers share the segments of this call
+        than the curves' points of its row count had (the CPU pass shares few long rows'
+        segments out, :func:`welchpeaks.backends.fused_cpu.split_workers`); the part that grows
+        with the segments is divided by it."""
+        t1 = self._table(f"{owner}/fused:{dtype}:s1")(n_fft, rows)
+        t2 = self._table(f"{owner}/fused:{dtype}:s2")(n_fft, rows)
         n_bins = n_fft // 2 + 1
         k = min(k, n_bins if mode == "bins" else (n_bins + 1) // 2)
         t = max(t1 + (n_segments - 1) * max(t2 - t1, 0.0) / max(spread, 1.0), t1)
-        return max(t + self._k_term("fused-k", k, rows, n_fft), 1.0)
+        return max(t + self._k_term(f"{owner}/fused-k", k, rows, n_fft), 1.0)
 
     def op_factor(self, op: Op) -> float:
-        """Measured time over the traffic estimate of the host's elementwise ``op`` (window,
-        power, segment mean, scale: ``meta['op_factors']``, from calibration; 1 where not
-        measured). Read from a file, so only a finite factor in [0.25, 50] counts."""
+        """Measured time over the traffic estimate of the numpy backend's elementwise ``op``
+        (window, power, segment mean, scale: ``meta['op_factors']``, from calibration; 1 where
+        not measured). Read from a file, so only a finite factor in [0.25, 50] counts."""
         factors = self.meta.get("op_factors") if isinstance(self.meta, dict) else None
         v = factors.get(op.value) if isinstance(factors, dict) else None
         return float(v) if _is_number(v) and 0.25 <= v <= 50 else 1.0
 
-    def fused_filtered_ns(self, plain_ns: float, n_fft: int, n_bins: int, rows: int) -> float:
-        """The fused pass with scipy's filters, from the plain pass's ``plain_ns`` at the same
-        size: times the measured ratio of the two (``fused-filtered`` over ``fused:float32:s2``,
-        float32, 2 segments, prominence and the SNR measure, k 16: ``welchpeaks calibrate``);
-        without that curve, plus the ``find_peaks`` node's time (which errs high: the plain
-        selection the step replaces is not taken off)."""
-        if "fused-filtered" in self.tables and "fused:float32:s2" in self.tables:
-            plain = max(self.tables["fused:float32:s2"](n_fft, rows), 1.0)
-            return plain_ns * max(self.tables["fused-filtered"](n_fft, rows), 1.0) / plain
-        return plain_ns + self.find_peaks_ns(n_bins, rows)
+    def fused_filtered_ns(self, plain_ns: float, n_fft: int, rows: int, owner: str) -> tuple[float, bool]:
+        """``owner``'s fused pass with scipy's filters, from its plain pass's ``plain_ns`` at the
+        same size: times the measured ratio of the two (``fused-filtered`` over
+        ``fused:float32:s2``, float32, 2 segments, prominence and the SNR measure, k 16:
+        ``welchpeaks calibrate``), or, without that curve (a quick model),
+        :data:`FUSED_FILTERED_OVER_PLAIN` times. With whether the ratio was measured."""
+        if self.has(owner, "fused-filtered") and self.has(owner, "fused:float32:s2"):
+            plain = max(self.tables[f"{owner}/fused:float32:s2"](n_fft, rows), 1.0)
+            return plain_ns * max(self.tables[f"{owner}/fused-filtered"](n_fft, rows), 1.0) / plain, True
+        return plain_ns * FUSED_FILTERED_OVER_PLAIN, False
 
-    def find_peaks_ns(self, n_bins: int, rows: int) -> float:
-        """scipy's filters on PSD rows (the ``find_peaks`` node): the ``find_peaks`` curve
-        (measured with ``prominence=0`` and the SNR measure, k 16, by ``welchpeaks calibrate``),
-        or, in a quick model (a first run's background measurement, which does not compile the
-        find_peaks kernel, until a filtered call has compiled it and the model is completed:
-        :func:`welchpeaks.plan.calibrate.complete_background`) or one measured before that
-        curve existed, :data:`FIND_PEAKS_OVER_SELECT` times the plain selection."""
-        if "find_peaks" in self.tables:
-            return max(self.tables["find_peaks"](n_bins, rows), 1.0)
-        return FIND_PEAKS_OVER_SELECT * self.select_ns(n_bins, 16, rows, "peaks")
+    def find_peaks_ns(self, n_bins: int, rows: int, owner: str) -> tuple[float, bool]:
+        """scipy's filters on PSD rows (the ``find_peaks`` node) by ``owner``'s kernel: its
+        ``find_peaks`` curve (measured with ``prominence=0`` and the SNR measure, k 16, by
+        ``welchpeaks calibrate``), or, in a quick model (a first run's background measurement,
+        which does not compile the find_peaks kernel, until a filtered call has compiled it and
+        the model is completed: :func:`welchpeaks.plan.calibrate.complete_background`),
+        :data:`FIND_PEAKS_OVER_SELECT` times its plain selection. With whether the curve was
+        measured."""
+        if self.has(owner, "find_peaks"):
+            return max(self.tables[f"{owner}/find_peaks"](n_bins, rows), 1.0), True
+        return FIND_PEAKS_OVER_SELECT * self.select_ns(n_bins, 16, rows, "peaks", owner), False
 
     def under_load(self) -> float | None:
         """The cores other processes kept busy while this model was measured (``meta``'s
@@ -244,18 +275,19 @@ class BackendCostModel:
                                                         for r in t["ns"]):
                 raise ValueError(f"table {key!r}: ns is not a list of lists of numbers")
             tables[key] = LogLogTable(**t)  # checks shape, positivity, finiteness
-        if d["device"] == "cpu":
-            need = {f"fft:{dt}" for dt in ("float32", "float64")} | {f"select:{m}" for m in ("peaks", "bins")} | {
-                f"fused:{dt}:s{s}" for dt in ("float32", "float64") for s in (1, 2)}
-            if need - set(tables):
-                raise ValueError(f"the cpu model lacks the curves {sorted(need - set(tables))}")
-        elif d["device"] == "cuda":
-            need = {"fft:float32", "select:peaks", "select:bins", "fused:float32:s1", "fused:float32:s2"}
-            if need - set(tables):
-                raise ValueError(f"the cuda model lacks the curves {sorted(need - set(tables))}")
+        need = REQUIRED_CURVES.get(d["device"], set()) - set(tables)
+        if need:
+            raise ValueError(f"the {d['device']} model lacks the curves {sorted(need)}")
         return cls(**{**d, "tables": tables})
 
 
+#: the curves every cached model of a device has (a file without them is measured again)
+REQUIRED_CURVES = {
+    "cpu": ({f"numpy/fft:{dt}" for dt in ("float32", "float64")} | {f"numpy/select:{m}" for m in ("peaks", "bins")}
+            | {f"fused-cpu/fused:{dt}:s{s}" for dt in ("float32", "float64") for s in (1, 2)}),
+    "cuda": {"torch/fft:float32", "triton-block/spectrum:peaks", "triton-block/spectrum:bins",
+             "triton-fused/fused:float32:s1", "triton-fused/fused:float32:s2"},
+}
 _FIELDS = ("device", "status", "dispatch_ns", "roundtrip_ns", "memory_bw", "h2d_bw", "d2h_bw", "unified_memory",
            "threads", "tables", "call_ns", "min_gain_ns", "host_thunk_penalty_ns", "meta")
 
@@ -281,43 +313,126 @@ def _dtype_name(node: Node) -> str:
     return "float64" if node.dtype.real.nbytes == 8 else "float32"
 
 
-def node_cost_ns(graph: Graph, node: Node, model: BackendCostModel) -> float:
-    """Compute and memory time of one node (launch included); 0 for metadata ops."""
-    if node.op in METADATA_OPS:
-        return 0.0
-    moved = sum(graph.node(i).nbytes for i in node.inputs) + node.nbytes
-    base = model.dispatch_ns + moved / model.memory_bw
+@dataclass(frozen=True)
+class Price:
+    """What one node costs: ``ns`` in all, ``compute_ns`` the part its measured curves give
+    (0 for a node priced by its traffic alone; None where a curve was missing and a default
+    stood in), and ``by``, what priced it."""
+
+    ns: float
+    compute_ns: float | None
+    by: str
+
+
+def _backend_of(graph: Graph, backend: Any) -> Any:
+    if backend is not None:
+        return backend
+    from welchpeaks import backends
+
+    if graph.name not in backends.names():
+        raise ValueError(f"graph {graph.name!r} names no registered execution: pass its backend")
+    return backends.get(graph.name).backend
+
+
+def _flops(graph: Graph, node: Node) -> float:
+    """A rough count of a node's arithmetic, for the default price of a kernel without curves."""
     src = graph.node(node.inputs[0]) if node.inputs else None
     if node.op is Op.rfft:
         n = node.attrs["n"]
-        return model.dispatch_ns + model.fft_ns(n, src.numel // n, _dtype_name(src))
+        return src.numel // n * 2.5 * n * math.log2(max(n, 2))
     if node.op is Op.fft:
         n = node.shape[1] // 2
-        return model.dispatch_ns + model.fft_ns(n, node.shape[0], _dtype_name(node))
-    if node.op is Op.topk:
-        return base + model.select_ns(src.shape[1], node.attrs["k"], src.shape[0], node.attrs["mode"])
-    if node.op is Op.find_peaks:
-        return base + model.find_peaks_ns(src.shape[1], src.shape[0])
-    if node.op is Op.welch_psd:  # the fused pass writing the PSD instead of selecting
-        p = node.attrs["params"]
-        return (model.dispatch_ns + node.nbytes / model.memory_bw
-                + model.fused_ns(p.n_fft, node.shape[0], node.attrs["n_segments"], 16, _dtype_name(src)))
-    if node.op is Op.welch_peaks:
-        p = node.attrs["params"]
-        rows, n_seg = node.shape[0], node.attrs["n_segments"]
-        spread = _cpu_spread(rows, n_seg, model.threads) if model.on_host and p.filters is None else 1.0
-        t = model.fused_ns(p.n_fft, rows, n_seg, p.k, _dtype_name(src), p.mode, spread)
-        if p.filters is not None:  # the find_peaks kernel's step on each row, in place of the selection
-            t = model.fused_filtered_ns(t, p.n_fft, p.n_bins, node.shape[0])
-        return model.dispatch_ns + t
-    if node.op is Op.spectrum_peaks:
-        p = node.attrs["params"]
-        return base + model.select_ns(src.shape[2], p.k, src.shape[0], p.mode)
-    if node.op is Op.block_peaks:
-        return base + model.select_ns(src.shape[1] // 4 + 1, node.attrs["k"], node.shape[0], "bins")
+        return node.shape[0] * 5.0 * n * math.log2(max(n, 2))
+    if node.op in (Op.welch_peaks, Op.welch_psd):
+        n = node.attrs["params"].n_fft
+        return node.shape[0] * node.attrs["n_segments"] * (2.5 * n * math.log2(max(n, 2)) + 8 * n)
+    if node.op in (Op.topk, Op.spectrum_peaks, Op.find_peaks, Op.block_peaks):
+        return 20.0 * src.numel
+    return 0.0
+
+
+def price_node(graph: Graph, node: Node, model: BackendCostModel, backend: Any = None) -> Price:
+    """What ``node`` costs when ``backend`` (an :class:`welchpeaks.ir.Backend`; by default the
+    registered execution named like the graph) runs ``graph``: by the measured curves of the
+    backend whose kernel runs it (:meth:`welchpeaks.ir.Backend.owner`), launch and traffic
+    included; where that backend has no such curve, by a labelled default (its traffic at
+    :data:`UNMEASURED_TRAFFIC_FACTOR` times the bandwidth's time and its arithmetic at
+    :data:`UNMEASURED_FLOPS_PER_NS`), never by another backend's curves."""
+    if node.op in METADATA_OPS:
+        return Price(0.0, 0.0, "metadata")
+    owner = _backend_of(graph, backend).owner(node.op).name
+    moved = sum(graph.node(i).nbytes for i in node.inputs) + node.nbytes
+    base = model.dispatch_ns + moved / model.memory_bw
+    src = graph.node(node.inputs[0]) if node.inputs else None
+    try:
+        if node.op is Op.rfft:
+            n, dt = node.attrs["n"], _dtype_name(src)
+            c = model.fft_ns(n, src.numel // n, dt, owner)
+            return Price(model.dispatch_ns + c, c, f"{owner}/fft:{dt}")
+        if node.op is Op.fft:
+            n, dt = node.shape[1] // 2, _dtype_name(node)
+            c = model.fft_ns(n, node.shape[0], dt, owner)
+            return Price(model.dispatch_ns + c, c, f"{owner}/fft:{dt}")
+        if node.op is Op.topk:
+            mode = node.attrs["mode"]
+            c = model.select_ns(src.shape[1], node.attrs["k"], src.shape[0], mode, owner)
+            return Price(base + c, c, f"{owner}/select:{mode}")
+        if node.op is Op.block_peaks:
+            c = model.select_ns(src.shape[1] // 4 + 1, node.attrs["k"], node.shape[0], "bins", owner)
+            return Price(base + c, c, f"{owner}/select:bins")
+        if node.op is Op.find_peaks:
+            c, measured = model.find_peaks_ns(src.shape[1], src.shape[0], owner)
+            by = f"{owner}/find_peaks" if measured else (
+                f"{owner}/select:peaks x {FIND_PEAKS_OVER_SELECT:g} (default: no {owner}/find_peaks curve)")
+            return Price(base + c, c, by)
+        if node.op is Op.spectrum_peaks:
+            p = node.attrs["params"]
+            c = model.spectrum_ns(src.shape[2], src.shape[0], p.mode, owner)
+            return Price(base + c, c, f"{owner}/spectrum:{p.mode}")
+        if node.op in (Op.welch_psd, Op.welch_peaks):
+            p, rows, n_seg, dt = node.attrs["params"], node.shape[0], node.attrs["n_segments"], _dtype_name(src)
+            if node.op is Op.welch_psd:  # the fused pass writing the PSD instead of selecting
+                c = model.fused_ns(p.n_fft, rows, n_seg, 16, dt, owner)
+                return Price(model.dispatch_ns + node.nbytes / model.memory_bw + c, c, f"{owner}/fused:{dt}")
+            spread = _cpu_spread(rows, n_seg, model.threads) if model.on_host and p.filters is None else 1.0
+            c = model.fused_ns(p.n_fft, rows, n_seg, p.k, dt, owner, p.mode, spread)
+            by = f"{owner}/fused:{dt}"
+            if p.filters is not None:  # the find_peaks kernel's step on each row, in place of the selection
+                c, measured = model.fused_filtered_ns(c, p.n_fft, rows, owner)
+                by = f"{owner}/fused-filtered" if measured else (
+                    f"{owner}/fused:{dt} x {FUSED_FILTERED_OVER_PLAIN:g} (default: no {owner}/fused-filtered curve)")
+            return Price(model.dispatch_ns + c, c, by)
+    except MissingCurve as missing:
+        rate = UNMEASURED_FLOPS_PER_NS.get(model.device, 1.0) * (model.threads if model.on_host else 1)
+        ns = model.dispatch_ns + UNMEASURED_TRAFFIC_FACTOR * moved / model.memory_bw + _flops(graph, node) / rate
+        return Price(ns, None, f"default: no {missing.key} curve (traffic x{UNMEASURED_TRAFFIC_FACTOR:g}, "
+                               f"{rate:g} flop/ns)")
     if node.op in ELEMENTWISE_OPS:
-        return model.dispatch_ns + moved / model.memory_bw * model.op_factor(node.op)
-    return base
+        if owner == "numpy":
+            return Price(model.dispatch_ns + moved / model.memory_bw * model.op_factor(node.op), 0.0,
+                         "numpy traffic x measured factor")
+        return Price(model.dispatch_ns + UNMEASURED_TRAFFIC_FACTOR * moved / model.memory_bw, 0.0,
+                     f"default: {owner} traffic x{UNMEASURED_TRAFFIC_FACTOR:g}")
+    return Price(base, 0.0, "traffic")
+
+
+def node_cost_ns(graph: Graph, node: Node, model: BackendCostModel, backend: Any = None) -> float:
+    """Compute and memory time of one node (launch included); 0 for metadata ops
+    (:func:`price_node`)."""
+    return price_node(graph, node, model, backend).ns
+
+
+def compute_ns(graph: Graph, model: BackendCostModel, backend: Any = None) -> float | None:
+    """What the measured curves give for ``graph``'s nodes (their arithmetic, the part IO does
+    not price), or None where a node's curve is missing: the fusion gate weighs it
+    (:func:`welchpeaks.plan.fusion.fuse`)."""
+    total = 0.0
+    for n in graph.nodes:
+        c = price_node(graph, n, model, backend).compute_ns
+        if c is None:
+            return None
+        total += c
+    return total
 
 
 def _cpu_spread(rows: int, n_seg: int, threads: int) -> float:
@@ -330,9 +445,9 @@ def _cpu_spread(rows: int, n_seg: int, threads: int) -> float:
     return split_workers(rows, n_seg, threads) / max(1, min(-(-rows // LANES), threads))
 
 
-def estimate_graph_cost(graph: Graph, model: BackendCostModel) -> float:
+def estimate_graph_cost(graph: Graph, model: BackendCostModel, backend: Any = None) -> float:
     """Sum of the node costs (ns)."""
-    return sum(node_cost_ns(graph, n, model) for n in graph.nodes)
+    return sum(node_cost_ns(graph, n, model, backend) for n in graph.nodes)
 
 
 def _io_terms(graph: Graph, io: GraphIoProfile, model: BackendCostModel) -> dict[str, float]:
@@ -344,19 +459,24 @@ def _io_terms(graph: Graph, io: GraphIoProfile, model: BackendCostModel) -> dict
     }
 
 
-def estimate_graph_cost_with_io(graph: Graph, model: BackendCostModel, io: GraphIoProfile | None = None) -> float:
+def estimate_graph_cost_with_io(graph: Graph, model: BackendCostModel, io: GraphIoProfile | None = None,
+                                backend: Any = None) -> float:
     """Node costs, plus one round trip per run (the measured per-call cost of the execution
     named like the graph, if any) and per sync point, plus readback of the outputs."""
     io = io or profile_graph_io(graph)
-    return estimate_graph_cost(graph, model) + sum(_io_terms(graph, io, model).values())
+    return estimate_graph_cost(graph, model, backend) + sum(_io_terms(graph, io, model).values())
 
 
-def cost_breakdown(graph: Graph, model: BackendCostModel) -> dict[str, Any]:
-    """Every term of :func:`estimate_graph_cost_with_io`, for explanations."""
+def cost_breakdown(graph: Graph, model: BackendCostModel, backend: Any = None) -> dict[str, Any]:
+    """Every term of :func:`estimate_graph_cost_with_io`, for explanations, and what priced
+    each node (``priced_by``: a measured curve, or the default that stood in)."""
     io = profile_graph_io(graph)
-    nodes = {f"%{n.id} {n.op.value}": node_cost_ns(graph, n, model) for n in graph.nodes if n.op not in METADATA_OPS}
+    prices = {f"%{n.id} {n.op.value}": price_node(graph, n, model, backend)
+              for n in graph.nodes if n.op not in METADATA_OPS}
+    nodes = {k: p.ns for k, p in prices.items()}
     terms = _io_terms(graph, io, model)
-    return {"io": io.to_dict(), "nodes_ns": nodes, **terms, "total_ns": sum(nodes.values()) + sum(terms.values())}
+    return {"io": io.to_dict(), "nodes_ns": nodes, "priced_by": {k: p.by for k, p in prices.items()}, **terms,
+            "total_ns": sum(nodes.values()) + sum(terms.values())}
 
 
 # ---------------------------------------------------------------------------- corrections
@@ -515,10 +635,10 @@ def default_cuda_model(arch: str = "sm_90") -> BackendCostModel:
             return roofline(KernelConfig("block", n, 16, 1, mode, arch))["ns_per_row"]
         return per_row
 
-    tables = {"fft:float32": table(lambda n: (4 * n + 8 * (n // 2 + 1)) / bw),  # cuFFT at the memory bound
-              "fft:float64": table(lambda n: (8 * n + 16 * (n // 2 + 1)) / bw),
-              "select:peaks": table(select("peaks")), "select:bins": table(select("bins")),
-              "fused:float32:s1": table(fused(1)), "fused:float32:s2": table(fused(2))}
+    tables = {"torch/fft:float32": table(lambda n: (4 * n + 8 * (n // 2 + 1)) / bw),  # cuFFT at the memory bound
+              "torch/fft:float64": table(lambda n: (8 * n + 16 * (n // 2 + 1)) / bw),
+              "triton-block/spectrum:peaks": table(select("peaks")), "triton-block/spectrum:bins": table(select("bins")),
+              "triton-fused/fused:float32:s1": table(fused(1)), "triton-fused/fused:float32:s2": table(fused(2))}
     return BackendCostModel(device="cuda", status=f"default ({pub['name']}; not measured)", dispatch_ns=8_000.0,
                             roundtrip_ns=20_000.0, memory_bw=bw, h2d_bw=25.0, d2h_bw=25.0, unified_memory=False,
                             threads=1, tables=tables, meta={"source": "published figures", "arch": arch})

@@ -4,10 +4,10 @@ applies the rewrites of the fusion pass that the gate accepts."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 from welchpeaks.ir import Graph, welch_chain_fusions
-from welchpeaks.plan.io import GraphIoProfile, profile_graph_io
+from welchpeaks.plan.io import LEAN_BYTES, GraphIoProfile, peak_working_bytes, profile_graph_io
 
 
 @dataclass(frozen=True)
@@ -75,30 +75,56 @@ class IoFusionGate:
         return asdict(self)
 
 
-def fuse(graph: Graph, backend: Any, gate: IoFusionGate, **io_options: Any) -> tuple[Graph, dict[str, Any]]:
+def fuse(graph: Graph, backend: Any, gate: IoFusionGate, compute: Callable[[Graph], float | None] | None = None,
+         reference: Graph | None = None, **io_options: Any) -> tuple[Graph, dict[str, Any]]:
     """The graph ``backend`` runs: ``graph`` (the unfused chain) rewritten by the fusion pass
-    where the backend has a fused kernel and ``gate`` says fusing pays.
+    where the backend has a fused kernel and fusing pays.
 
     Every legal rewrite (:func:`welchpeaks.ir.welch_chain_fusions`) is scored by the gate
-    against the unfused graph; the best score at or above the gate's minimum gain wins, and
-    with none there the graph stays unfused. The decision lists every candidate's score.
+    against the unfused graph (IO: launches, syncs, traffic, readback); where ``compute``
+    prices both graphs' arithmetic from measured curves (:func:`welchpeaks.plan.cost.compute_ns`;
+    None where a curve is missing), the compute it saves (or costs: a fused kernel slower
+    than the steps it replaces) is added. The best score at or above the gate's minimum gain
+    wins; with none there the graph stays unfused. ``reference``: the same chain at another
+    batch, on which the rewrites are scored instead (the planner scores every batch at one
+    size, so the pieces of a call, a stream's chunks and the whole call run the same kernels
+    and give the same bits). Where ``graph`` needs more than
+    :data:`~welchpeaks.plan.io.LEAN_BYTES` of working memory and a rewrite stays within it,
+    the best such rewrite wins whatever its score (the time models do not reach gigabytes of
+    intermediates). The decision lists every candidate's score.
     """
-    before = profile_graph_io(graph, **io_options)
+    scored = reference if reference is not None else graph
+    before = profile_graph_io(scored, **io_options)
+    base = compute(scored) if compute is not None else None
+    mine = dict(welch_chain_fusions(graph, backend)) if reference is not None else None
     candidates = []
-    for op, rewritten in welch_chain_fusions(graph, backend):
+    for op, rewritten in welch_chain_fusions(scored, backend):
         benefit = fusion_benefit(before, profile_graph_io(rewritten, **io_options))
-        candidates.append((gate.score_ns(benefit), op, rewritten, benefit))
+        after = compute(rewritten) if base is not None else None
+        saved = base - after if after is not None else None
+        score = gate.score_ns(benefit) + (saved or 0.0)
+        candidates.append((score, op, rewritten if mine is None else mine[op], benefit, saved))
     decision: dict[str, Any] = {
         "min_gain_ns": gate.min_gain_ns, "gate": gate.status,
-        "candidates": {op.value: {"score_ns": score, **benefit.to_dict()} for score, op, _, benefit in candidates},
+        "candidates": {op.value: {"score_ns": score, **benefit.to_dict(),
+                                  "compute_saved_ns": "not measured" if saved is None else saved}
+                       for score, op, _, benefit, saved in candidates},
     }
+    if reference is not None:
+        decision["scored_at_rows"] = reference.node(reference.inputs["x"]).shape[0]
     passing = [c for c in candidates if c[0] >= gate.min_gain_ns]
+    if candidates and peak_working_bytes(graph) > LEAN_BYTES:
+        passing = [c for c in candidates if peak_working_bytes(c[2]) <= LEAN_BYTES] or passing
     if not candidates:
         return graph, {**decision, "fused": None, "reason": f"{backend.name} has no fused kernel for this chain"}
     if not passing:
         best = max(c[0] for c in candidates)
         return graph, {**decision, "fused": None,
-                       "reason": f"unfused: best gate score {best:.0f} ns < min gain {gate.min_gain_ns:.0f} ns"}
-    score, op, rewritten, benefit = max(passing, key=lambda c: c[0])
-    return rewritten, {**decision, "fused": op.value, "score_ns": score, **benefit.to_dict(),
-                       "reason": f"fused into {op.value}: gate score {score:.0f} ns >= min gain {gate.min_gain_ns:.0f} ns"}
+                       "reason": f"unfused: best score {best:.0f} ns < min gain {gate.min_gain_ns:.0f} ns"}
+    score, op, rewritten, benefit, saved = max(passing, key=lambda c: c[0])
+    weighed = "IO only" if saved is None else "IO and measured compute"
+    why = (f"fused into {op.value}: score ({weighed}) {score:.0f} ns >= min gain {gate.min_gain_ns:.0f} ns"
+           if score >= gate.min_gain_ns else
+           f"fused into {op.value} to stay within {LEAN_BYTES >> 20} MiB of working memory (score ({weighed}) "
+           f"{score:.0f} ns)")
+    return rewritten, {**decision, "fused": op.value, "score_ns": score, **benefit.to_dict(), "reason": why}

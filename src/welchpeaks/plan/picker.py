@@ -25,8 +25,8 @@ from welchpeaks.ir import Graph, welch_chain_graph
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.cache import LruCache
-from welchpeaks.plan.cost import (BackendCostModel, correction, cost_breakdown, cost_model_for, default_cuda_model,
-                                  region)
+from welchpeaks.plan.cost import (BackendCostModel, compute_ns, correction, cost_breakdown, cost_model_for,
+                                  default_cuda_model, region)
 from welchpeaks.plan.fusion import fuse
 from welchpeaks.plan.io import peak_working_bytes, size_text
 from welchpeaks.plan.original import legacy_mode, legacy_pick
@@ -48,18 +48,26 @@ def _model(device: str, model: BackendCostModel | None) -> BackendCostModel:
     return m
 
 
+#: the fusion gate scores every batch's rewrites at this many rows, so an execution runs the
+#: same kernels (and gives the same bits) for any batch: pieces, chunks and whole calls
+GATE_ROWS = 1024
+
+
 def execution_graph(ex: backends.Execution, params: PeakParams, n_seg: int, batch: int, length: int,
                     compute: Any, model: BackendCostModel) -> tuple[Graph, dict[str, Any]]:
     """The graph ``ex`` runs for ``batch`` rows of ``length`` samples, and the fusion decision
-    that made it: the Welch chain in ``compute`` precision, fused where ``model``'s gate says so.
+    that made it: the Welch chain in ``compute`` precision, fused where ``model``'s gate says so
+    (scored at :data:`GATE_ROWS` rows, with the compute of the measured curves).
     Remembered, so pricing and planning the same call see the same graph object (callers must
     not modify it)."""
     gate = model.gate()
-    key = (ex.name, frozenset(ex.backend.kernels), params, n_seg, batch, length, np.dtype(compute).name, gate)
+    key = (ex.name, frozenset(ex.backend.kernels), params, n_seg, batch, length, np.dtype(compute).name, gate, model.curves_key)
 
     def make() -> tuple[Graph, dict[str, Any]]:
         chain = welch_chain_graph(params, batch, length, n_seg, compute, name=ex.name)
-        return fuse(chain, ex.backend, gate)
+        ref = None if batch == GATE_ROWS else welch_chain_graph(params, GATE_ROWS, length, n_seg, compute,
+                                                                  name=ex.name)
+        return fuse(chain, ex.backend, gate, lambda g: compute_ns(g, model, ex.backend), reference=ref)
 
     return _GRAPHS.get_or_make(key, make)
 
@@ -91,7 +99,7 @@ def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, 
             out[name] = {"total_ns": math.inf, "why": why}
             continue
         g, decision = execution_graph(ex, params, n_seg, batch, length, compute, m)
-        b = cost_breakdown(g, m)
+        b = cost_breakdown(g, m, ex.backend)
         factor = correction(m, region(name, params, n_seg, batch, compute))
         if factor != 1.0:  # learned from this machine's observed calls (Planner.observe)
             b["predicted_ns"], b["correction"] = b["total_ns"], factor

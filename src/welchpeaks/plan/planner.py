@@ -35,7 +35,7 @@ from welchpeaks.params import PeakParams
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.cache import LruCache
 from welchpeaks.plan.cost import BackendCostModel, cost_model_for, default_cpu_model, default_cuda_model
-from welchpeaks.plan.io import peak_working_bytes, size_text
+from welchpeaks.plan.io import LEAN_BYTES, peak_working_bytes, size_text
 from welchpeaks.plan.picker import OverBudget, execution_graph, pick_for
 from welchpeaks.result import RowPeaks
 from welchpeaks.timing import QUIET
@@ -58,8 +58,6 @@ def default_budget() -> int:
 #: shape reuse them. The key holds the backend itself (learned backends differ per model).
 _PROGRAMS = LruCache(64)
 LAYOUTS = {"ultra": 1, "fast": 2}
-#: auto prefers executions needing at most this much working memory when any can run the call
-LEAN_BYTES = 256 << 20
 #: why auto chooses provisionally while there is no CPU cost model (such plans are not remembered)
 PROVISIONAL = "auto without a cost model: "
 

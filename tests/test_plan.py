@@ -352,7 +352,8 @@ def test_a_full_calibration_measures_every_curve_on_its_grid(monkeypatch):
     assert len(ticks) == cal.steps(False)
     need = {f"numpy/{c}" for c in ("fft:float32", "fft:float64", "select:peaks", "select:bins", "find_peaks",
                                    "select-k:peaks", "select-k:bins")}
-    need |= {f"fused-cpu/{c}" for c in ("fused-filtered", "fused-k", "spectrum:peaks", "spectrum:bins")}
+    need |= {f"fused-cpu/{c}" for c in ("fused-filtered", "fused-k", "spectrum:peaks", "spectrum:bins",
+                                       "window:float32", "window:float64")}
     need |= {f"fused-cpu/fused:{dt}:s{s}" for dt in ("float32", "float64") for s in (1, 2)}
     assert need == set(m.tables)
     t = m.tables["fused-cpu/fused-filtered"]
@@ -391,6 +392,11 @@ def test_a_backend_without_its_own_curves_is_priced_by_a_labelled_default_not_an
     for s in (1, 2):
         model.tables[f"new-cpu/fused:float32:s{s}"] = model.tables[f"fused-cpu/fused:float32:s{s}"]
     assert price_node(fused, node, model, new).by == "new-cpu/fused:float32"
+    window = next(n for n in chain.nodes if n.op is ir.Op.window)  # fused-cpu's numba window kernel
+    assert price_node(chain, window, model, numpy_backend).by == "numpy traffic x measured factor"
+    assert price_node(chain, window, model, fused_cpu).by.startswith("default: fused-cpu traffic")
+    model.tables["fused-cpu/window:float32"] = LogLogTable([64.0, 4096.0], [1.0, 1e6], [[50.0, 5e7]] * 2)
+    assert price_node(chain, window, model, fused_cpu).ns == pytest.approx(model.dispatch_ns + 50.0 * 1024)
 
 
 def test_calibration_measures_the_curves_each_execution_names(monkeypatch):

@@ -24,6 +24,8 @@ curve                        axes            what one point times
 ``fused-filtered``           n_fft x rows    the fused pass with scipy's filters
 ``spectrum:<mode>``          bins x rows     power, mean and selection of a spectrum
                                              (``spectrum_peaks``)
+``window:<dtype>``           n_fft x rows    detrend and window rows of 2 segments
+                                             (``window``)
 ===========================  ==============  ==========================================
 """
 

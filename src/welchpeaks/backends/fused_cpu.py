@@ -440,6 +440,21 @@ def _spectrum_point(mode: str):
     return make
 
 
+def _window_point(pt: Point):
+    from welchpeaks.spectral import segment_view
+
+    compute, n = np.dtype(pt.dtype), pt.n_fft
+    window = make_params(n_fft=n).window_array.astype(compute)
+    segs = segment_view(pt.frames, n, n // 2, 2)
+    out = np.empty(segs.shape, compute)
+    kern = _kernels()
+
+    def run():
+        with KERNEL_LOCK:
+            kern.window_segments(kernel_input(segs), window, DETREND_CODES["constant"], out)
+    return run
+
+
 def _blocks(pt: Point, threads: int) -> int:
     """The threads a fused call of ``pt.rows`` rows keeps busy: one block of rows each."""
     return min(threads, -(-pt.rows // LANES))
@@ -452,13 +467,15 @@ class FusedCpu(Execution):
 
     def curves(self) -> list[Curve]:
         """The fused pass at 1 and 2 segments in both precisions (its time is linear in the
-        segments) and its cost over k; in a full calibration also the pass with scipy's filters
-        and the spectrum kernel (``spectrum_peaks``: other ``n_fft``), whose compiles a first
-        run's quick measurement skips."""
+        segments) and its cost over k; in a full calibration also the pass with scipy's filters,
+        the spectrum kernel (``spectrum_peaks``) and the window kernel (detrend and window, both
+        run for other ``n_fft``), whose compiles a first run's quick measurement skips."""
         out = [Curve(f"fused:{dt}:s{s}", ("n_fft", "rows"), _fused_point(s), dt, width=_blocks)
                for dt in ("float32", "float64") for s in (1, 2)]
         out.append(Curve("fused-k", ("k", "n_fft"), _fused_point(2)))
         out.append(Curve("fused-filtered", ("n_fft", "rows"), _filtered_point, width=_blocks, full=True))
+        out += [Curve(f"window:{dt}", ("n_fft", "rows"), _window_point, dt, width=_blocks, full=True)
+                for dt in ("float32", "float64")]
         return out + [Curve(f"spectrum:{m}", ("bins", "rows"), _spectrum_point(m), width=_blocks, full=True)
                       for m in ("peaks", "bins")]
 

@@ -407,6 +407,10 @@ def price_node(graph: Graph, node: Node, model: BackendCostModel, backend: Any =
         ns = model.dispatch_ns + UNMEASURED_TRAFFIC_FACTOR * moved / model.memory_bw + _flops(graph, node) / rate
         return Price(ns, None, f"default: no {missing.key} curve (traffic x{UNMEASURED_TRAFFIC_FACTOR:g}, "
                                f"{rate:g} flop/ns)")
+    if node.op is Op.window and model.has(owner, f"window:{_dtype_name(node)}"):
+        n, dt = node.shape[-1], _dtype_name(node)
+        c = model.tables[f"{owner}/window:{dt}"](n, node.numel // n / 2)  # measured on rows of 2 segments
+        return Price(model.dispatch_ns + c, 0.0, f"{owner}/window:{dt}")
     if node.op in ELEMENTWISE_OPS:
         if owner == "numpy":
             return Price(model.dispatch_ns + moved / model.memory_bw * model.op_factor(node.op), 0.0,

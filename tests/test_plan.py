@@ -383,7 +383,7 @@ def test_a_backend_without_its_own_curves_is_priced_by_a_labelled_default_not_an
     node = fused.nodes[-1]
     assert node.op is ir.Op.welch_peaks
     mine, theirs = price_node(fused, node, model, new), price_node(fused, node, model, fused_cpu)
-    assert theirs.by == "fused-cpu/fused:float32" and theirs.compute_ns is not None
+    assert theirs.by == "fused-cpu/fused:float32:s1+s2" and theirs.compute_ns is not None
     assert mine.by.startswith("default: no new-cpu/fused:float32:s1 curve") and mine.compute_ns is None
     assert mine.ns != pytest.approx(theirs.ns)
     rfft = next(n for n in chain.nodes if n.op is ir.Op.rfft)
@@ -391,9 +391,9 @@ def test_a_backend_without_its_own_curves_is_priced_by_a_labelled_default_not_an
     assert cost_breakdown(fused, model, new)["priced_by"]["%1 welch_peaks"] == mine.by
     for s in (1, 2):
         model.tables[f"new-cpu/fused:float32:s{s}"] = model.tables[f"fused-cpu/fused:float32:s{s}"]
-    assert price_node(fused, node, model, new).by == "new-cpu/fused:float32"
+    assert price_node(fused, node, model, new).by == "new-cpu/fused:float32:s1+s2"
     window = next(n for n in chain.nodes if n.op is ir.Op.window)  # fused-cpu's numba window kernel
-    assert price_node(chain, window, model, numpy_backend).by == "numpy traffic x measured factor"
+    assert price_node(chain, window, model, numpy_backend).by == "numpy traffic (no factor)"
     assert price_node(chain, window, model, fused_cpu).by.startswith("default: fused-cpu traffic")
     model.tables["fused-cpu/window:float32"] = LogLogTable([64.0, 4096.0], [1.0, 1e6], [[50.0, 5e7]] * 2)
     assert price_node(chain, window, model, fused_cpu).ns == pytest.approx(model.dispatch_ns + 50.0 * 1024)
@@ -432,17 +432,32 @@ def test_calibration_measures_the_curves_each_execution_names(monkeypatch):
 
 def test_the_gate_decides_alike_for_every_batch():
     """The gate scores the rewrites at one batch size (picker.GATE_ROWS), so a model where
-    fusing saves launches but costs compute per row does not fuse one row and leave 20000
+    fusing saves launches but costs compute per row does not fuse one row and leave 10^5
     rows unfused: pieces, chunks and whole calls run the same kernels."""
     from welchpeaks.plan.picker import GATE_ROWS, execution_graph
 
     model = synthetic_cpu_model(fused_ns_per_row=3000.0, spectrum_ns_per_row=1e7)
     p = make_params(n_fft=256, k=16, segments=2)
     ex = backends.get("fused-cpu")
-    decisions = {rows: execution_graph(ex, p, 2, rows, 384, np.float32, model)[1] for rows in (1, GATE_ROWS, 20_000)}
+    decisions = {rows: execution_graph(ex, p, 2, rows, 384, np.float32, model)[1] for rows in (1, GATE_ROWS, 100_000)}
     assert {d["fused"] for d in decisions.values()} == {None}
     assert decisions[1]["scored_at_rows"] == GATE_ROWS and "scored_at_rows" not in decisions[GATE_ROWS]
     chain = welch_chain_graph(p, 1, 384, 2, np.float32, name="fused-cpu")
     alone, info = plan.fuse(chain, ex.backend, model.gate(),
                             lambda g: plan.cost.compute_ns(g, model, ex.backend))  # one row scored alone fuses
     assert info["fused"] == "welch_peaks"
+
+
+def test_the_memory_rule_of_the_gate_is_alike_for_every_batch():
+    """The gate keeps a chain of long rows within LEAN_BYTES by fusing it, judged on the batch
+    it scores (GATE_ROWS rows), so one long row and 24 run the same graph (a batch's own size
+    would fuse 24 rows, over 256 MiB unfused, and not one)."""
+    from welchpeaks.plan.picker import execution_graph
+
+    model = synthetic_cpu_model(fused_ns_per_row=1e7)  # fusing loses on time
+    p = make_params(n_fft=256, k=16, segments=None)
+    ex = backends.get("fused-cpu")
+    n_seg = (1_000_000 - 256) // 128 + 1
+    got = {rows: execution_graph(ex, p, n_seg, rows, 1_000_000, np.float32, model) for rows in (1, 24)}
+    assert [n.op for n in got[1][0].nodes] == [n.op for n in got[24][0].nodes]
+    assert got[1][1]["fused"] == got[24][1]["fused"] == "welch_peaks" and "256 MiB" in got[1][1]["reason"]

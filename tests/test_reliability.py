@@ -234,6 +234,10 @@ def test_array_window_under_auto_and_explain():
     lambda m: m["tables"]["numpy/fft:float32"].update(ns=[[1.0]]),
     lambda m: m["tables"]["numpy/fft:float32"].update(x1=[2.0, 1.0]),
     lambda m: m.pop("status"),
+    lambda m: m["tables"].update({"noslash": m["tables"]["numpy/fft:float32"]}),  # not <backend>/<curve>
+    lambda m: m["tables"].update({"a/b/c": m["tables"]["numpy/fft:float32"]}),
+    lambda m: m["tables"].update({"numpy/" + "x" * 200_000: m["tables"]["numpy/fft:float32"]}),
+    lambda m: m["tables"].update({"fft:float32": m["tables"].pop("numpy/fft:float32")}),  # format 3's names
 ])
 def test_corrupt_cache_values_warn_and_are_remeasured(monkeypatch, tmp_path, edit):
     from helpers import synthetic_cpu_model
@@ -907,3 +911,29 @@ def test_a_constant_row_near_the_largest_float_is_one_outcome_for_every_executio
         assert (res.bins == -1).all(), strategy
         tr = welchpeaks.track(x, n_fft=64, strategy=strategy, detrend=detrend)
         assert tr.bins.shape[:2] == (3, 3) and (tr.bins == -1).all(), strategy
+
+
+def test_a_hostile_model_that_loads_never_crashes_a_call_or_its_explanation(monkeypatch, tmp_path):
+    """Values a cache may hold that pass the checks (a table that extrapolates past a float,
+    meta of the wrong types, no fused-cpu curves) give finite prices, a call and an explanation,
+    never a traceback; fused-cpu without its curves is priced by the labelled default."""
+    from helpers import synthetic_cpu_model
+    from welchpeaks.plan.cost import LogLogTable, set_cost_model
+
+    monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path))
+    m = synthetic_cpu_model()
+    m.tables["numpy/fft:float32"] = LogLogTable([64.0, 4096.0], [1.0, 2.0], [[1.0, 1e300], [1.0, 1e300]])
+    m.meta.update(filled={"x": "y"}, failures=5, points="many")
+    for key in [k for k in m.tables if k.startswith("fused-cpu/")]:
+        del m.tables[key]
+    calibrate.save(m)
+    loaded = calibrate.load("cpu")
+    assert loaded is not None and "partial" in loaded.label
+    set_cost_model(loaded)
+    x = np.random.default_rng(3).standard_normal((64, 384)).astype(np.float32)
+    res = welchpeaks.welch_peaks(x, n_fft=256, segments=2)
+    assert res.bins.shape == (64, 16)
+    costs = welchpeaks.WelchPeaks(n_fft=256, segments=2).explain(batch=4096)["costs"]
+    assert all(np.isfinite(c["total_ns"]) for c in costs.values() if "nodes_ns" in c)
+    assert costs["fused-cpu"]["priced_by"]["%1 welch_peaks"].startswith("default: no fused-cpu/fused:float32:s1")
+    assert "model" in calibrate.describe(loaded)

@@ -1,6 +1,6 @@
 """welchpeaks' device suite: everything a lent GPU machine should run, in one command that
 cannot hang and cannot lose what it measured (``tools/gpu-suite.sh`` runs it; see
-docs/performance.md, "The device suite").
+docs/performance-history.md, "The device suite").
 
 Steps (``STEPS``, in this order; ``--steps`` picks some), each a child process with its own
 time limit (its whole process group is killed past it) inside one overall budget (default

@@ -7,7 +7,7 @@ flag stayed 0 for every row, a NaN segment vanished (the GPU's NaN 0x7FFFFFFF ro
 and bf16 at 2048 flagged a finite row. Since then the rounding keeps NaN and the flag is an
 integer test of the exponent bits; this probe says whether the kernel's own flag now works
 (``kernel_bad``) and, for bf16, which rows the kernel flags and whether a flagged row is
-flagged again alone. docs/performance.md has the account."""
+flagged again alone. docs/performance-history.md has the account."""
 import json
 import os
 import traceback

@@ -25,7 +25,7 @@ OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False, fast
 # atomic operation; in a call per row, or on an array all threads share, they cost more than the
 # work. A helper that allocates nothing and returns no array works on arrays its caller holds
 # for the whole call, so it is compiled without numba's runtime (``_nrt=False``), which leaves
-# the counts out (measured in docs/performance.md: the find_peaks row step, 8192 PSD rows, 20%
+# the counts out (measured in docs/performance-history.md: the find_peaks row step, 8192 PSD rows, 20%
 # of its time). Callees inherit the flag unless they state it, and a dispatcher compiles a
 # signature once, with the flags of its first caller: so every helper states it; one that
 # allocates says ``_nrt=True`` (parallel kernels are entered from Python: the runtime is on).

@@ -374,7 +374,7 @@ def make_params(
     if not isinstance(precision, str) or precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r} is unknown; use 'fp32' (default: fp32-accurate products, "
                          "three tf32 passes on tensor cores) or 'tf32' (faster, less accurate); 'bf16' runs in "
-                         "Triton's interpreter only for now (see docs/performance.md)")
+                         "Triton's interpreter only for now (see docs/performance-history.md)")
     window_array = resolve_window(window, n_fft)
     _check_scale(window_array, n_fft, fs, scaling)
     from welchpeaks.estimators import resolve_interp

@@ -538,7 +538,7 @@ def welch_peaks(
         Precision of the DFT products of the ``triton-fused`` GPU kernel on the tensor cores:
         ``'fp32'`` (default, within 5e-5 of the float64 power; three tf32 products per product);
         ``'tf32'`` is faster and less accurate (about 1e-3 of a row's strongest bin); ``'bf16'``
-        less again (about 1e-2; measured errors in docs/performance.md). CPU
+        less again (about 1e-2; measured errors in docs/performance-history.md). CPU
         executions, ``torch`` and ``triton-block`` (cuFFT) always compute in ``dtype``.
     layout : {'auto'}, optional
         ``'auto'`` reproduces the original system's speed-only choice between 1 and 2

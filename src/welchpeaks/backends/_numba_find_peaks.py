@@ -734,7 +734,7 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
     This and its helpers run without numba's runtime (``_OPTS``), so without reference counts:
     with them, each array a call or an inlined helper took cost two atomic operations, ~115
     a row here (8192 PSD rows of 129 with prominence and SNR, fused pass, one thread: 26.3 ->
-    19.7 ms without them, docs/performance.md). The runs of rows, the inlined paths rows of the
+    19.7 ms without them, docs/performance-history.md). The runs of rows, the inlined paths rows of the
     benchmarks take (block index or :func:`_prefilter`, :func:`_lazy_top`, :func:`_write`)
     and helpers that take only the arrays they use come from the time when they paid them."""
     edges, distance, need_prom, need_width, k = cfg[0], cfg[3], cfg[8], cfg[9], cfg[10]

@@ -48,7 +48,7 @@ PRECISION_CODES = {"fp32": 0, "tf32": 1, "bf16": 2}
 #: scales with the segment's energy, not the peak's). fp32: up to 2.2e-5 measured on an H100 on
 #: signals with offsets 200 times their noise (``triton-block``, whose FFT is cuFFT's, as much:
 #: the float32 mean removal); tf32 and bf16 as the interpreter and the H100 measure them
-#: (docs/performance.md).
+#: (docs/performance-history.md).
 PRECISION_RTOL = {"fp32": 5e-5, "tf32": 2e-3, "bf16": 1.5e-2}
 
 
@@ -347,7 +347,7 @@ def fused_runner(p: PeakParams, n_seg: int):
 def _empty_nonfinite_rows(frames, out: dict) -> tuple:
     """The fused kernel's outputs with every row whose analysed frame holds NaN or infinity
     flagged and empty, as the contract says, whatever the kernel's own flag (a test of its
-    sums) reported: on the H100 that flag stayed 0 for such rows (docs/performance.md, cause
+    sums) reported: on the H100 that flag stayed 0 for such rows (docs/performance-history.md, cause
     not established). One more read of the frames, on the device, without a synchronisation."""
     torch = import_torch()
     ok = torch.isfinite(frames).all(1)

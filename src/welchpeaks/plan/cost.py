@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import re
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
@@ -20,6 +21,11 @@ import numpy as np
 from welchpeaks.ir import METADATA_OPS, Graph, Node, Op
 from welchpeaks.plan.fusion import IoFusionGate
 from welchpeaks.plan.io import GraphIoProfile, host_readback_bytes, profile_graph_io
+
+
+#: the log of the most ns a table gives (about 1e299): a table read from a file may extrapolate
+#: beyond a float
+MAX_LOG_NS = 690.0
 
 
 @dataclass
@@ -55,7 +61,7 @@ class LogLogTable:
         i0, i1, t = self._axis(self.x1, x1)
         j0, j1, u = self._axis(self.x2, x2)
         v = (1 - t) * ((1 - u) * lv[i0, j0] + u * lv[i0, j1]) + t * ((1 - u) * lv[i1, j0] + u * lv[i1, j1])
-        out = math.exp(v)
+        out = math.exp(min(v, MAX_LOG_NS))  # a hostile table's extrapolation stays finite
         if len(self.x2) == 1:
             out *= x2 / self.x2[0]
         return out
@@ -199,7 +205,10 @@ class BackendCostModel:
         measured."""
         if self.has(owner, "find_peaks"):
             return max(self.tables[f"{owner}/find_peaks"](n_bins, rows), 1.0), True
-        return FIND_PEAKS_OVER_SELECT * self.select_ns(n_bins, 16, rows, "peaks", owner), False
+        try:
+            return FIND_PEAKS_OVER_SELECT * self.select_ns(n_bins, 16, rows, "peaks", owner), False
+        except MissingCurve:
+            raise MissingCurve(f"{owner}/find_peaks") from None
 
     def under_load(self) -> float | None:
         """The cores other processes kept busy while this model was measured (``meta``'s
@@ -224,11 +233,12 @@ class BackendCostModel:
         """``status``, and for a measurement with failed steps how much of it came from the
         default (published figures) instead."""
         filled = self.meta.get("filled") if isinstance(self.meta, dict) else None
-        if not filled:
+        if not isinstance(filled, dict) or not filled:
             return self.status
-        points = self.meta.get("points") or 0
-        return (f"{self.status}, partial: {sum(filled.values())} of {points} figures from the default, "
-                f"{len(self.meta.get('failures') or [])} steps failed")
+        points, failures = self.meta.get("points"), self.meta.get("failures")
+        n = sum(v for v in filled.values() if _is_number(v) and math.isfinite(v))  # read from a file
+        return (f"{self.status}, partial: {n:g} of {points if _is_number(points) else '?'} figures from the default, "
+                f"{len(failures) if isinstance(failures, list) else '?'} steps failed")
 
     @classmethod
     def from_dict(cls, d: Any) -> "BackendCostModel":
@@ -263,6 +273,8 @@ class BackendCostModel:
             raise ValueError("tables is not an object")
         tables = {}
         for key, t in d["tables"].items():
+            if not isinstance(key, str) or not _TABLE_KEY.fullmatch(key):
+                raise ValueError(f"table {str(key)[:60]!r} is not named <backend>/<curve>")
             if not isinstance(t, dict) or set(t) != {"x1", "x2", "ns"}:
                 raise ValueError(f"table {key!r} is not {{x1, x2, ns}}")
             for axis in ("x1", "x2"):
@@ -281,10 +293,12 @@ class BackendCostModel:
         return cls(**{**d, "tables": tables})
 
 
-#: the curves every cached model of a device has (a file without them is measured again)
+#: a table's name: ``<backend>/<curve>`` (read from a file)
+_TABLE_KEY = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}/[a-z0-9][a-z0-9:_-]{0,39}")
+#: the curves every cached model of a device has (a file without them is measured again): the
+#: portable baseline's on the CPU (an execution missing here, fused-cpu without numba, measures none)
 REQUIRED_CURVES = {
-    "cpu": ({f"numpy/fft:{dt}" for dt in ("float32", "float64")} | {f"numpy/select:{m}" for m in ("peaks", "bins")}
-            | {f"fused-cpu/fused:{dt}:s{s}" for dt in ("float32", "float64") for s in (1, 2)}),
+    "cpu": {f"numpy/fft:{dt}" for dt in ("float32", "float64")} | {f"numpy/select:{m}" for m in ("peaks", "bins")},
     "cuda": {"torch/fft:float32", "triton-block/spectrum:peaks", "triton-block/spectrum:bins",
              "triton-fused/fused:float32:s1", "triton-fused/fused:float32:s2"},
 }
@@ -316,8 +330,8 @@ def _dtype_name(node: Node) -> str:
 @dataclass(frozen=True)
 class Price:
     """What one node costs: ``ns`` in all, ``compute_ns`` the part its measured curves give
-    (0 for a node priced by its traffic alone; None where a curve was missing and a default
-    stood in), and ``by``, what priced it."""
+    (0 for a node priced as IO: the elementwise steps, whose traffic the fusion gate counts;
+    None where a default stood in for a missing curve), and ``by``, what priced it."""
 
     ns: float
     compute_ns: float | None
@@ -368,7 +382,9 @@ def price_node(graph: Graph, node: Node, model: BackendCostModel, backend: Any =
         if node.op is Op.rfft:
             n, dt = node.attrs["n"], _dtype_name(src)
             c = model.fft_ns(n, src.numel // n, dt, owner)
-            return Price(model.dispatch_ns + c, c, f"{owner}/fft:{dt}")
+            derived = model.meta.get("derived") if isinstance(model.meta, dict) else None
+            how = derived.get(f"{owner}/fft:{dt}") if isinstance(derived, dict) else None
+            return Price(model.dispatch_ns + c, c, f"{owner}/fft:{dt}" + (f" ({how})" if isinstance(how, str) else ""))
         if node.op is Op.fft:
             n, dt = node.shape[1] // 2, _dtype_name(node)
             c = model.fft_ns(n, node.shape[0], dt, owner)
@@ -382,26 +398,31 @@ def price_node(graph: Graph, node: Node, model: BackendCostModel, backend: Any =
             return Price(base + c, c, f"{owner}/select:bins")
         if node.op is Op.find_peaks:
             c, measured = model.find_peaks_ns(src.shape[1], src.shape[0], owner)
-            by = f"{owner}/find_peaks" if measured else (
-                f"{owner}/select:peaks x {FIND_PEAKS_OVER_SELECT:g} (default: no {owner}/find_peaks curve)")
-            return Price(base + c, c, by)
+            if measured:
+                return Price(base + c, c, f"{owner}/find_peaks")
+            return Price(base + c, None, f"default: no {owner}/find_peaks curve ({owner}/select:peaks x "
+                                         f"{FIND_PEAKS_OVER_SELECT:g})")
         if node.op is Op.spectrum_peaks:
             p = node.attrs["params"]
             c = model.spectrum_ns(src.shape[2], src.shape[0], p.mode, owner)
             return Price(base + c, c, f"{owner}/spectrum:{p.mode}")
         if node.op in (Op.welch_psd, Op.welch_peaks):
             p, rows, n_seg, dt = node.attrs["params"], node.shape[0], node.attrs["n_segments"], _dtype_name(src)
+            curves = f"{owner}/fused:{dt}:s1+s2"
             if node.op is Op.welch_psd:  # the fused pass writing the PSD instead of selecting
                 c = model.fused_ns(p.n_fft, rows, n_seg, 16, dt, owner)
-                return Price(model.dispatch_ns + node.nbytes / model.memory_bw + c, c, f"{owner}/fused:{dt}")
+                return Price(model.dispatch_ns + node.nbytes / model.memory_bw + c, c,
+                             f"{curves} (the selecting pass's, k 16)")
             spread = _cpu_spread(rows, n_seg, model.threads) if model.on_host and p.filters is None else 1.0
             c = model.fused_ns(p.n_fft, rows, n_seg, p.k, dt, owner, p.mode, spread)
-            by = f"{owner}/fused:{dt}"
-            if p.filters is not None:  # the find_peaks kernel's step on each row, in place of the selection
-                c, measured = model.fused_filtered_ns(c, p.n_fft, rows, owner)
-                by = f"{owner}/fused-filtered" if measured else (
-                    f"{owner}/fused:{dt} x {FUSED_FILTERED_OVER_PLAIN:g} (default: no {owner}/fused-filtered curve)")
-            return Price(model.dispatch_ns + c, c, by)
+            if p.filters is None:
+                return Price(model.dispatch_ns + c, c, curves)
+            # the find_peaks kernel's step on each row, in place of the selection
+            c, measured = model.fused_filtered_ns(c, p.n_fft, rows, owner)
+            if measured:
+                return Price(model.dispatch_ns + c, c, f"{curves} x {owner}/fused-filtered's ratio")
+            return Price(model.dispatch_ns + c, None, f"default: no {owner}/fused-filtered curve ({curves} x "
+                                                      f"{FUSED_FILTERED_OVER_PLAIN:g})")
     except MissingCurve as missing:
         rate = UNMEASURED_FLOPS_PER_NS.get(model.device, 1.0) * (model.threads if model.on_host else 1)
         ns = model.dispatch_ns + UNMEASURED_TRAFFIC_FACTOR * moved / model.memory_bw + _flops(graph, node) / rate
@@ -413,8 +434,9 @@ def price_node(graph: Graph, node: Node, model: BackendCostModel, backend: Any =
         return Price(model.dispatch_ns + c, 0.0, f"{owner}/window:{dt}")
     if node.op in ELEMENTWISE_OPS:
         if owner == "numpy":
-            return Price(model.dispatch_ns + moved / model.memory_bw * model.op_factor(node.op), 0.0,
-                         "numpy traffic x measured factor")
+            factor = model.op_factor(node.op)
+            return Price(model.dispatch_ns + moved / model.memory_bw * factor, 0.0,
+                         f"numpy traffic x {factor:.3g} (measured)" if factor != 1.0 else "numpy traffic (no factor)")
         return Price(model.dispatch_ns + UNMEASURED_TRAFFIC_FACTOR * moved / model.memory_bw, 0.0,
                      f"default: {owner} traffic x{UNMEASURED_TRAFFIC_FACTOR:g}")
     return Price(base, 0.0, "traffic")

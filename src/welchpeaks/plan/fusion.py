@@ -82,28 +82,31 @@ def fuse(graph: Graph, backend: Any, gate: IoFusionGate, compute: Callable[[Grap
 
     Every legal rewrite (:func:`welchpeaks.ir.welch_chain_fusions`) is scored by the gate
     against the unfused graph (IO: launches, syncs, traffic, readback); where ``compute``
-    prices both graphs' arithmetic from measured curves (:func:`welchpeaks.plan.cost.compute_ns`;
-    None where a curve is missing), the compute it saves (or costs: a fused kernel slower
-    than the steps it replaces) is added. The best score at or above the gate's minimum gain
-    wins; with none there the graph stays unfused. ``reference``: the same chain at another
-    batch, on which the rewrites are scored instead (the planner scores every batch at one
-    size, so the pieces of a call, a stream's chunks and the whole call run the same kernels
-    and give the same bits). Where ``graph`` needs more than
-    :data:`~welchpeaks.plan.io.LEAN_BYTES` of working memory and a rewrite stays within it,
-    the best such rewrite wins whatever its score (the time models do not reach gigabytes of
+    prices the arithmetic of the unfused graph and of every rewrite from measured curves
+    (:func:`welchpeaks.plan.cost.compute_ns`; None where a default stood in), the compute each
+    saves (or costs: a fused kernel slower than the steps it replaces) is added to every score
+    alike, else no score has it. The best score at or above the gate's minimum gain wins; with
+    none there the graph stays unfused. ``reference``: the same chain at another batch, on
+    which the rewrites are scored and the memory rule below is applied instead (the planner
+    scores every batch at one size, so the pieces of a call, a stream's chunks and the whole
+    call run the same kernels and give the same bits). Where the scored graph needs more than
+    :data:`~welchpeaks.plan.io.LEAN_BYTES` of working memory and a rewrite stays within it, the
+    best such rewrite wins whatever its score (the time models do not reach gigabytes of
     intermediates). The decision lists every candidate's score.
     """
     scored = reference if reference is not None else graph
     before = profile_graph_io(scored, **io_options)
-    base = compute(scored) if compute is not None else None
+    rewrites = welch_chain_fusions(scored, backend)
+    base = compute(scored) if compute is not None and rewrites else None
+    after = [compute(r) if base is not None else None for _, r in rewrites]
+    weigh = base is not None and all(a is not None for a in after)  # every score alike, or none
     mine = dict(welch_chain_fusions(graph, backend)) if reference is not None else None
     candidates = []
-    for op, rewritten in welch_chain_fusions(scored, backend):
+    for (op, rewritten), a in zip(rewrites, after):
         benefit = fusion_benefit(before, profile_graph_io(rewritten, **io_options))
-        after = compute(rewritten) if base is not None else None
-        saved = base - after if after is not None else None
+        saved = base - a if weigh else None
         score = gate.score_ns(benefit) + (saved or 0.0)
-        candidates.append((score, op, rewritten if mine is None else mine[op], benefit, saved))
+        candidates.append((score, op, rewritten, benefit, saved))
     decision: dict[str, Any] = {
         "min_gain_ns": gate.min_gain_ns, "gate": gate.status,
         "candidates": {op.value: {"score_ns": score, **benefit.to_dict(),
@@ -113,8 +116,10 @@ def fuse(graph: Graph, backend: Any, gate: IoFusionGate, compute: Callable[[Grap
     if reference is not None:
         decision["scored_at_rows"] = reference.node(reference.inputs["x"]).shape[0]
     passing = [c for c in candidates if c[0] >= gate.min_gain_ns]
-    if candidates and peak_working_bytes(graph) > LEAN_BYTES:
-        passing = [c for c in candidates if peak_working_bytes(c[2]) <= LEAN_BYTES] or passing
+    lean = False
+    if candidates and peak_working_bytes(scored) > LEAN_BYTES:
+        within = [c for c in candidates if peak_working_bytes(c[2]) <= LEAN_BYTES]
+        lean, passing = bool(within), within or passing
     if not candidates:
         return graph, {**decision, "fused": None, "reason": f"{backend.name} has no fused kernel for this chain"}
     if not passing:
@@ -123,8 +128,13 @@ def fuse(graph: Graph, backend: Any, gate: IoFusionGate, compute: Callable[[Grap
                        "reason": f"unfused: best score {best:.0f} ns < min gain {gate.min_gain_ns:.0f} ns"}
     score, op, rewritten, benefit, saved = max(passing, key=lambda c: c[0])
     weighed = "IO only" if saved is None else "IO and measured compute"
-    why = (f"fused into {op.value}: score ({weighed}) {score:.0f} ns >= min gain {gate.min_gain_ns:.0f} ns"
-           if score >= gate.min_gain_ns else
-           f"fused into {op.value} to stay within {LEAN_BYTES >> 20} MiB of working memory (score ({weighed}) "
-           f"{score:.0f} ns)")
+    why = f"fused into {op.value}: score ({weighed}) {score:.0f} ns"
+    if lean:
+        best = max(candidates, key=lambda c: c[0])
+        why += (f", the best within {LEAN_BYTES >> 20} MiB of working memory"
+                + (f" ({best[1].value} scored {best[0]:.0f} ns but needs more)" if best[1] is not op else ""))
+    else:
+        why += f" >= min gain {gate.min_gain_ns:.0f} ns"
+    if mine is not None:
+        rewritten = mine[op]
     return rewritten, {**decision, "fused": op.value, "score_ns": score, **benefit.to_dict(), "reason": why}

@@ -291,7 +291,7 @@ def test_auto_is_pinned_once_so_memory_and_cost_model_do_not_change_the_output(l
     assert [p["strategy"] for p in pins] == list(ran)
     monkeypatch.setattr(job_mod, "pin_execution", lambda *a: pytest.fail("a resume chose the execution again"))
     set_cost_model(None, "cpu")
-    monkeypatch.setattr("welchpeaks.plan.cost.cost_model_for", lambda *a, **k: None)
+    monkeypatch.setattr("welchpeaks.plan.models.cost_model_for", lambda *a, **k: None)
     calls.clear()
     calls = _counting(monkeypatch)
     assert runner.invoke(app, args + ["--memory", "16MiB", "--out", str(out)]).exit_code == 0

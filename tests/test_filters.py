@@ -2,6 +2,8 @@
 find_peaks + peak_prominences/peak_widths on the same rows (the oracle), and the SNR against
 its definition."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.signal
@@ -166,7 +168,8 @@ def test_the_fused_pass_with_filters_is_the_psd_pass_then_find_peaks(dtype, leng
     n_seg = (length - 256) // 128 + 1
     p = make_params(n_fft=256, k=6, segments=n_seg, filters=make_filters(**filters), **opts)
     got = fused_cpu.FusedFindPeaks(p, n_seg, dtype).run(x)
-    want = filtered.host_rows(p)(fused_cpu.psd_rows(p, x, n_seg, dtype).power)
+    psd = fused_cpu.FusedCpuPlan(dataclasses.replace(p, mode="psd", k=p.n_bins, filters=None), n_seg, dtype).run(x)
+    want = filtered.host_rows(p)(psd.power)
     assert list(got.bad_rows) == list(want.bad_rows) == [3, 40, 70]
     assert (got.bins >= 0).sum(1)[[0, 1, 74]].min() > 0 and got.power.dtype == dtype
     for f in ("bins", "power", "fbins"):

@@ -19,7 +19,8 @@ import pytest
 
 import welchpeaks
 from welchpeaks.plan import calibrate, cost, planner
-from welchpeaks.plan.cost import cost_model_for, set_cost_model
+from welchpeaks.plan.cost import set_cost_model
+from welchpeaks.plan.models import cost_model_for
 
 
 class ScriptedMachine:
@@ -47,9 +48,9 @@ def io_gate(monkeypatch):
     """The fusion gate weighs IO only here, as for a model without compute curves: these tests
     price whole executions (a slow fused pass makes fused-cpu slow) to test the planner's
     checks, not the gate (tests/test_plan.py tests the gate's compute term)."""
-    from welchpeaks.plan import picker
+    from welchpeaks.plan import graphs
 
-    monkeypatch.setattr(picker, "compute_ns", lambda graph, model, backend: None)
+    monkeypatch.setattr(graphs, "compute_ns", lambda graph, model, backend: None)
 
 
 @pytest.fixture

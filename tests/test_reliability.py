@@ -241,7 +241,8 @@ def test_array_window_under_auto_and_explain():
 ])
 def test_corrupt_cache_values_warn_and_are_remeasured(monkeypatch, tmp_path, edit):
     from helpers import synthetic_cpu_model
-    from welchpeaks.plan.cost import cost_model_for, set_cost_model
+    from welchpeaks.plan.cost import set_cost_model
+    from welchpeaks.plan.models import cost_model_for
 
     monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path))
     path = calibrate.save(synthetic_cpu_model())
@@ -684,7 +685,8 @@ def test_a_quick_model_measured_under_load_is_measured_again_in_the_background(m
     too high (seen: 16x for the fused pass); a later process uses it meanwhile and measures it
     again in the background, a bounded number of times."""
     from helpers import synthetic_cpu_model
-    from welchpeaks.plan.cost import cost_model_for, set_cost_model
+    from welchpeaks.plan.cost import set_cost_model
+    from welchpeaks.plan.models import cost_model_for
 
     def measure(quick=False, progress=None):
         fresh = synthetic_cpu_model(dispatch_ns=2222.0)
@@ -720,7 +722,8 @@ def test_a_quick_model_gains_the_find_peaks_curve_once_the_kernel_is_compiled(qu
     3x NumPy's selection (3 to 16 times too high); a filtered call's pick, once the kernel is
     compiled, measures its curve in the background and caches the completed model."""
     from helpers import synthetic_cpu_model
-    from welchpeaks.plan.cost import LogLogTable, cost_model_for, set_cost_model
+    from welchpeaks.plan.cost import LogLogTable, set_cost_model
+    from welchpeaks.plan.models import cost_model_for
 
     curve = LogLogTable([33.0, 513.0], [1.0, 1024.0], [[1e3, 1e6], [1e4, 1e7]])
     m = synthetic_cpu_model()

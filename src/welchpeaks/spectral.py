@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from welchpeaks.estimators import InterpSpec, interp_offset
-from welchpeaks.params import PeakParams, one_sided_scale  # noqa: F401  (part of the reference)
+from welchpeaks.params import one_sided_scale  # noqa: F401  (part of the reference)
 
 
 def segment_view(x2d: np.ndarray, n_fft: int, hop: int, n_segments: int) -> np.ndarray:
@@ -192,18 +192,3 @@ def reference_peaks(
         power[r, :n] = psd[r, chosen]
         fbins[r, :n] = frac
     return bins, power, fbins
-
-
-def reference_welch_peaks(x2d: np.ndarray, params: PeakParams) -> tuple[np.ndarray, ...]:
-    """The whole contract for rows ``x2d`` (float32 or float64), computed plainly."""
-    n_seg = params.n_segments_for(x2d.shape[1])
-    psd = welch_psd(
-        x2d,
-        params.window_array,
-        params.hop,
-        n_seg,
-        detrend=params.detrend,
-        scaling=params.scaling,
-        fs=1.0 if params.fs is None else params.fs,
-    )
-    return reference_peaks(psd, params.k, params.mode, params.min_distance, params.interp_spec, params.edges)

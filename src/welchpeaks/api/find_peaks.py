@@ -23,6 +23,10 @@ from welchpeaks.result import FoundPeaks
 _NONE = float("nan")
 
 
+#: k may exceed the bins (the extra slots come back empty), but not by more result memory than this
+MAX_EMPTY_SLOT_BYTES = 256 << 20
+
+
 def _number(name: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isnan(float(v)):
         raise TypeError(f"{name}={v!r} must be a number, None, or a (min, max) pair of numbers or None")
@@ -153,8 +157,6 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
         raise ValueError(f"k={k!r} must be a positive integer, or None for every peak")
     else:
         slots = min(int(k), cap)
-        from welchpeaks.api.peaks import MAX_EMPTY_SLOT_BYTES
-
         if k > cap and x.shape[0] * int(k) * 32 > MAX_EMPTY_SLOT_BYTES:  # the result holds k slots per row
             raise ValueError(f"k={k} asks for {x.shape[0] * int(k) * 32 / 2**30:.1f} GiB of results, but rows of {n} "
                              f"samples hold at most {cap} peaks, so every slot past {cap} is empty; pass k <= {cap} "

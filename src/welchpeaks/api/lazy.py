@@ -48,13 +48,11 @@ def dask_array():
     return da
 
 
-def _executor(kind: str, kw: dict[str, Any]) -> Any:
-    """The WelchPeaks/Tracker for ``kw``, built once per process."""
-    from welchpeaks.api.peaks import WelchPeaks
-    from welchpeaks.api.track import Tracker
-
-    key = pickle.dumps((kind, sorted(kw.items(), key=lambda item: item[0])))
-    return _EXECUTORS.get_or_make(key, lambda: (WelchPeaks if kind == "peaks" else Tracker)(**kw))
+def _executor(cls: type, kw: dict[str, Any]) -> Any:
+    """The executor ``cls(**kw)`` (a WelchPeaks or Tracker: the caller hands its class in, so
+    this module imports neither), built once per process."""
+    key = pickle.dumps((cls.__module__, cls.__qualname__, sorted(kw.items(), key=lambda item: item[0])))
+    return _EXECUTORS.get_or_make(key, lambda: cls(**kw))
 
 
 def fit_numba_threads() -> int | None:
@@ -84,34 +82,34 @@ def _pack(*arrays: np.ndarray) -> np.ndarray:
     return np.stack([a.astype(np.float64) for a in arrays], axis=-1)
 
 
-def _peaks_task(block: np.ndarray, kw: dict[str, Any]) -> np.ndarray:
+def _peaks_task(block: np.ndarray, cls: type, kw: dict[str, Any]) -> np.ndarray:
     fit_numba_threads()
-    ex = _executor("peaks", kw)
+    ex = _executor(cls, kw)
     r = ex(block)
     return _pack(r.bins, r.power, r.freqs, *(r.measures[n] for n in ex.params.measure_names()))
 
 
-def _track_task(block: np.ndarray, kw: dict[str, Any], first_sample: int) -> np.ndarray:
+def _track_task(block: np.ndarray, cls: type, kw: dict[str, Any], first_sample: int) -> np.ndarray:
     fit_numba_threads()
-    tr = _executor("track", kw)
+    tr = _executor(cls, kw)
     r = tr.run(np.ascontiguousarray(block), first_sample)
     return _pack(r.bins, r.power, r.freqs, *(r.measures[n] for n in tr.params.measure_names()))
 
 
-def _psd_sum_task(block: np.ndarray, kw: dict[str, Any], n_seg: int) -> np.ndarray:
+def _psd_sum_task(block: np.ndarray, cls: type, kw: dict[str, Any], n_seg: int) -> np.ndarray:
     """float64 sum over the block's ``n_seg`` segments of their PSD (Welch's mean times n_seg)."""
     from welchpeaks.spectral import welch_psd
 
-    p = _executor("peaks", kw).params
+    p = _executor(cls, kw).params
     psd = welch_psd(block.astype(np.float64), p.window_array, p.hop, n_seg, detrend=p.detrend, scaling=p.scaling,
                     fs=1.0 if p.fs is None else p.fs)
     return psd * n_seg
 
 
-def _select_task(psd: np.ndarray, kw: dict[str, Any]) -> np.ndarray:
+def _select_task(psd: np.ndarray, cls: type, kw: dict[str, Any]) -> np.ndarray:
     from welchpeaks.backends.numpy_exec import select
 
-    p = _executor("peaks", kw).params
+    p = _executor(cls, kw).params
     names = p.measure_names()
     out = np.empty(psd.shape[:1] + (p.k, 3 + len(names)))
     good = np.isfinite(psd).all(axis=1)
@@ -175,10 +173,10 @@ def _starts(rows: Any) -> list[int]:
     return [0] + list(np.cumsum(rows.chunks[1])[:-1].astype(int))
 
 
-def welch_peaks(x: Any, kw: dict[str, Any]) -> PeakResult:
-    """Lazy ``welch_peaks`` of a dask array (``kw``: the executor's parameters)."""
+def welch_peaks(x: Any, cls: type, kw: dict[str, Any]) -> PeakResult:
+    """Lazy ``welch_peaks`` of a dask array by ``cls(**kw)`` (WelchPeaks)."""
     da = dask_array()
-    ex = _executor("peaks", kw)
+    ex = _executor(cls, kw)
     p = ex.params
     rows, lead, dtype = _as_rows(x, "welch_peaks")
     length = rows.shape[1]
@@ -190,17 +188,17 @@ def welch_peaks(x: Any, kw: dict[str, Any]) -> PeakResult:
         kw = dict(kw, strategy=ex.for_batch(rows.shape[0], length, dtype).strategy)
     if p.segments is not None or frame * item <= TASK_BYTES or rows.numblocks[1] == 1:
         whole = _bounded_rows(rows[:, :frame], frame, item)
-        out = whole.map_blocks(_peaks_task, kw, new_axis=2, chunks=(whole.chunks[0], (p.k,), (fields,)),
+        out = whole.map_blocks(_peaks_task, cls, kw, new_axis=2, chunks=(whole.chunks[0], (p.k,), (fields,)),
                                meta=_meta(3))
     else:  # long rows across time chunks: partial PSD sums, tree-reduced, then selected
         n_seg = p.n_segments_for(length)
         parts = []
         for s0, s1 in _owned(_starts(rows), p.hop, n_seg):
             piece = rows[:, s0 * p.hop:(s1 - 1) * p.hop + p.n_fft].rechunk({1: -1})
-            parts.append(piece.map_blocks(_psd_sum_task, kw, s1 - s0, chunks=(piece.chunks[0], (p.n_bins,)),
+            parts.append(piece.map_blocks(_psd_sum_task, cls, kw, s1 - s0, chunks=(piece.chunks[0], (p.n_bins,)),
                                           meta=_meta(2)))
         psd = da.stack(parts).sum(axis=0, split_every=8) / n_seg
-        out = psd.map_blocks(_select_task, kw, new_axis=2, chunks=(psd.chunks[0], (p.k,), (fields,)), meta=_meta(3))
+        out = psd.map_blocks(_select_task, cls, kw, new_axis=2, chunks=(psd.chunks[0], (p.k,), (fields,)), meta=_meta(3))
     shape = lead + (p.k,)
     info = dict(p.to_dict(), segments=p.n_segments_for(length), frame=frame, lazy="dask")
     measures = {n: out[..., 3 + i].reshape(shape) for i, n in enumerate(names)}
@@ -208,11 +206,11 @@ def welch_peaks(x: Any, kw: dict[str, Any]) -> PeakResult:
                       out[..., 2].reshape(shape), f"dask ({ex.requested})", info, measures)
 
 
-def track(x: Any, kw: dict[str, Any]) -> TrackResult:
-    """Lazy ``track`` of a dask array: the frames starting in each time chunk are one task
-    (reading up to a frame past the chunk), blocks of rows as chunked."""
+def track(x: Any, cls: type, kw: dict[str, Any]) -> TrackResult:
+    """Lazy ``track`` of a dask array by ``cls(**kw)`` (Tracker): the frames starting in each
+    time chunk are one task (reading up to a frame past the chunk), blocks of rows as chunked."""
     da = dask_array()
-    tr = _executor("track", kw)
+    tr = _executor(cls, kw)
     rows, lead, dtype = _as_rows(x, "track")
     length = rows.shape[1]
     n_frames = tr.n_frames(length)
@@ -225,7 +223,7 @@ def track(x: Any, kw: dict[str, Any]) -> TrackResult:
     for t0, t1 in _owned(_starts(rows), tr.step, n_frames):
         piece = rows[:, t0 * tr.step:(t1 - 1) * tr.step + tr.frame]
         piece = _bounded_rows(piece, piece.shape[1], dtype.itemsize)
-        parts.append(piece.map_blocks(_track_task, kw, t0 * tr.step, new_axis=(2, 3),
+        parts.append(piece.map_blocks(_track_task, cls, kw, t0 * tr.step, new_axis=(2, 3),
                                       chunks=(piece.chunks[0], (t1 - t0,), (k,), (3 + len(names),)), meta=_meta(4)))
     out = da.concatenate(parts, axis=1)
     shape = lead + (n_frames, k)

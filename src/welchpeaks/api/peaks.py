@@ -18,6 +18,7 @@ from welchpeaks import backends
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
 from welchpeaks.api.detailed import make_filters, merge_distance
+from welchpeaks.api.find_peaks import MAX_EMPTY_SLOT_BYTES
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.planner import PROVISIONAL, CallPlan, Planner
@@ -28,8 +29,6 @@ from welchpeaks.sources import SignalSource
 SOURCE_BLOCK_BYTES = 64 << 20
 
 DEVICES = ("cpu", "cuda")
-#: k may exceed the bins (the extra slots come back empty), but not by more result memory than this
-MAX_EMPTY_SLOT_BYTES = 256 << 20
 
 
 def check_result_size(params: PeakParams, rows: int, frames: int | None, dtype: Any, max_memory: int | None,
@@ -622,7 +621,7 @@ def welch_peaks(
     if lazy.is_dask(x):
         if model is not None or device != "cpu":
             raise ValueError("dask arrays run on the CPU executions in this version; drop model= and device=")
-        return lazy.welch_peaks(x, kw)
+        return lazy.welch_peaks(x, WelchPeaks, kw)
     return WelchPeaks(**kw)(x)
 
 

@@ -396,7 +396,7 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
               threshold=threshold, distance=distance, prominence=prominence, width=width, wlen=wlen,
               rel_height=rel_height, snr_db=snr_db, measures=measures, noise_bins=noise_bins)
     if lazy.is_dask(x):
-        return lazy.track(x, kw)
+        return lazy.track(x, Tracker, kw)
     return Tracker(**kw)(x)
 
 

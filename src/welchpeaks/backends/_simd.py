@@ -247,16 +247,6 @@ def bits_float(typingctx, b):
 
 
 @intrinsic
-def value_bits(typingctx, x):
-    """The bits of a float32 / float64 as an int32 / int64 (non-negative floats order like their bits)."""
-    width = {types.float32: 32, types.float64: 64}.get(x)
-    if width is None:
-        return None
-    out = ir.IntType(width)
-    return getattr(types, f"int{width}")(x), lambda context, builder, sig, args: builder.bitcast(args[0], out)
-
-
-@intrinsic
 def bits_value(typingctx, b):
     """The float32 / float64 whose bits are the int32 / int64 ``b``."""
     kind = {types.int32: (types.float32, ir.FloatType()), types.int64: (types.float64, _F64)}.get(b)

@@ -372,14 +372,6 @@ class SpectrumSelect:
         return RowPeaks(bins, power, fbin, np.flatnonzero(bad))
 
 
-def psd_rows(params: PeakParams, x2d: np.ndarray, n_seg: int, compute: np.dtype) -> RowPeaks:
-    """The Welch PSD of rows ``x2d`` by the fused pass (``n_fft`` a power of two): ``power``
-    holds each row's ``n_bins`` PSD values (``x2d``'s precision, computed in ``compute``),
-    ``bad_rows`` the rows that were not finite (their PSD is NaN)."""
-    p = dataclasses.replace(params, mode="psd", k=params.n_bins)
-    return FusedCpuPlan(p, n_seg, compute).run(x2d)
-
-
 def _welch_psd(node: Node, graph: Graph):
     p, compute = node.attrs["params"], graph.node(node.inputs[0]).dtype.real_numpy
     plan = FusedCpuPlan(dataclasses.replace(p, mode="psd", k=p.n_bins, filters=None), node.attrs["n_segments"], compute)

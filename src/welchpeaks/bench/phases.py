@@ -53,7 +53,8 @@ def run_phases(batch: int, n_fft: int = 256, k: int = 16, segments: int = 2, mod
     """Profiles, gate decision, and predicted vs measured time of every phase for one batch."""
     from welchpeaks import backends, ir
     from welchpeaks.params import make_params
-    from welchpeaks.plan.cost import cost_model_for, estimate_graph_cost_with_io
+    from welchpeaks.plan.cost import estimate_graph_cost_with_io
+    from welchpeaks.plan.models import cost_model_for
     from welchpeaks.plan.fusion import fusion_benefit
     from welchpeaks.plan.io import profile_graph_io
     from welchpeaks.plan.picker import pick_strategy

@@ -106,7 +106,7 @@ def child_one_thread_model() -> dict[str, Any]:
     bench times it)."""
     import numba
 
-    from welchpeaks.plan.cost import cost_model_for
+    from welchpeaks.plan.models import cost_model_for
 
     numba.set_num_threads(1)
     return {"status": cost_model_for("cpu", wait=True).status}

@@ -4,13 +4,12 @@ per-executor planner that compiles the chosen graph."""
 from welchpeaks.plan.cost import (
     BackendCostModel,
     LogLogTable,
-    cost_model_for,
     cpu_cost_model,
     estimate_graph_cost,
     estimate_graph_cost_with_io,
-    io_fusion_gate_for,
     set_cost_model,
 )
+from welchpeaks.plan.models import cost_model_for, io_fusion_gate_for
 from welchpeaks.plan.fusion import FusionBenefit, IoFusionGate, fuse, fusion_benefit
 from welchpeaks.plan.io import GraphIoProfile, host_readback_bytes, profile_graph_io
 from welchpeaks.plan.picker import estimate_costs, execution_graph, pick_for, pick_strategy

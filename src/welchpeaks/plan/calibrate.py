@@ -32,7 +32,6 @@ from welchpeaks.params import make_params
 from welchpeaks.plan.cost import (
     BackendCostModel,
     LogLogTable,
-    cost_model_for,
     cpu_cost_model,
     estimate_graph_cost,
     provisional_cost_model,
@@ -346,12 +345,12 @@ def measuring(device: str = "cpu") -> bool:
 
 def wait_background(device: str = "cpu") -> BackendCostModel | None:
     """Wait for the background measurement of ``device``; its model (None if it failed)."""
-    from welchpeaks.plan.cost import _MODELS
+    from welchpeaks.plan.cost import stored_model
 
     thread = _BACKGROUND.get(device)
     if thread is not None:
         thread.join()
-    return _MODELS.get(device)
+    return stored_model(device, local=False)
 
 
 def _find_peaks_compiled() -> bool:
@@ -916,7 +915,8 @@ def _time_tiny_calls(grid: _Grid) -> dict[str, tuple[float, Any]]:
     lookup, result assembly, many small array calls), which decides small batches. Measured
     first, before BLAS or FFT thread pools are left spinning by the large measurements.
     """
-    from welchpeaks.plan.picker import execution_graph
+    from welchpeaks.plan.graphs import execution_graph
+    from welchpeaks.plan.cost import stored_model
 
     if _CALL_TIMER is None:
         return {}
@@ -926,7 +926,7 @@ def _time_tiny_calls(grid: _Grid) -> dict[str, tuple[float, Any]]:
     got = grid.measure((64, 1), calls, {name: (_one_thread(fn), 1) for name, fn in calls.items()})
     out: dict[str, tuple[float, Any]] = {}
     for name in names:
-        graph, _ = execution_graph(backends.get(name), params, 1, 1, 64, np.float32, cost_model_for("cpu"))
+        graph, _ = execution_graph(backends.get(name), params, 1, 1, 64, np.float32, stored_model("cpu"))
         out[name] = (got[f"call overhead {name}"], graph)
     return out
 

@@ -561,9 +561,10 @@ def with_corrections(model: BackendCostModel, factors: dict[str, tuple[float, in
 
 # ---------------------------------------------------------------------------- model registry
 
+# The models in use, per device, and per thread the provisional ones. Loading a model from the
+# cache, or measuring one, is :mod:`welchpeaks.plan.models`' (it sits above calibrate).
 _MODELS: dict[str, BackendCostModel] = {}
 _LOCK = threading.Lock()
-_MEASURING = threading.RLock()
 _LOCAL = threading.local()
 
 
@@ -576,49 +577,15 @@ def set_cost_model(model: BackendCostModel | None, device: str = "cpu") -> None:
             _MODELS[model.device] = model
 
 
-def cost_model_for(device: str, calibrate: bool = True, wait: bool = True) -> BackendCostModel | None:
-    """The model of ``device``: this thread's provisional one, the one set, the one cached on disk,
-    or (``calibrate``, CPU) one measured in a background thread, once per machine
-    (:func:`welchpeaks.plan.calibrate.start_background`; while another process measures it, this
-    one does not). While a measurement runs, here or elsewhere, ``wait=False`` returns None at
-    once (the planner then chooses provisionally) and ``wait=True`` waits for it."""
-    local = getattr(_LOCAL, "models", None)
-    if local and device in local:
-        return local[device]
+def stored_model(device: str, local: bool = True) -> BackendCostModel | None:
+    """The model in use for ``device`` without loading or measuring one: this thread's
+    provisional one (``local``), else the one set; None if neither
+    (:func:`welchpeaks.plan.models.cost_model_for` loads or measures)."""
+    models = getattr(_LOCAL, "models", None) if local else None
+    if models and device in models:
+        return models[device]
     with _LOCK:
-        if device in _MODELS:
-            return _MODELS[device]
-    from welchpeaks.plan import calibrate as cal
-
-    if cal.measuring(device):  # no file to read yet: it is being measured
-        return cal.wait_background(device) if wait else None
-    if not wait and cal.recently_elsewhere(device):  # none on disk, another process measures: no read per call
-        return None
-    with _MEASURING:  # one load at a time
-        with _LOCK:
-            if device in _MODELS:
-                return _MODELS[device]
-        model = cal.load(device)
-        if model is None and wait and cal.measured_elsewhere(device):
-            cal.wait_elsewhere(device)
-            model = cal.load(device)
-        if model is not None:
-            set_cost_model(model, device)
-            if calibrate and cal.should_remeasure(model):
-                cal.start_background(device, replacing=model)
-            return model
-    if not calibrate or device != "cpu":
-        return None
-    cal.start_background(device)
-    if not cal.measuring(device):  # another process took the machine's measurement
-        if not wait:
-            return None
-        cal.wait_elsewhere(device)
-        model = cal.load(device)
-        if model is not None:
-            set_cost_model(model, device)
-        return model
-    return cal.wait_background(device) if wait else None
+        return _MODELS.get(device)
 
 
 def default_cpu_model() -> BackendCostModel:
@@ -686,16 +653,3 @@ def provisional_cost_model(model: BackendCostModel) -> Iterator[None]:
             local.pop(model.device, None)
         else:
             local[model.device] = previous
-
-
-def io_fusion_gate_for(device: str) -> IoFusionGate:
-    """The gate of ``device``: from its cost model when one is measured or cached, else the
-    original system's default."""
-    from welchpeaks.plan.original import DEFAULT_GATES
-
-    model = cost_model_for(device, calibrate=False)
-    if model is not None:
-        return model.gate()
-    if device in DEFAULT_GATES:
-        return DEFAULT_GATES[device]
-    raise ValueError(f"device={device!r} has no fusion gate; use 'cpu', 'cuda' or one of {sorted(DEFAULT_GATES)}")

@@ -68,9 +68,6 @@ class IoFusionGate:
             score -= -b.sync_points_saved * self.host_thunk_penalty_ns
         return score
 
-    def should_fuse(self, before: GraphIoProfile, after: GraphIoProfile) -> bool:
-        return self.score_ns(fusion_benefit(before, after)) >= self.min_gain_ns
-
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -21,13 +21,12 @@ from typing import Any
 import numpy as np
 
 from welchpeaks import backends
-from welchpeaks.ir import Graph, welch_chain_graph
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.cache import LruCache
-from welchpeaks.plan.cost import (BackendCostModel, compute_ns, correction, cost_breakdown, cost_model_for,
-                                  default_cuda_model, region)
-from welchpeaks.plan.fusion import fuse
+from welchpeaks.plan.cost import BackendCostModel, correction, cost_breakdown, default_cuda_model, region
+from welchpeaks.plan.graphs import execution_graph
+from welchpeaks.plan.models import cost_model_for
 from welchpeaks.plan.io import peak_working_bytes, size_text
 from welchpeaks.plan.original import legacy_mode, legacy_pick
 
@@ -35,8 +34,6 @@ log = logging.getLogger("welchpeaks.plan")
 
 #: pick_for's answers: key -> (the cost model they were computed with, answer)
 _PICKS = LruCache(1024)
-#: execution_graph's answers, so the graph the picker priced is the object the planner compiles
-_GRAPHS = LruCache(1024)
 
 
 def _model(device: str, model: BackendCostModel | None) -> BackendCostModel:
@@ -46,30 +43,6 @@ def _model(device: str, model: BackendCostModel | None) -> BackendCostModel:
     if m is None:
         raise ValueError(f"device={device!r}: no measured cost model; run `welchpeaks calibrate --device {device}`")
     return m
-
-
-#: the fusion gate scores every batch's rewrites at this many rows, so an execution runs the
-#: same kernels (and gives the same bits) for any batch: pieces, chunks and whole calls
-GATE_ROWS = 1024
-
-
-def execution_graph(ex: backends.Execution, params: PeakParams, n_seg: int, batch: int, length: int,
-                    compute: Any, model: BackendCostModel) -> tuple[Graph, dict[str, Any]]:
-    """The graph ``ex`` runs for ``batch`` rows of ``length`` samples, and the fusion decision
-    that made it: the Welch chain in ``compute`` precision, fused where ``model``'s gate says so
-    (scored at :data:`GATE_ROWS` rows, with the compute of the measured curves).
-    Remembered, so pricing and planning the same call see the same graph object (callers must
-    not modify it)."""
-    gate = model.gate()
-    key = (ex.name, frozenset(ex.backend.kernels), params, n_seg, batch, length, np.dtype(compute).name, gate, model.curves_key)
-
-    def make() -> tuple[Graph, dict[str, Any]]:
-        chain = welch_chain_graph(params, batch, length, n_seg, compute, name=ex.name)
-        ref = None if batch == GATE_ROWS else welch_chain_graph(params, GATE_ROWS, length, n_seg, compute,
-                                                                  name=ex.name)
-        return fuse(chain, ex.backend, gate, lambda g: compute_ns(g, model, ex.backend), reference=ref)
-
-    return _GRAPHS.get_or_make(key, make)
 
 
 def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, compute: Any,

@@ -34,7 +34,8 @@ from welchpeaks.ir import Graph, Program, compile
 from welchpeaks.params import PeakParams
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.cache import LruCache
-from welchpeaks.plan.cost import BackendCostModel, cost_model_for, default_cpu_model, default_cuda_model
+from welchpeaks.plan.cost import BackendCostModel, default_cpu_model, default_cuda_model
+from welchpeaks.plan.models import cost_model_for
 from welchpeaks.plan.io import LEAN_BYTES, peak_working_bytes, size_text
 from welchpeaks.plan.picker import OverBudget, execution_graph, pick_for
 from welchpeaks.result import RowPeaks

@@ -223,7 +223,7 @@ def test_triton_kernel_matches_scipy_and_the_numba_kernel():
     refused by number, as on the host."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
-    from welchpeaks.backends.triton_exec import find_peaks_available
+    from welchpeaks.backends.triton_launch import find_peaks_available
 
     probe = torch.zeros(2, 8, device="cuda" if torch.cuda.is_available() else "cpu")
     assert find_peaks_available(probe, 8)
@@ -503,7 +503,7 @@ def test_triton_distance_ties_go_to_the_lower_index():
     wins (Triton's interpreter on CPU tensors without a GPU)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
-    from welchpeaks.backends.triton_exec import find_peaks_available
+    from welchpeaks.backends.triton_launch import find_peaks_available
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     x = np.random.default_rng(36).integers(0, 4, (12, 40)).astype(float)

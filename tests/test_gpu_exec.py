@@ -14,6 +14,7 @@ import welchpeaks
 from helpers import assert_matches_reference, reference_psd
 from welchpeaks import backends
 from welchpeaks.backends import triton_exec as te
+from welchpeaks.backends import triton_launch as tl
 from welchpeaks.backends.triton_exec import FUSED_TILES, PRECISION_RTOL, dft_factors
 from welchpeaks.spectral import reference_peaks
 
@@ -415,8 +416,9 @@ def test_no_host_tensor_reaches_a_compiled_kernel(monkeypatch):
     host = {name: torch.zeros(4, dtype=getattr(torch, dt)) for name, dt in te.TENSOR_DTYPES.items()}
     with monkeypatch.context() as m:
         m.setattr(te, "interpreting", lambda: False)
-        m.setattr(te.Launch, "function", lambda self: pytest.fail("a kernel was launched on host tensors"))
-        with pytest.raises(te.HostTensorError, match=r"host tensors \(x_ptr, win_ptr.*upload"):
+        m.setattr(tl, "interpreting", lambda: False)  # the launcher's own test
+        m.setattr(tl.Launch, "function", lambda self: pytest.fail("a kernel was launched on host tensors"))
+        with pytest.raises(tl.HostTensorError, match=r"host tensors \(x_ptr, win_ptr.*upload"):
             te.launch(te.fused_launch(p, 2, 4, 96, host))
         m.setattr(bk, "interpreting", lambda: False)
         with pytest.raises(ValueError, match=r"measure_cuda\(device='cpu'\).*TRITON_INTERPRET=1"):
@@ -429,8 +431,9 @@ def test_no_host_tensor_reaches_a_compiled_kernel(monkeypatch):
         raise _Launched
 
     monkeypatch.setattr(bk, "upload_device", lambda: "meta")  # as if torch saw a GPU
-    monkeypatch.setattr(te, "interpreting", lambda: True)  # meta tensors count as on the device (find_peaks)
-    monkeypatch.setattr(te, "launch", record)
+    for module in (te, tl):  # the executions' launches, and the find_peaks node's
+        monkeypatch.setattr(module, "interpreting", lambda: True)  # meta tensors count as on the device
+        monkeypatch.setattr(module, "launch", record)
     x = np.random.default_rng(0).standard_normal((3, 96)).astype(np.float32)
     calls = [lambda: welchpeaks.welch_peaks(x, k=4, n_fft=64, segments=2, strategy="triton-fused"),
              lambda: welchpeaks.WelchPeaks(n_fft=64, k=4, strategy="triton-block")(torch.from_numpy(x)),

@@ -163,7 +163,7 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
                              "or k=None (as many slots as the fullest row)")
     rows_n = x.shape[0]
     if t is not None:
-        from welchpeaks.backends.triton_exec import find_peaks_available, find_peaks_rows
+        from welchpeaks.backends.triton_launch import find_peaks_available, find_peaks_rows
 
         if find_peaks_available(t, n):  # rows on a GPU stay there: the Triton kernel
             got = find_peaks_rows(x, f, slots, bool(edges))

@@ -106,6 +106,19 @@ def available(device: str = "cpu") -> list[str]:
     return out
 
 
+#: how to install what the GPU executions need
+GPU_EXTRA = "pip install 'welchpeaks[gpu]'"
+
+
+def import_torch():
+    """torch, or an ImportError that says how to install it."""
+    try:
+        import torch
+    except ImportError:
+        raise ImportError(f"torch is not installed: {GPU_EXTRA}") from None
+    return torch
+
+
 def interpreting() -> bool:
     """Whether Triton's interpreter is asked for (``TRITON_INTERPRET=1``): the Triton kernels
     then run on CPU tensors, slowly, and nothing is compiled."""

@@ -11,28 +11,20 @@ buffer: this is the peer the fused Triton kernels are measured against.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from welchpeaks.backends import Execution, filtered, register
+from welchpeaks.backends import Execution, import_torch, register
+from welchpeaks.backends.filtered import filter_limits, host_rows
+from welchpeaks.backends.triton_launch import find_peaks_available, find_peaks_rows
 from welchpeaks.ir import Backend, Graph, Node, Op
+from welchpeaks.params import MEASURE_NAMES, PeakParams
 from welchpeaks.ir.run import constant_value
 from welchpeaks.result import RowPeaks
 from welchpeaks.estimators import ZERO_BELOW, InterpSpec, real_tone_hann
 
 NAME = "torch"
-GPU_EXTRA = "pip install 'welchpeaks[gpu]'"
-
-
-def import_torch():
-    try:
-        import torch
-    except ImportError:
-        raise ImportError(f"torch is not installed: {GPU_EXTRA}") from None
-    return torch
-
-
 def torch_dtype(dtype: Any):
     """The torch float type of a NumPy float dtype (float32 or float64)."""
     torch = import_torch()
@@ -234,6 +226,72 @@ def _power(node: Node, graph: Graph):
     return lambda z: z.real * z.real + z.imag * z.imag
 
 
+def device_rows(p: PeakParams) -> Callable[[Any], RowPeaks]:
+    """The device kernel of ``p``'s filters: PSD rows (a tensor) in, :class:`RowPeaks` of
+    tensors on the same device out. The Triton find_peaks kernel where it takes the rows (a
+    CUDA device or the interpreter, at most ``MAX_FIND_PEAKS_N`` bins), else the host kernel
+    on a copy (results back on the device)."""
+    f = p.filters
+    lim = filter_limits(p)
+    host = host_rows(p)
+    slots = p.k if f.snr_db is None else max(p.k, p.n_bins // 2 + 2)  # the SNR minimum comes before the k strongest
+
+    def run(psd: Any) -> RowPeaks:
+        import torch
+
+        if not find_peaks_available(psd, psd.shape[1]):
+            got = host(psd.detach().cpu().numpy())
+            to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(psd.device)  # noqa: E731
+            return RowPeaks(to(got.bins), to(got.power), to(got.fbins), got.bad_rows,
+                            {n: to(v) for n, v in got.measures.items()})
+        psd = psd.to(torch.float64)
+        bad = ~torch.isfinite(psd).all(1)
+        psd = torch.where(bad[:, None], torch.zeros_like(psd), psd)  # no peaks there; emptied below
+        got = find_peaks_rows(psd, lim, slots, p.edges)
+        at = got["indices"]
+        ok = at >= 0
+        at = at.clamp_min(0)
+        out = {"prominence": got["prom"] if lim["need_prom"] else None,
+               "width": got["wid"] if lim["need_width"] else None, "snr": None}
+        if f.snr_db is not None or "snr" in f.measures:
+            out["snr"] = _snr_db_t(psd, at, f.noise_bins)
+        if f.snr_db is not None:  # keep the order (highest first), drop the peaks under snr_db, then the k first
+            keep = ok & (out["snr"] >= f.snr_db)
+            order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :p.k]
+            ok, at = torch.gather(keep, 1, order), torch.gather(at, 1, order)
+            out = {n: None if v is None else torch.gather(v, 1, order) for n, v in out.items()}
+        ok = ok & ~bad[:, None]
+        nan = torch.full_like(psd[:, :1], float("nan"))
+        fb = torch.where(ok, refine_t(psd, at, ok, p.interp_spec), nan)
+        return RowPeaks(torch.where(ok, at, torch.full_like(at, -1)).to(torch.int32),
+                        torch.where(ok, torch.gather(psd, 1, at), nan), fb, bad.nonzero()[:, 0].cpu().numpy(),
+                        {MEASURE_NAMES[m]: torch.where(ok, out[m], nan) for m in f.measures})
+
+    return run
+
+
+def _snr_db_t(psd: Any, at: Any, noise_bins: int | None) -> Any:
+    """The SNR of the peaks at ``at`` (tensors), as the numba kernel measures it: power over the
+    row's median, or over the median of the bins within ``noise_bins`` (edges repeated)."""
+    import torch
+
+    if noise_bins is None:
+        floor = median_rows_t(psd)[:, None].expand_as(at)
+    else:
+        span = torch.arange(-noise_bins, noise_bins + 1, device=psd.device)
+        near = (at[..., None] + span).clamp(0, psd.shape[1] - 1)
+        floor = torch.gather(psd, 1, near.reshape(at.shape[0], -1)).reshape(near.shape).median(-1).values
+    peak = torch.gather(psd, 1, at)
+    inf = torch.full_like(peak, float("inf"))
+    return torch.where(floor > 0, 10.0 * torch.log10(peak / torch.where(floor > 0, floor, inf)),
+                       torch.where(peak > 0, inf, torch.full_like(peak, float("nan"))))
+
+
+def device_kernel(node: Node, graph: Graph) -> Callable[[Any], RowPeaks]:
+    """``find_peaks`` for the torch backend's table (and the Triton executions built on it)."""
+    return device_rows(node.attrs["params"])
+
+
 KERNELS = {
     Op.input: _input,
     Op.constant: constant_value,
@@ -244,7 +302,7 @@ KERNELS = {
     Op.segment_mean: lambda node, graph: (lambda p: p.mean(-2)),
     Op.mul: _mul,
     Op.topk: _topk,
-    Op.find_peaks: filtered.device_kernel,
+    Op.find_peaks: device_kernel,
 }
 BACKEND = Backend(NAME, KERNELS)
 

@@ -1,7 +1,7 @@
 """``welchpeaks gpu-check``: what the Triton kernels will cost on a GPU, found without one.
 
 Each configuration is compiled the way Triton's JIT compiles it at a launch: the execution's
-own launch (:class:`welchpeaks.backends.triton_exec.Launch`, the same builder the runners use)
+own launch (:class:`welchpeaks.backends.triton_launch.Launch`, the same builder the runners use)
 is made with placeholder tensors and handed to the kernel's ``warmup`` under an
 :class:`AheadOfTimeDriver` that names the target (``sm_90``: H100/H200, ``sm_80``: A100). So
 the binding, the constexprs, the specialisation of the arguments (16-byte divisibility,
@@ -85,7 +85,7 @@ def placeholders(dtypes: dict[str, str]) -> dict[str, Any]:
 
 
 def config_launch(cfg: Config, tensors: dict[str, Any] | None = None):
-    """The :class:`~welchpeaks.backends.triton_exec.Launch` the execution makes for ``cfg``:
+    """The :class:`~welchpeaks.backends.triton_launch.Launch` the execution makes for ``cfg``:
     ``cfg.batch`` contiguous rows of exactly the analysed frame (the bench's layout), with
     ``tensors`` (default placeholders)."""
     from welchpeaks.backends import triton_exec as te
@@ -102,10 +102,10 @@ def find_peaks_config_launch(n: int, rows: int = 8192, tensors: dict[str, Any] |
     """The find_peaks kernel's launch on ``rows`` contiguous float64 rows of ``n`` samples
     with every property asked for (its largest form) and scipy's defaults (no distance, no
     wlen), as ``welchpeaks.find_peaks`` makes it."""
-    from welchpeaks.backends import triton_exec as te
+    from welchpeaks.backends import triton_launch as tl
 
-    t = tensors if tensors is not None else placeholders(te.FIND_PEAKS_DTYPES)
-    return te.find_peaks_launch(rows, n, n, 0, -1, 16, False, True, True, t)
+    t = tensors if tensors is not None else placeholders(tl.FIND_PEAKS_DTYPES)
+    return tl.find_peaks_launch(rows, n, n, 0, -1, 16, False, True, True, t)
 
 
 def _int_class(v: Any) -> str:
@@ -272,7 +272,7 @@ def _with_issue(row: dict[str, Any], cfg: Config) -> dict[str, Any]:
 def check_find_peaks(n: int, arch: str, timeout_s: float = 120.0, triton_path: str | None = None) -> dict[str, Any]:
     """Figures of the find_peaks kernel for rows of ``n`` samples on ``arch`` (compiled in a
     child process, as :func:`check`); rows longer than the kernel takes are reported so."""
-    from welchpeaks.backends.triton_exec import MAX_FIND_PEAKS_N
+    from welchpeaks.backends.triton_launch import MAX_FIND_PEAKS_N
 
     if n > MAX_FIND_PEAKS_N:
         return {"n": n, "arch": arch, "status": f"unsupported: rows over {MAX_FIND_PEAKS_N} samples go to the host"}

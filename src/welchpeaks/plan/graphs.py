@@ -30,7 +30,8 @@ def execution_graph(ex: backends.Execution, params: PeakParams, n_seg: int, batc
     Remembered, so pricing and planning the same call see the same graph object (callers must
     not modify it)."""
     gate = model.gate()
-    key = (ex.name, frozenset(ex.backend.kernels), params, n_seg, batch, length, np.dtype(compute).name, gate, model.curves_key)
+    key = (ex.name, frozenset(ex.backend.kernels), params, n_seg, batch, length, np.dtype(compute).name, gate,
+           model.curves_key)
 
     def make() -> tuple[Graph, dict[str, Any]]:
         chain = welch_chain_graph(params, batch, length, n_seg, compute, name=ex.name)

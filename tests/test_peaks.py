@@ -162,6 +162,9 @@ def test_reference_peaks_agree_with_scipy_find_peaks(rng):
         assert ours == sorted(int(j) - 1 for j in sp)
         # edges=False (welch_peaks' default) is find_peaks itself
         assert sorted(thin(p, local_maxima(p, edges=False), d)) == sorted(scipy.signal.find_peaks(p, distance=d)[0])
+        # stopping at a limit keeps the same first ones
+        limit = int(rng.integers(1, 6))
+        assert thin(p, local_maxima(p), d, limit=limit) == thin(p, local_maxima(p), d)[:limit]
 
 
 def test_known_tones_are_found_within_a_tenth_of_a_bin(rng):

@@ -428,19 +428,23 @@ def cmd_correctness(args: argparse.Namespace) -> int:
     print(f"device copy bandwidth {doc['copy_bandwidth_gbps']:.0f} GB/s (bytes read + written)")
     cases = [("triton-fused", n, pr) for n in sizes for pr in PRECISIONS] + [("triton-block", n, "fp32") for n in sizes]
     for i, (strategy, n, pr) in enumerate(cases):
+        t0 = time.perf_counter()
         try:
             row = _check_kernel(strategy, n, pr, rows, device, seed0 + i)
         except Exception as exc:  # noqa: BLE001 - recorded; the next case runs
             row = {"strategy": strategy, "n_fft": n, "precision": pr, "error": f"{type(exc).__name__}: {exc}"[:300],
                    "pass": False}
+        row["seconds"] = round(time.perf_counter() - t0, 2)
         doc["checks"].append(row)
         print(json.dumps(row))
         path.write_text(json.dumps(doc, indent=1))  # after every case: survives a later failure
     for i, n in enumerate((257, 1025) if not args.dry else (65,)):
+        t0 = time.perf_counter()
         try:
             row = _check_find_peaks(n, 8 if args.dry else 512, device, seed0 + 100 + i)
         except Exception as exc:  # noqa: BLE001
             row = {"strategy": "find_peaks", "n": n, "error": f"{type(exc).__name__}: {exc}"[:300], "pass": False}
+        row["seconds"] = round(time.perf_counter() - t0, 2)
         doc["checks"].append(row)
         print(json.dumps(row))
         path.write_text(json.dumps(doc, indent=1))
@@ -603,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
         "env": (60, lambda limit: step_env(suite, limit)),
         "wheels": (30, lambda limit: step_wheels(suite, limit)),
         "warm": (60, lambda limit: step_child(suite, "warm", limit, ["--jobs", str(suite.jobs), *flag])),
-        "correctness": (90, lambda limit: step_child(suite, "correctness", limit,
+        "correctness": (150, lambda limit: step_child(suite, "correctness", limit,
                                                      [str(out / "correctness.json"), *flag])),
         "bench-device": (60, lambda limit: step_bench(suite, limit, "device")),
         "profile": (40, lambda limit: step_child(suite, "profile", limit, [str(out / "profile.json"), *flag])),

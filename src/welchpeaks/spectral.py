@@ -138,10 +138,13 @@ def strongest_first(p: np.ndarray, candidates: list[int]) -> list[int]:
     return sorted(candidates, key=lambda j: (-float(p[j]), j))
 
 
-def thin(p: np.ndarray, candidates: list[int], min_distance: int) -> list[int]:
-    """Keep the strongest candidates, dropping any closer than ``min_distance`` to a kept one."""
+def thin(p: np.ndarray, candidates: list[int], min_distance: int, limit: int | None = None) -> list[int]:
+    """Keep the strongest candidates, dropping any closer than ``min_distance`` to a kept one;
+    stop once ``limit`` are kept (the first ``limit`` kept do not depend on the rest)."""
     kept: list[int] = []
     for j in strongest_first(p, candidates):
+        if limit is not None and len(kept) >= limit:
+            break
         if all(abs(j - i) >= min_distance for i in kept):
             kept.append(j)
     return kept
@@ -165,7 +168,7 @@ def select_row(p: np.ndarray, k: int, mode: str, min_distance: int = 1,
         chosen = strongest_first(p, list(range(len(p))))[:k]
         return chosen, [float(j) for j in chosen]
     if mode == "peaks":
-        chosen = thin(p, local_maxima(p, edges), min_distance)[:k]
+        chosen = thin(p, local_maxima(p, edges), min_distance, limit=k)
         return chosen, [refine(p, j, *interp) for j in chosen]
     raise ValueError(f"mode={mode!r} is unknown; use 'peaks' or 'bins'")
 

@@ -537,12 +537,12 @@ def test_read_only_rows_run_the_compiled_kernel(tmp_path):
     assert kernel_input(x) is x and kernel_input(3) == 3
     kw = dict(distance=3, prominence=0.5, width=(None, None), k=6)
     want = welchpeaks.find_peaks(x, **kw)
-    signatures = list(kern.find_peaks_rows.signatures)
+    signatures = list(kern.host_find_peaks.signatures)
     for ro in (mapped, frozen):
         got = welchpeaks.find_peaks(ro, **kw)
-        assert kern.find_peaks_rows.signatures == signatures  # nothing compiled for read-only rows
+        assert kern.host_find_peaks.signatures == signatures  # nothing compiled for read-only rows
         np.testing.assert_array_equal(got.indices, want.indices)
         np.testing.assert_array_equal(got.counts, want.counts)
         for name, v in want.properties.items():
             np.testing.assert_array_equal(got.properties[name], v)
-    assert not any(getattr(t, "readonly", False) for sig in kern.find_peaks_rows.signatures for t in sig)
+    assert not any(getattr(t, "readonly", False) for sig in kern.host_find_peaks.signatures for t in sig)

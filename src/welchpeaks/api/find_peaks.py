@@ -163,17 +163,17 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
                              "or k=None (as many slots as the fullest row)")
     rows_n = x.shape[0]
     if t is not None:
-        from welchpeaks.backends.triton_launch import find_peaks_available, find_peaks_rows
+        from welchpeaks.backends.triton_launch import device_find_peaks, find_peaks_available
 
         if find_peaks_available(t, n):  # rows on a GPU stay there: the Triton kernel
-            got = find_peaks_rows(x, f, slots, bool(edges))
+            got = device_find_peaks(x, f, slots, bool(edges))
             return _found(got, lead, k, need_prom, need_width, device=None)
         x = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
     cfg = kern.config(edges=edges, k=slots, **f)
     out = kern.outputs(rows_n, slots, need_prom, need_width, False, False)
-    announce_compile(kern.find_peaks_rows, "the find_peaks kernel", kern.COMPILE_TIME)
+    announce_compile(kern.host_find_peaks, "the find_peaks kernel", kern.COMPILE_TIME)
     with QUIET.work(), KERNEL_LOCK:
-        kern.find_peaks_rows(kernel_input(x), cfg, out, max(1, min(rows_n, 4 * numba_threads())))
+        kern.host_find_peaks(kernel_input(x), cfg, out, max(1, min(rows_n, 4 * numba_threads())))
     got = dict(zip(("indices", "heights", "prom", "base", "wid", "ips"), out[:6]), counts=out[8])
     return _found(got, lead, k, need_prom, need_width, device=None if t is None else t.device)
 

@@ -542,10 +542,10 @@ def _width(row, p, prominence, left_base, right_base, rel_height):
     return right - left, height, left, right
 
 
-#: ``cfg`` of :func:`find_peaks_rows`: what to find (a tuple, so one signature serves every caller)
+#: ``cfg`` of :func:`host_find_peaks`: what to find (a tuple, so one signature serves every caller)
 CFG_FIELDS = ("edges", "h_lim", "t_lim", "distance", "p_lim", "w_lim", "wlen", "rel_height", "need_prom",
               "need_width", "k", "snr_min", "noise_bins", "need_snr", "interp", "alpha", "n_fft")
-#: ``out`` of :func:`find_peaks_rows`
+#: ``out`` of :func:`host_find_peaks`
 OUT_FIELDS = ("idx", "h", "prom", "base", "width", "ips", "snr", "fbin", "counts")
 _OPEN = np.array([np.nan, np.nan])
 
@@ -553,7 +553,7 @@ _OPEN = np.array([np.nan, np.nan])
 def config(*, edges=False, h_lim=_OPEN, t_lim=_OPEN, distance=0, p_lim=_OPEN, w_lim=_OPEN, wlen=-1, rel_height=0.5,
            need_prom=False, need_width=False, k=1, snr_min=np.nan, noise_bins=0, need_snr=False, interp=-1,
            alpha=0.5, n_fft=0) -> tuple:
-    """``cfg`` of :func:`find_peaks_rows` (:data:`CFG_FIELDS`), each field in the one type the
+    """``cfg`` of :func:`host_find_peaks` (:data:`CFG_FIELDS`), each field in the one type the
     kernel is compiled for."""
     lim = lambda v: np.ascontiguousarray(v, np.float64).reshape(2)  # noqa: E731
     return (bool(edges), lim(h_lim), lim(t_lim), int(distance), lim(p_lim), lim(w_lim), int(wlen), float(rel_height),
@@ -563,7 +563,7 @@ def config(*, edges=False, h_lim=_OPEN, t_lim=_OPEN, distance=0, p_lim=_OPEN, w_
 
 def outputs(rows: int, k: int, need_prom: bool, need_width: bool, need_snr: bool, refine: bool,
             extents: bool = True) -> tuple:
-    """``out`` of :func:`find_peaks_rows` (:data:`OUT_FIELDS`): ``[rows, k]`` arrays, empty where
+    """``out`` of :func:`host_find_peaks` (:data:`OUT_FIELDS`): ``[rows, k]`` arrays, empty where
     not asked for (the bases and the width's line and positions also without ``extents``)."""
     f = lambda on, *shape: np.empty((rows, k, *shape) if on else (0, 0, *shape), np.float64)  # noqa: E731
     return (np.empty((rows, k), np.int64), np.empty((rows, k), np.float64), f(need_prom),
@@ -572,7 +572,7 @@ def outputs(rows: int, k: int, need_prom: bool, need_width: bool, need_snr: bool
 
 
 @njit(parallel=True, **_KERNEL)
-def find_peaks_rows(x, cfg, out, n_workers):
+def host_find_peaks(x, cfg, out, n_workers):
     """Peaks of every row of ``x [rows, n]`` (float64), as ``scipy.signal.find_peaks`` finds them,
     then the ``k`` highest (ties to the lower index).
 
@@ -613,10 +613,10 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
     """The fused pass of ``welch_peaks`` with scipy's filters: each block of ``LANES`` raw rows
     of ``x`` becomes its PSD in a worker's scratch (:func:`_numba_kernels.block_power`, the
     arithmetic of :func:`_numba_kernels.fused_pow2`), and the block's PSD rows go through
-    :func:`_rows` (one call for the block), as :func:`find_peaks_rows` takes them, while they
+    :func:`_rows` (one call for the block), as :func:`host_find_peaks` takes them, while they
     are in cache: the PSD is never written. The arguments are ``fused_pow2``'s (its scratch with a leading worker
     axis; ``bad`` is set for the rows that are not finite, whose ``counts`` are -1) and
-    ``find_peaks_rows``' ``cfg`` and ``out``. Workers take blocks from a shared counter.
+    ``host_find_peaks``' ``cfg`` and ``out``. Workers take blocks from a shared counter.
 
     The rows' medians (the SNR's noise floor) come from the block, all its rows at once
     (:func:`_lane_medians`; ``lane_bits``: ``[workers, 6, LANES]`` ints as wide as the compute
@@ -651,7 +651,7 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
                     rows[lane, q] = ac[q + 1, lane]
                 if bad[r0 + lane]:
                     rows[lane, 0] = np.nan  # left empty, counts -1
-            _rows(rows, np.int64(0), nl, r0, cfg, out, scr, med)  # (not a literal: one compile, see find_peaks_rows)
+            _rows(rows, np.int64(0), nl, r0, cfg, out, scr, med)  # (not a literal: one compile, see host_find_peaks)
 
 
 @njit(**_OPTS)
@@ -711,7 +711,7 @@ def _scratch(n, noise_bins):
 
 @njit(**_OPTS)
 def _rows(x, first, last, at, cfg, out, scr, medians):
-    """Rows ``first .. last - 1`` of ``x`` (as :func:`find_peaks_rows` takes them) into rows
+    """Rows ``first .. last - 1`` of ``x`` (as :func:`host_find_peaks` takes them) into rows
     ``at + first ..`` of ``out``; a row holding NaN or infinity is left empty with its
     ``counts`` -1. ``medians``: each row's median, when the caller has them (empty or NaN:
     computed here when the SNR needs it). One call takes a run of rows. Scratch ``scr``:

@@ -79,7 +79,7 @@ def _width(row, x, offs, p, h, prom, left_base, right_base, rel_height):
 
 
 @triton.jit
-def find_peaks_rows(x_ptr, stride, n, lims_ptr, distance, wlen, K, idx_ptr, h_ptr, prom_ptr, base_ptr, wid_ptr,
+def find_peaks_kernel(x_ptr, stride, n, lims_ptr, distance, wlen, K, idx_ptr, h_ptr, prom_ptr, base_ptr, wid_ptr,
                     ips_ptr, cnt_ptr, NP: tl.constexpr, EDGES: tl.constexpr, NEED_PROM: tl.constexpr,
                     NEED_WIDTH: tl.constexpr):
     """Peaks of row ``program_id`` of ``x [rows, n]`` (float64, row stride ``stride``).

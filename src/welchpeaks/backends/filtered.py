@@ -30,7 +30,7 @@ def filter_limits(p: PeakParams) -> dict[str, Any]:
 
 
 class HostFilters:
-    """``p``'s filters in the form of the numba kernels (``find_peaks_rows`` and the fused pass
+    """``p``'s filters in the form of the numba kernels (``host_find_peaks`` and the fused pass
     ``welch_find_peaks`` of ``fused-cpu``): their ``cfg``, their outputs and the
     :class:`RowPeaks` made of those."""
 
@@ -68,9 +68,9 @@ def host_rows(p: PeakParams) -> Callable[[np.ndarray], RowPeaks]:
     def run(psd: np.ndarray) -> RowPeaks:
         x = np.ascontiguousarray(psd, np.float64)
         out = host.outputs(x.shape[0])
-        announce_compile(kern.find_peaks_rows, "the find_peaks kernel", kern.COMPILE_TIME)
+        announce_compile(kern.host_find_peaks, "the find_peaks kernel", kern.COMPILE_TIME)
         with KERNEL_LOCK:
-            kern.find_peaks_rows(kernel_input(x), host.cfg, out, max(1, min(x.shape[0], 4 * numba_threads())))
+            kern.host_find_peaks(kernel_input(x), host.cfg, out, max(1, min(x.shape[0], 4 * numba_threads())))
         return host.result(out, psd.dtype)
 
     return run

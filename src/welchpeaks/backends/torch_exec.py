@@ -17,7 +17,7 @@ import numpy as np
 
 from welchpeaks.backends import Execution, import_torch, register
 from welchpeaks.backends.filtered import filter_limits, host_rows
-from welchpeaks.backends.triton_launch import find_peaks_available, find_peaks_rows
+from welchpeaks.backends.triton_launch import device_find_peaks, find_peaks_available
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.params import MEASURE_NAMES, PeakParams
 from welchpeaks.ir.run import constant_value
@@ -247,7 +247,7 @@ def device_rows(p: PeakParams) -> Callable[[Any], RowPeaks]:
         psd = psd.to(torch.float64)
         bad = ~torch.isfinite(psd).all(1)
         psd = torch.where(bad[:, None], torch.zeros_like(psd), psd)  # no peaks there; emptied below
-        got = find_peaks_rows(psd, lim, slots, p.edges)
+        got = device_find_peaks(psd, lim, slots, p.edges)
         at = got["indices"]
         ok = at >= 0
         at = at.clamp_min(0)

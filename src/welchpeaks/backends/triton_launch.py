@@ -58,12 +58,12 @@ def launch(spec: Launch) -> None:
     spec.function()[spec.grid](*spec.args.values(), **spec.constexprs, **spec.options)
 
 
-#: the longest row :func:`find_peaks_rows` holds in one program (longer rows go to the host)
+#: the longest row :func:`device_find_peaks` holds in one program (longer rows go to the host)
 MAX_FIND_PEAKS_N = 8192
 
 
 def find_peaks_available(t, n: int) -> bool:
-    """Whether :func:`find_peaks_rows` takes rows of ``n`` samples in tensor ``t``: on a CUDA
+    """Whether :func:`device_find_peaks` takes rows of ``n`` samples in tensor ``t``: on a CUDA
     device (or any, in the interpreter), triton installed, ``n`` at most
     :data:`MAX_FIND_PEAKS_N`."""
     if n > MAX_FIND_PEAKS_N or not (t.is_cuda or interpreting()):
@@ -71,7 +71,7 @@ def find_peaks_available(t, n: int) -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def find_peaks_rows(x, f: dict, slots: int, edges: bool) -> dict:
+def device_find_peaks(x, f: dict, slots: int, edges: bool) -> dict:
     """``welchpeaks.find_peaks`` of the rows of ``x [rows, n]`` (a tensor) on its device by the
     Triton kernel (``_triton_find_peaks``): the filters ``f`` as ``api.find_peaks.filter_config``
     gives them, outputs as the numba kernel's, as tensors, ``[rows, slots]``."""
@@ -112,6 +112,6 @@ def find_peaks_launch(rows: int, n: int, stride: int, distance: int, wlen: int, 
     args = dict(x_ptr=t["x"], stride=stride, n=n, lims_ptr=t["lims"], distance=distance, wlen=wlen, K=slots,
                 idx_ptr=t["indices"], h_ptr=t["heights"], prom_ptr=t["prom"], base_ptr=t["base"], wid_ptr=t["wid"],
                 ips_ptr=t["ips"], cnt_ptr=t["counts"])
-    return Launch("welchpeaks.backends._triton_find_peaks", "find_peaks_rows", (rows,), args,
+    return Launch("welchpeaks.backends._triton_find_peaks", "find_peaks_kernel", (rows,), args,
                   dict(NP=np_, EDGES=edges, NEED_PROM=need_prom, NEED_WIDTH=need_width),
                   {"num_warps": min(16, max(4, np_ // 256)), "enable_fp_fusion": False})

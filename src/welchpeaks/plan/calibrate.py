@@ -358,7 +358,7 @@ def _find_peaks_compiled() -> bool:
     import sys
 
     kern = sys.modules.get("welchpeaks.backends._numba_find_peaks")
-    return kern is not None and bool(getattr(kern.find_peaks_rows, "signatures", ()))
+    return kern is not None and bool(getattr(kern.host_find_peaks, "signatures", ()))
 
 
 def complete_background(model: BackendCostModel, device: str = "cpu") -> None:

@@ -461,3 +461,30 @@ def test_the_memory_rule_of_the_gate_is_alike_for_every_batch():
     got = {rows: execution_graph(ex, p, n_seg, rows, 1_000_000, np.float32, model) for rows in (1, 24)}
     assert [n.op for n in got[1][0].nodes] == [n.op for n in got[24][0].nodes]
     assert got[1][1]["fused"] == got[24][1]["fused"] == "welch_peaks" and "256 MiB" in got[1][1]["reason"]
+
+
+def test_a_new_call_shape_is_priced_once_and_its_graph_built_once(monkeypatch):
+    """Planning a call shape builds each candidate's graph once to price it and the chosen
+    execution's graph once more to run it, whatever budgets the planner tries; the same shape
+    again builds nothing."""
+    from welchpeaks.plan import picker, planner
+
+    set_cost_model(synthetic_cpu_model(fused_ns_per_row=100.0))
+    built = []
+    for module in (picker, planner):
+        real = module.execution_graph
+        monkeypatch.setattr(module, "execution_graph",
+                            lambda ex, *a, _real=real, **kw: built.append(ex.name) or _real(ex, *a, **kw))
+    wp = welchpeaks.WelchPeaks(n_fft=256, k=4, segments=2, max_memory=64 << 20)
+    x = np.random.default_rng(0).standard_normal((37, 384)).astype(np.float32)
+    wp(x)
+    planning = list(built)
+    priced = [n for n, b in picker.strategy_breakdown(wp.params, 2, 37, 384, np.float32).items() if "graph" in b]
+    assert len(priced) >= 2 and sorted(planning) == sorted(priced + [wp.strategy]), planning
+    built.clear()
+    wp(x)
+    assert built == []
+    # layout='auto' prices both layouts, then picks within the memory budget from the same prices
+    wp = welchpeaks.WelchPeaks(n_fft=256, k=4, layout="auto", max_memory=64 << 20)
+    wp(x)
+    assert sorted(built) == sorted(priced * 2 + [wp.strategy]), built

@@ -32,8 +32,9 @@ from welchpeaks.plan.original import legacy_mode, legacy_pick
 
 log = logging.getLogger("welchpeaks.plan")
 
-#: pick_for's answers: key -> (the cost model they were computed with, answer)
-_PICKS = LruCache(1024)
+#: the breakdowns pick_for chose from, per call shape: key -> (the cost model they were
+#: computed with, breakdown); every budget is applied to the same breakdown
+_BREAKDOWNS = LruCache(1024)
 
 
 def _model(device: str, model: BackendCostModel | None) -> BackendCostModel:
@@ -80,10 +81,20 @@ def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, 
         b["graph"] = [n.op.value for n in g.nodes]
         b["fusion"] = decision
         b["working_bytes"] = peak_working_bytes(g)
-        if budget is not None and b["working_bytes"] > budget:
-            b["why"] = (f"needs {size_text(b['working_bytes'])} of working memory, over the budget of "
-                        f"{size_text(budget)} (max_memory=)")
-            b["total_ns"] = math.inf
+        out[name] = b
+    return within_budget(out, budget)
+
+
+def within_budget(breakdown: dict[str, dict], budget: int | None) -> dict[str, dict]:
+    """``breakdown`` with every execution whose working memory exceeds ``budget`` bytes priced
+    ``inf``, saying why (copies of those entries; the others are shared)."""
+    if budget is None:
+        return breakdown
+    out = {}
+    for name, b in breakdown.items():
+        if b.get("working_bytes", 0) > budget:
+            b = dict(b, total_ns=math.inf, why=f"needs {size_text(b['working_bytes'])} of working memory, over the "
+                                               f"budget of {size_text(budget)} (max_memory=)")
         out[name] = b
     return out
 
@@ -114,17 +125,19 @@ def pick_for(params: PeakParams, n_seg: int, batch: int, length: int, compute: A
     Executions whose working memory exceeds ``budget`` bytes are not picked (:class:`OverBudget`
     when that leaves none).
 
-    Answers are remembered per cost model (bounded, least recently used first out); the
-    breakdowns returned are shared, so callers must not modify them.
+    The breakdown of a call shape is computed once per cost model and remembered (bounded,
+    least recently used first out); every budget is applied to it. The breakdowns returned
+    are shared, so callers must not modify them.
     """
     resolved = _model(device, model)
     if params.filters is not None and device == "cpu" and model is None:
         calibrate.complete_background(resolved)  # a quick model gains the find_peaks curve once it is compiled
-    key = (params, n_seg, batch, length, np.dtype(compute).name, device, legacy_mode(), budget)
-    hit = _PICKS.get(key)
-    if hit is not None and hit[0] is resolved:
-        return hit[1]
-    info = strategy_breakdown(params, n_seg, batch, length, compute, device, resolved, budget=budget)
+    key = (params, n_seg, batch, length, np.dtype(compute).name, device)
+    hit = _BREAKDOWNS.get(key)
+    if hit is None or hit[0] is not resolved:
+        hit = (resolved, strategy_breakdown(params, n_seg, batch, length, compute, device, resolved))
+        _BREAKDOWNS.put(key, hit)
+    info = within_budget(hit[1], budget)
     finite = {n: v["total_ns"] for n, v in info.items() if math.isfinite(v["total_ns"])}
     if not finite:
         why = "; ".join(f"{n}: {v.get('why')}" for n, v in info.items())
@@ -143,7 +156,6 @@ def pick_for(params: PeakParams, n_seg: int, batch: int, length: int, compute: A
     if os.environ.get("WELCHPEAKS_TRACE", "") not in ("", "0"):
         log.warning("pick %s for batch %d, n_fft %d, k %d, %d segments, %s (%s): %s", choice, batch, params.n_fft,
                     params.k, n_seg, params.mode, why, {n: round(v) for n, v in finite.items()})
-    _PICKS.put(key, (resolved, (choice, info, why)))
     return choice, info, why
 
 

@@ -368,8 +368,13 @@ class Planner:
         """The compiled graph of ``ex`` for this call (compiled once per graph structure), and
         the fusion decision behind it."""
         graph, decision = self.graph(ex, n_seg, rows, length, compute)
+        return self._compiled(ex, graph, n_seg, compute), decision
+
+    def _compiled(self, ex: backends.Execution, graph: Graph, n_seg: int, compute: np.dtype) -> Program:
+        """``graph`` compiled for ``ex``'s backend, once per graph structure (every batch size
+        of one structure shares the program)."""
         key = (ex.backend, self.params, n_seg, np.dtype(compute).name, tuple(n.op for n in graph.nodes))
-        return _PROGRAMS.get_or_make(key, lambda: compile(graph, ex.backend)), decision
+        return _PROGRAMS.get_or_make(key, lambda: compile(graph, ex.backend))
 
     def plan(self, rows: int, length: int, input_dtype: np.dtype, tensor: bool = False) -> CallPlan:
         """How a call on ``rows`` signals of ``length`` samples is computed (remembered);
@@ -391,9 +396,8 @@ class Planner:
                 why += ("; the host data is uploaded to the CUDA device" if upload else
                         "; on CPU tensors through Triton's interpreter (TRITON_INTERPRET=1)"
                         if backends.interpreting() else "; on CPU tensors (torch sees no CUDA device)")
-            program, fusion = self.program(ex, n_seg, rows, length, compute)
-            # this batch's graph: the compiled program is shared by every batch of its structure
-            graph = self.graph(ex, n_seg, rows, length, compute)[0]
+            graph, fusion = self.graph(ex, n_seg, rows, length, compute)  # built once, priced and run
+            program = self._compiled(ex, graph, n_seg, compute)
             working = peak_working_bytes(graph)
             block, piece = None, None
             if working > budget:

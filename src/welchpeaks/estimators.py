@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-INTERP_METHODS = ("auto", "window", "power-parabola", "log-parabola", "none")
+from welchpeaks.spec import PARAMS, check_choice
+
+INTERP_METHODS = tuple(PARAMS["interp"].choices)
 #: a neighbour under this fraction of the peak's power counts as zero (120 dB: rounding)
 ZERO_BELOW = 1e-12
 
@@ -190,8 +192,7 @@ def resolve_interp(interp: str, window: np.ndarray) -> tuple[str, float]:
     :func:`interp_offset`. ``'window'`` is the window's exact estimator (periodic Hann, boxcar)
     and an error for windows without one; ``'auto'`` takes it where there is one, else the power
     parabola with the window's fitted exponent."""
-    if interp not in INTERP_METHODS:
-        raise ValueError(f"interp={interp!r} is unknown; use one of {list(INTERP_METHODS)}")
+    interp = check_choice("interp", interp)
     exact = exact_estimator(window)
     if interp == "window":
         if exact is None:

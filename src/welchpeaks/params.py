@@ -8,20 +8,21 @@ from __future__ import annotations
 
 import hashlib
 import numbers
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from welchpeaks.spec import MEASURES, PARAMS, check_choice
+
 #: Segment layouts of the original system, accepted by name for ``segments``.
 PRESETS: dict[str, int] = {"ultra": 1, "fast": 2, "reference": 8}
 
-MODES = ("peaks", "bins")
-SCALINGS = ("density", "spectrum")
-NAN_POLICIES = ("raise", "propagate")
-COMPUTE_DTYPES = ("float32", "float64")
+MODES = tuple(PARAMS["mode"].choices)
+COMPUTE_DTYPES = tuple(PARAMS["dtype"].choices)
 #: precision of the DFT products on GPU tensor cores (CPU executions always compute in ``dtype``)
-PRECISIONS = ("fp32", "tf32", "bf16")
+PRECISIONS = tuple(PARAMS["precision"].choices)
 #: The longest segment a parameter set may declare (its window is built at once).
 MAX_N_FFT = 1 << 24
 #: PSD scales (1 / (fs * sum(w**2)) or 1 / sum(w)**2) allowed: powers in float32 keep their
@@ -86,12 +87,18 @@ def resolve_window(window: Any, n_fft: int) -> np.ndarray:
         from scipy.signal import get_window
 
         try:
-            return np.asarray(get_window(window, n_fft), dtype=np.float64)
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a parameter out of range: refused below, without scipy's noise
+                arr = np.asarray(get_window(window, n_fft), dtype=np.float64)
         except (ValueError, TypeError) as exc:
             raise ValueError(
                 f"window={window!r} is not a window scipy.signal.get_window knows ({exc}); "
                 "use a name such as 'hann', 'hamming', 'blackman', ('kaiser', 8.0) or an array"
             ) from None
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"window={window!r} has values scipy.signal.get_window cannot compute (NaN or infinity "
+                             "for that parameter); pass a parameter of ordinary size, such as ('kaiser', 8.0)")
+        return arr
     arr = np.asarray(window)
     if arr.ndim != 1 or arr.shape[0] != n_fft:
         raise ValueError(
@@ -127,8 +134,6 @@ def _check_scale(window: np.ndarray, n_fft: int, fs: float | None, scaling: str)
                          "with values near 1")
 
 
-#: what ``measures=`` may ask for
-MEASURES = ("snr", "prominence", "width")
 #: a result's name of each measure (``measures``' keys)
 MEASURE_NAMES = {"snr": "snr_db", "prominence": "prominence", "width": "width"}
 
@@ -349,36 +354,26 @@ def make_params(
         if not np.isfinite(fs) or fs <= 0:
             raise ValueError(f"fs={fs!r} must be a positive, finite sample rate in Hz, or None")
         fs = float(fs)
-    if not isinstance(mode, str) or mode not in MODES:
-        raise ValueError(f"mode={mode!r} is unknown; use 'peaks' (local maxima) or 'bins' (top bins)")
-    if not (detrend is False or (isinstance(detrend, str) and detrend in ("constant", "linear"))):
-        raise ValueError(
-            f"detrend={detrend!r} is not supported by welch_peaks; use 'constant', 'linear' or False "
-            "(welchpeaks.welch accepts a callable)"
-        )
-    if not isinstance(scaling, str) or scaling not in SCALINGS:
-        raise ValueError(f"scaling={scaling!r} is unknown; use 'density' (V**2/Hz) or 'spectrum' (V**2)")
+    mode = check_choice("mode", mode)
+    detrend = check_choice("detrend", detrend)  # (welchpeaks.welch accepts a callable too)
+    scaling = check_choice("scaling", scaling)
     min_distance = _require_int(
         "min_distance", min_distance, 1, "pass min_distance=1 (no thinning) or more bins"
     )
     min_distance = min(min_distance, n_bins)  # any larger distance keeps one peak, like n_bins
-    if not isinstance(nan_policy, str) or nan_policy not in NAN_POLICIES:
-        raise ValueError(f"nan_policy={nan_policy!r} is unknown; use 'raise' or 'propagate'")
+    nan_policy = check_choice("nan_policy", nan_policy)
     if dtype is not None:
         try:
-            dtype = np.dtype(dtype).name
-        except TypeError:
-            pass
-        if dtype not in COMPUTE_DTYPES:
-            raise ValueError(f"dtype={dtype!r} is not a compute precision; use 'float32', 'float64' or None")
-    if not isinstance(precision, str) or precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is unknown; use 'fp32' (default: fp32-accurate products, "
-                         "three tf32 passes on tensor cores) or 'tf32' (faster, less accurate); 'bf16' runs in "
-                         "Triton's interpreter only for now (see docs/performance-history.md)")
+            name = np.dtype(dtype).name
+        except (TypeError, ValueError):
+            name = None
+        dtype = check_choice("dtype", name if name in COMPUTE_DTYPES else dtype)  # the error quotes what was given
+    precision = check_choice("precision", precision)
     window_array = resolve_window(window, n_fft)
     _check_scale(window_array, n_fft, fs, scaling)
     from welchpeaks.estimators import resolve_interp
 
+    interp = check_choice("interp", interp)
     interp_method, interp_alpha = resolve_interp(interp, window_array)
     if not isinstance(edges, (bool, np.bool_)):
         raise TypeError(f"edges={edges!r} must be True (DC and Nyquist may be peaks) or False (default: never)")

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from welchpeaks import backends
+from welchpeaks import backends, spec
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
 from welchpeaks.api.detailed import make_filters, merge_distance
@@ -28,7 +28,7 @@ from welchpeaks.sources import SignalSource
 #: Bytes of signals read from a source per block when no max_memory is given
 SOURCE_BLOCK_BYTES = 64 << 20
 
-DEVICES = ("cpu", "cuda")
+DEVICES = tuple(spec.PARAMS["device"].choices)
 
 
 def check_result_size(params: PeakParams, rows: int, frames: int | None, dtype: Any, max_memory: int | None,
@@ -63,8 +63,7 @@ def available_strategies(device: str = "cpu") -> list[str]:
 
 
 def _check_device(device: str) -> None:
-    if device not in DEVICES:
-        raise ValueError(f"device={device!r} is unknown; use one of {list(DEVICES)}")
+    spec.check_choice("device", device)
     if device == "cuda":
         try:
             from welchpeaks.backends.torch_exec import import_torch
@@ -192,12 +191,7 @@ class WelchPeaks:
         measures: Any = None,
         noise_bins: int | None = None,
     ):
-        self._init = dict(n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, device=device, window=window,
-                          detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy=nan_policy,
-                          dtype=dtype, precision=precision, layout=layout, model=model, min_recall=min_recall,
-                          max_memory=max_memory, interp=interp, edges=edges, height=height, threshold=threshold,
-                          distance=distance, prominence=prominence, width=width, wlen=wlen, rel_height=rel_height,
-                          snr_db=snr_db, measures=measures, noise_bins=noise_bins)
+        self._init = {name: value for name, value in spec.pick(locals(), "WelchPeaks").items() if name != "strategy"}
         min_distance = merge_distance(distance, min_distance)
         filters = make_filters(height=height, threshold=threshold, prominence=prominence, width=width, wlen=wlen,
                                rel_height=rel_height, snr_db=snr_db, measures=measures, noise_bins=noise_bins)
@@ -612,12 +606,7 @@ def welch_peaks(
     """
     if fs is None and isinstance(x, SignalSource):
         fs = x.fs
-    kw = dict(n_fft=n_fft, k=k, segments=segments, hop=hop, fs=fs, mode=mode, strategy=strategy, device=device,
-              window=window, detrend=detrend, scaling=scaling, min_distance=min_distance, nan_policy=nan_policy,
-              dtype=dtype, precision=precision, layout=layout, model=model, min_recall=min_recall,
-              max_memory=max_memory, interp=interp, edges=edges, height=height, threshold=threshold, distance=distance,
-              prominence=prominence, width=width, wlen=wlen, rel_height=rel_height, snr_db=snr_db, measures=measures,
-              noise_bins=noise_bins)
+    kw = spec.pick(locals(), "welch_peaks")
     if lazy.is_dask(x):
         if model is not None or device != "cpu":
             raise ValueError("dask arrays run on the CPU executions in this version; drop model= and device=")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from welchpeaks import spec
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
 from welchpeaks.api.peaks import SOURCE_BLOCK_BYTES, WelchPeaks, check_result_size
@@ -67,17 +68,12 @@ class Tracker:
         self.frame_hop = self.frame_segments if frame_hop is None else _check_count(
             "frame_hop", frame_hop, "pass how many segments a frame advances (default frame_segments: no overlap)")
         # the executor always leaves non-finite frames empty; the policy is applied here, per frame
-        self.peaks = WelchPeaks(n_fft=n_fft, k=k, segments=self.frame_segments, hop=hop, fs=fs, mode=mode,
-                                strategy=strategy, window=window, detrend=detrend, scaling=scaling,
-                                min_distance=min_distance, nan_policy="propagate", dtype=dtype, max_memory=max_memory,
-                                interp=interp, edges=edges, height=height, threshold=threshold, distance=distance,
-                                prominence=prominence, width=width, wlen=wlen, rel_height=rel_height, snr_db=snr_db,
-                                measures=measures, noise_bins=noise_bins)
+        passed = {name: value for name, value in spec.pick(locals(), "Tracker").items()
+                  if name not in ("frame_segments", "frame_hop", "nan_policy")}
+        self.peaks = WelchPeaks(segments=self.frame_segments, nan_policy="propagate", **passed)
         self._last: WelchPeaks | None = None
         self._shared_plans: dict[str, SharedFrames] = {}
-        if nan_policy not in ("raise", "propagate"):
-            raise ValueError(f"nan_policy={nan_policy!r} is unknown; use 'raise' or 'propagate'")
-        self.nan_policy = nan_policy
+        self.nan_policy = spec.check_choice("nan_policy", nan_policy)
         p = self.params
         self.frame = p.frame_length(self.frame_segments)
         self.step = self.frame_hop * p.hop
@@ -390,11 +386,7 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
     """
     if fs is None and isinstance(x, SignalSource):
         fs = x.fs
-    kw = dict(n_fft=n_fft, k=k, hop=hop, frame_segments=frame_segments, frame_hop=frame_hop, fs=fs, mode=mode,
-              strategy=strategy, window=window, detrend=detrend, scaling=scaling, min_distance=min_distance,
-              nan_policy=nan_policy, dtype=dtype, max_memory=max_memory, interp=interp, edges=edges, height=height,
-              threshold=threshold, distance=distance, prominence=prominence, width=width, wlen=wlen,
-              rel_height=rel_height, snr_db=snr_db, measures=measures, noise_bins=noise_bins)
+    kw = spec.pick(locals(), "track")
     if lazy.is_dask(x):
         return lazy.track(x, Tracker, kw)
     return Tracker(**kw)(x)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from welchpeaks import spec
 from welchpeaks.files import OutputPathError, check_writable, write_atomic
 
 console = Console()
@@ -64,6 +66,72 @@ def finish_background_calibration() -> None:
     if calibrate.measuring():
         err.print("finishing the one-time measurement of this machine (about a minute; cached for next time) ...")
         calibrate.wait_background()
+
+
+def option(name: str, default: Any = ..., help: str | None = None) -> Any:
+    """The command-line option of parameter ``name`` from the one table of parameters
+    (:mod:`welchpeaks.spec`): its flag, default and help (a command may give its own default or
+    help where it differs, and says why)."""
+    p = spec.PARAMS[name]
+    assert p.flag is not None, name
+    return typer.Option(p.default if default is ... else default, p.flag, help=help or p.help())
+
+
+def parse_segments(value: Optional[str]) -> int | str | None:
+    """``--segments``: a number, a preset name, or all (None)."""
+    if value is None or value.lower() in ("all", "none"):
+        return None
+    return int(value) if value.isdigit() else value
+
+
+def parse_window(text: str) -> str | tuple:
+    """``--window``: a name (``hann``), or a name and its parameters (``kaiser,8`` is
+    ``('kaiser', 8.0)``), as ``scipy.signal.get_window`` takes them."""
+    name, *args = [part.strip() for part in text.split(",")]
+    try:
+        values = [float(a) for a in args]
+    except ValueError:
+        values = None
+    if not name or values is None or not all(math.isfinite(v) for v in values):
+        fail(f"--window {text!r}: give a window name (hann) or a name and finite numbers (kaiser,8 or tukey,0.25)")
+    return (name, *values) if values else name
+
+
+def parse_choice(name: str, text: Optional[str]) -> Any:
+    """A choice option (``--mode``, ``--scaling``, ...) as the API takes it: any case, ``none``
+    for False; else a one-line error naming the flag and the choices."""
+    if text is None:
+        return None
+    choices = spec.PARAMS[name].choices or {}
+    value = text.strip().lower()
+    for choice in choices:
+        if value == str(choice).lower() or (choice is False and value in ("none", "false")):
+            return choice
+    if name == "dtype":  # numpy's spellings (f4, double, ...)
+        try:
+            import numpy as np
+
+            if np.dtype(value).name in choices:
+                return np.dtype(value).name
+        except (TypeError, ValueError):
+            pass
+    listed = ", ".join(str(c).lower() if c is not False else "none" for c in choices)
+    fail(f"{spec.PARAMS[name].flag} {text!r}: use one of {listed}")
+
+
+def check_parameters(kw: dict[str, Any], fs: Optional[float]) -> None:
+    """The Welch, selection and filter parameters of a command checked once, before any file is
+    read: a bad value is a one-line error, not one per file."""
+    from welchpeaks.api.detailed import make_filters, merge_distance
+    from welchpeaks.params import make_params
+
+    given = {n: v for n, v in kw.items() if n in spec.TAKES["make_params"]}
+    filters = {n: kw[n] for n in ("height", "prominence", "snr_db", "measures") if n in kw}
+    try:
+        given["min_distance"] = merge_distance(kw.get("distance"), given.get("min_distance", 1))
+        make_params(**given, fs=fs, filters=make_filters(**filters))
+    except (ValueError, TypeError) as exc:
+        fail(str(exc))
 
 
 def filter_options(height: Optional[float], prominence: Optional[float], snr_db: Optional[float],

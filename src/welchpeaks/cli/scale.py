@@ -12,8 +12,10 @@ from typing import Any, Optional
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from welchpeaks.cli.common import check_output, console, err, filter_options, finish_background_calibration
+from welchpeaks.cli.common import (check_output, check_parameters, console, err, filter_options,
+                                   finish_background_calibration, option, parse_choice, parse_window)
 from welchpeaks.cli.common import fail as _fail
+from welchpeaks.spec import MEASURES
 from welchpeaks.cli.job import Job, JobError, Unit, bytes_of, staging_dir
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "kib": 2**10, "mib": 2**20,
@@ -178,25 +180,27 @@ def track(
     out: Path = typer.Option(..., "--out", help="Results, written as chunks finish: .parquet, .zarr, .csv or .jsonl "
                                                "(one row per peak: file, signal, time, rank, bin, freq, power, then "
                                                "the --measures)."),
-    k: int = typer.Option(16, "--k", help="Peaks per frame."),
-    n_fft: int = typer.Option(256, "--n-fft", help="Segment length."),
-    hop: Optional[int] = typer.Option(None, "--hop", help="Samples between segments [default: n_fft/2]."),
-    frame_segments: int = typer.Option(8, "--frame-segments", help="Welch segments per frame."),
-    frame_hop: Optional[int] = typer.Option(None, "--frame-hop",
-                                            help="Segments between frame starts [default: frame-segments]."),
-    fs: Optional[float] = typer.Option(None, "--fs", help="Sample rate of sources without one [default: the file's]."),
-    mode: str = typer.Option("peaks", "--mode", help="peaks (local maxima) or bins (top bins)."),
-    min_distance: int = typer.Option(1, "--min-distance", help="Minimum bins between peaks."),
-    interp: str = typer.Option("auto", "--interp", help="Sub-bin frequency estimator: auto, window, power-parabola, "
-                                                        "log-parabola or none (docs/accuracy.md)."),
-    edges: bool = typer.Option(False, "--edges", help="Let DC and Nyquist be peaks (they never are by default)."),
-    height: Optional[float] = typer.Option(None, "--height", help="Least PSD value of a peak (scipy's height)."),
-    prominence: Optional[float] = typer.Option(None, "--prominence", help="Least prominence (scipy's, PSD units)."),
-    snr_db: Optional[float] = typer.Option(None, "--snr-db", help="Least SNR in dB over the frame's median PSD."),
-    measures: Optional[str] = typer.Option(None, "--measures", help="Per-peak measures, written as columns: some of "
-                                                                    "snr,prominence,width."),
-    strategy: str = typer.Option("auto", "--strategy", help="auto or an execution (welchpeaks strategies)."),
-    nan_policy: str = typer.Option("raise", "--nan-policy", help="raise, or propagate (empty frames)."),
+    k: int = option("k", help="Peaks per frame, strongest first."),
+    n_fft: int = option("n_fft"),
+    hop: Optional[int] = option("hop"),
+    frame_segments: int = option("frame_segments"),
+    frame_hop: Optional[int] = option("frame_hop"),
+    fs: Optional[float] = option("fs", help="Sample rate in Hz of sources without one [default: the file's]."),
+    window: str = option("window"),
+    detrend: str = option("detrend"),
+    scaling: str = option("scaling"),
+    mode: str = option("mode"),
+    min_distance: int = option("min_distance"),
+    interp: str = option("interp"),
+    edges: bool = option("edges"),
+    height: Optional[float] = option("height"),
+    prominence: Optional[float] = option("prominence"),
+    snr_db: Optional[float] = option("snr_db", help="Least SNR in dB over the frame's median PSD."),
+    measures: Optional[str] = option("measures", help=f"Per-peak measures, written as columns: some of "
+                                                      f"{','.join(MEASURES)}."),
+    strategy: str = option("strategy"),
+    nan_policy: str = option("nan_policy", help="raise, or propagate (empty frames)."),
+    dtype: Optional[str] = option("dtype"),
     memory: str = typer.Option("1GB", "--memory", help="Memory bound of the run (chunks of 4 MiB of samples in "
                                                        "flight, the rest for the computation)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Run on a local dask cluster of N processes."),
@@ -205,7 +209,10 @@ def track(
 ) -> None:
     """Peaks over time of every signal in FILES, in bounded memory, resumable: run the same
     command again after an interruption and it continues where it stopped."""
-    kw = dict(n_fft=n_fft, k=k, hop=hop, frame_segments=frame_segments, frame_hop=frame_hop, mode=mode,
-              min_distance=min_distance, strategy=strategy, nan_policy=nan_policy, interp=interp, edges=edges,
-              **filter_options(height, prominence, snr_db, measures))
+    kw = dict(n_fft=n_fft, k=k, hop=hop, frame_segments=frame_segments, frame_hop=frame_hop,
+              window=parse_window(window), detrend=parse_choice("detrend", detrend),
+              scaling=parse_choice("scaling", scaling), mode=parse_choice("mode", mode), min_distance=min_distance,
+              strategy=strategy, nan_policy=parse_choice("nan_policy", nan_policy), dtype=parse_choice("dtype", dtype),
+              interp=parse_choice("interp", interp), edges=edges, **filter_options(height, prominence, snr_db, measures))
+    check_parameters(kw, fs)
     run_job("track", files, kw, fs, out, memory, workers, scheduler, quiet)

@@ -1,0 +1,447 @@
+"""``welchpeaks bench``: the benchmarks, each against what users would otherwise write, timed
+in one run (JSON with ``--json``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from welchpeaks.cli.common import app_options, check_output, console, err, write_output
+from welchpeaks.cli.common import check_mode as _check_mode
+from welchpeaks.cli.common import fail as _fail
+from welchpeaks.cli.common import int_list as _int_list
+from welchpeaks.cli.common import write_json as _write_json
+from welchpeaks.files import write_atomic
+
+bench_app = typer.Typer(**{**app_options(
+    "Benchmarks (JSON with --json). Without a subcommand: the executions against scipy + top-k."),
+    "no_args_is_help": False})
+
+
+@bench_app.callback(invoke_without_command=True)
+def bench(
+    ctx: typer.Context,
+    batch: str = typer.Option("32,1024,8192", "--batch", help="Batches: 32,1024 or a range 32-8192."),
+    n_fft: str = typer.Option("256", "--n-fft", help="Segment lengths, comma-separated."),
+    k: str = typer.Option("16", "--k", help="Peaks per signal, comma-separated."),
+    segments: str = typer.Option("2", "--segments", help="Segments, comma-separated."),
+    mode: str = typer.Option("peaks", "--mode", help="peaks, bins, or peaks,bins."),
+    repeats: int = typer.Option(15, "--repeats", help="Timed calls per row (median reported)."),
+    device: str = typer.Option("cpu", "--device", help="cpu (against scipy) or cuda (the GPU executions, CUDA "
+                                                       "events; with TRITON_INTERPRET=1 and no GPU, CPU tensors)."),
+    resident: str = typer.Option("device", "--resident", help="With --device cuda: where the signals are, device "
+                                                              "or host (each call uploads them)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write rows and machine info as JSON."),
+    md_path: Optional[Path] = typer.Option(None, "--md", help="Write the rows as a markdown table."),
+) -> None:
+    """Time the executions against scipy.signal.welch + top-k on the same data (--device cpu),
+    or the GPU executions against each other and a device copy (--device cuda)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from welchpeaks.bench.peaks import Cell, markdown_table, time_cell
+    from welchpeaks.machine import machine_info
+
+    if repeats < 3:
+        _fail("--repeats must be >= 3 for a median and a range")
+    if device not in ("cpu", "cuda") or resident not in ("device", "host"):
+        _fail(f"--device {device!r} --resident {resident!r}: use --device cpu or cuda, --resident device or host")
+    check_output(json_path, "--json")
+    check_output(md_path, "--md")
+    modes = _check_mode(mode)
+    cells = [
+        Cell(b, n, kk, s, m)
+        for n in _int_list(n_fft, "n-fft")
+        for kk in _int_list(k, "k")
+        for s in _int_list(segments, "segments")
+        for m in modes
+        for b in _int_list(batch, "batch")
+    ]
+    info = machine_info()
+    console.print(f"{info['cpu']}, {info['cores']} cores, numba threads {info['numba_threads']}; {info['versions']}")
+    if device == "cuda":
+        _bench_cuda(cells, repeats, resident, info, json_path)
+        return
+    all_rows = []
+    for cell in cells:
+        rows = time_cell(cell, repeats)
+        all_rows.extend(rows)
+        table = Table(
+            title=f"batch {cell.batch}, n_fft {cell.n_fft}, k {cell.k}, segments {cell.segments}, mode {cell.mode}"
+        )
+        for col in ("execution", "median ms", "min-max ms", "x scipy", "/ fft floor"):
+            table.add_column(col, justify="right")
+        for r in rows:
+            table.add_row(
+                r["execution"], f"{r['median_ms']:.3f}", f"{r['min_ms']:.3f}-{r['max_ms']:.3f}",
+                f"{r['speedup_vs_scipy']:.1f}", f"{r['floor_ratio']:.2f}",
+            )
+        console.print(table)
+    _write_json(json_path, {"machine": info, "rows": all_rows})
+    write_output(md_path, markdown_table(all_rows), "--md")
+
+
+@bench_app.command("phases")
+def bench_phases(
+    batch: str = typer.Option("32", "--batch", help="Batches: 32,1024 or a power-of-two range 32-8192."),
+    n_fft: int = typer.Option(256, "--n-fft", help="Segment length."),
+    k: int = typer.Option(16, "--k", help="Peaks per signal."),
+    segments: int = typer.Option(2, "--segments", help="Segments per signal."),
+    mode: str = typer.Option("peaks", "--mode", help="peaks or bins."),
+    repeats: int = typer.Option(15, "--repeats", help="Timed runs per phase (at least 10)."),
+    device: str = typer.Option("cpu", "--device", help="Device (cpu)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the reports as JSON."),
+) -> None:
+    """The fusion phases (baseline, block, fused): IO profiles, the gate, predicted vs measured."""
+    from welchpeaks.bench.phases import run_phases
+    from welchpeaks.machine import machine_info
+
+    check_output(json_path, "--json")
+    _check_mode(mode)
+    reports = []
+    for b in _int_list(batch, "batch"):
+        try:
+            rep = run_phases(b, n_fft=n_fft, k=k, segments=segments, mode=mode, repeats=repeats, device=device)
+        except ValueError as exc:
+            _fail(str(exc))
+        reports.append(rep)
+        table = Table(title=f"phases: batch {b}, n_fft {n_fft}, k {k}, {segments} segment(s), {mode} on {device} "
+                            f"({rep['cost_model']} cost model)")
+        for col in ("phase", "launch", "host B", "traffic B", "ms", "min-max", "x base", "pred ms", "p/m"):
+            table.add_column(col, justify="right")
+        for r in rep["rows"]:
+            io = r["io"]
+            table.add_row(r["phase"], str(io["kernel_launches"]), f"{io['host_output_bytes']:,}",
+                          f"{io['device_traffic_bytes']:,}", f"{r['median_ms']:.3f}", f"{r['min_ms']:.3f}-{r['max_ms']:.3f}",
+                          f"{r['speedup_vs_baseline']:.2f}", f"{r['predicted_ms']:.3f}", f"{r['predicted_over_measured']:.2f}")
+        console.print(table)
+        bf, gate = rep["fusion_benefit"], rep["gate"]
+        console.print(
+            f"baseline -> fused saves {bf['launches_saved']} launches, {bf['sync_points_saved']} syncs, "
+            f"{bf['host_readback_bytes_saved']:,} readback bytes, {bf['device_traffic_bytes_saved']:,} traffic bytes; "
+            f"gate ({gate['status']}) score {gate['score_ns'] / 1e3:,.1f} us vs min gain {gate['min_gain_ns'] / 1e3:,.1f} us: "
+            f"{'fuse' if gate['fuse'] else 'do not fuse'}; auto picks {rep['auto']}"
+        )
+    if len(reports) > 1:
+        table = Table(title="crossover")
+        for col in ("batch", "block x", "fused x", "gate score us", "fuse", "auto"):
+            table.add_column(col, justify="right")
+        for rep in reports:
+            by = {r["phase"]: r for r in rep["rows"]}
+            table.add_row(str(rep["batch"]), f"{by['block']['speedup_vs_baseline']:.2f}",
+                          f"{by['fused']['speedup_vs_baseline']:.2f}", f"{rep['gate']['score_ns'] / 1e3:,.1f}",
+                          "yes" if rep["gate"]["fuse"] else "no", rep["auto"])
+        console.print(table)
+    _write_json(json_path, {"machine": machine_info(), "reports": reports})
+
+
+@bench_app.command("scale")
+def bench_scale(
+    which: str = typer.Option(",".join(("long-rows", "zarr-cli", "dask", "track")), "--which",
+                              help="Experiments, comma-separated: long-rows, zarr-cli, dask, track."),
+    workdir: Path = typer.Option(Path("."), "--dir", help="Where the bench writes its data files (kept for reruns)."),
+    size_gb: float = typer.Option(4.0, "--size-gb", help="Size of the Zarr array on disk (GB)."),
+    repeats: int = typer.Option(3, "--repeats", help="Runs per figure (median and min-max)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the figures and machine info as JSON."),
+) -> None:
+    """Real data at scale: long rows, the CLI over a Zarr array on disk (time, peak memory), Dask
+    with 1 and 2 workers, and track over a long recording; each figure in its own process."""
+    from welchpeaks.bench.scale import EXPERIMENTS, run
+    from welchpeaks.machine import machine_info
+
+    chosen = [w.strip() for w in which.split(",") if w.strip()]
+    bad = [w for w in chosen if w not in EXPERIMENTS]
+    if bad or not chosen:
+        _fail(f"--which {which!r}: use some of {', '.join(EXPERIMENTS)}")
+    if not workdir.is_dir():
+        _fail(f"--dir {str(workdir)!r} is not a folder")
+    if repeats < 1 or size_gb <= 0:
+        _fail("--repeats must be >= 1 and --size-gb > 0")
+    check_output(json_path, "--json")
+    info = machine_info()
+    try:
+        res = run(chosen, workdir, size_gb, repeats, lambda s: err.print(s, highlight=False))
+    except RuntimeError as exc:
+        _fail(str(exc))
+    console.print_json(json.dumps(res, default=str))
+    _write_json(json_path, {"machine": info, **res})
+
+
+@bench_app.command("accuracy")
+def bench_accuracy(
+    trials: int = typer.Option(1000, "--trials", help="Tones per cell (random frequency and phase)."),
+    n_fft: int = typer.Option(256, "--n-fft", help="Segment length."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the tones and the noise."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write every cell, the targets and machine info."),
+    md_path: Optional[Path] = typer.Option(None, "--md", help="Write the tables as Markdown."),
+) -> None:
+    """Bias and RMSE (bins) of each sub-bin estimator per window, segments (1, 2, 8) and SNR
+    (noiseless, 40, 20, 0 dB), against the Cramér-Rao bound and the maximum of the zero-padded
+    Welch PSD (psd-max: what refining the peak can reach), in one run; float64, and float32
+    noiseless."""
+    from welchpeaks.bench.accuracy import markdown, run, targets
+    from welchpeaks.machine import machine_info
+
+    if trials < 10 or n_fft < 64:
+        _fail("--trials must be >= 10 and --n-fft >= 64 (tones sit 10 bins from DC and Nyquist)")
+    check_output(json_path, "--json")
+    check_output(md_path, "--md")
+    res = run(n_fft=n_fft, trials=trials, seed=seed)
+    res32 = run(n_fft=n_fft, trials=trials, seed=seed, dtype="float32", snrs_db=(None,))
+    checks = targets(res, res32)
+    table = Table(title=f"sub-bin accuracy: n_fft {n_fft}, {trials} tones per cell, RMSE in bins (CRB)")
+    names = ("auto", "window", "power-parabola", "log-parabola", "psd-max")
+    for col in ("window", "segments", "SNR", *names):
+        table.add_column(col, justify="right")
+    for (w, seg, snr), row in _accuracy_rows(res).items():
+        table.add_row(w, str(seg), "inf" if snr is None else f"{snr:g} dB",
+                      *[f"{row[n]:.2e}" if n in row else "-" for n in names])
+    console.print(table)
+    for c in checks:
+        ref = "" if c.get("reference") is None else f" (psd-max: {c['reference']:.3g})"
+        console.print(f"{'met' if c['met'] else 'NOT met'}: {c['target']}: {c['measured']:.3g}{ref}")
+    _write_json(json_path, {"machine": machine_info(), "float64": res, "float32": res32, "targets": checks})
+    write_output(md_path, markdown(res, res32, checks), "--md")
+
+
+def _accuracy_rows(res: dict) -> dict:
+    rows: dict = {}
+    for c in res["cells"]:
+        rows.setdefault((c["window"], c["segments"], c["snr_db"]), {})[c["interp"]] = c["rmse_bins"]
+    return rows
+
+
+@bench_app.command("find-peaks")
+def bench_find_peaks(
+    rows: int = typer.Option(8192, "--rows", help="Rows per call."),
+    n: int = typer.Option(1025, "--n", help="Samples per row (1025: the bins of n_fft 2048)."),
+    k: int = typer.Option(16, "--k", help="Peaks kept per row."),
+    repeats: int = typer.Option(5, "--repeats", help="Timed runs of each (median and min-max)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the figures and machine info as JSON."),
+) -> None:
+    """welchpeaks.find_peaks on a batch against a Python loop of scipy.signal.find_peaks with the
+    same arguments, in one run; also checks that both find the same peaks."""
+    from welchpeaks.bench.find_peaks import run
+    from welchpeaks.machine import machine_info
+
+    if rows < 1 or n < 3 or k < 1 or repeats < 1:
+        _fail("--rows, --k and --repeats must be >= 1 and --n >= 3")
+    check_output(json_path, "--json")
+    res = run(rows, n, k, repeats, progress=lambda s: err.print(s, highlight=False))
+    table = Table(title=f"find_peaks: {rows} rows of {n}, k {k}, medians of {repeats} (min-max)")
+    for col in ("filters", "welchpeaks ms", "scipy loop ms", "speed-up", "same peaks"):
+        table.add_column(col, justify="right")
+    for r in res["results"]:
+        w, s_ = r["welchpeaks"], r["scipy_loop"]
+        table.add_row(r["config"], f"{w['median_s'] * 1e3:.1f} ({w['min_s'] * 1e3:.1f}-{w['max_s'] * 1e3:.1f})",
+                      f"{s_['median_s'] * 1e3:.0f} ({s_['min_s'] * 1e3:.0f}-{s_['max_s'] * 1e3:.0f})",
+                      f"{r['speedup']:.1f}x", "yes" if r["same_peaks"] else "NO")
+    console.print(table)
+    _write_json(json_path, {"machine": machine_info(), **res})
+
+
+@bench_app.command("measures")
+def bench_measures(
+    batch: int = typer.Option(8192, "--batch", help="Signals per call."),
+    n_fft: int = typer.Option(256, "--n-fft", help="Segment length."),
+    segments: int = typer.Option(2, "--segments", help="Welch segments per signal."),
+    k: int = typer.Option(16, "--k", help="Peaks per signal."),
+    repeats: int = typer.Option(7, "--repeats", help="Timed rounds (median and min-max)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the figures and machine info as JSON."),
+) -> None:
+    """What interp=, edges=, scipy's filters and the per-peak measures cost welch_peaks, against
+    the fused-cpu pass as it was before them, in one run, round robin."""
+    from welchpeaks.bench.measures import run
+    from welchpeaks.machine import machine_info
+
+    if min(batch, k, repeats, segments) < 1 or n_fft < 4:
+        _fail("--batch, --k, --segments and --repeats must be >= 1 and --n-fft >= 4")
+    check_output(json_path, "--json")
+    res = run(batch, n_fft, segments, k, repeats, progress=lambda s: err.print(s, highlight=False))
+    table = Table(title=f"welch_peaks: {batch} x {n_fft}, {segments} segments, k {k}, medians of {repeats} (min-max)")
+    for col in ("call", "ran", "ms", "ratio"):
+        table.add_column(col, justify="right")
+    for r in res["results"]:
+        table.add_row(r["call"], r["strategy"], f"{r['median_ms']:.1f} ({r['min_ms']:.1f}-{r['max_ms']:.1f})",
+                      f"{r['ratio_to_before']:.2f}x")
+    console.print(table)
+    _write_json(json_path, {"machine": machine_info(), **res})
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM as an exit: the command's clean-up runs."""
+    raise SystemExit(128 + signum)
+
+
+@bench_app.command("picker")
+def bench_picker(
+    batch: Optional[str] = typer.Option(None, "--batch", help="Batches [default: 1,32,256,1024,8192,32768]."),
+    n_fft: Optional[str] = typer.Option(None, "--n-fft", help="Segment lengths [default: 64,256,1024,4096]."),
+    k: Optional[str] = typer.Option(None, "--k", help="Peaks per signal [default: 4,16,64]."),
+    segments: Optional[str] = typer.Option(None, "--segments", help="Segments; 'all' for all that fit (rows of 8) "
+                                                                    "[default: 2]."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, float64 or both [default: float32]."),
+    filters: bool = typer.Option(False, "--filters", help="Also each cell with filters and measures (prominence 0, "
+                                                          "the SNR measure)."),
+    long: Optional[str] = typer.Option(None, "--long", help="Cells of long rows, all segments, n_fft 1024: "
+                                                            "ROWSxSAMPLES,... (e.g. 16x4000000,64x10000000)."),
+    wide: bool = typer.Option(False, "--wide", help="Issue 36's grid: batch 32-65536, n_fft 64-4096 and 200, "
+                                                    "segments 1,2,8,all, float32 and float64, with and without filters."),
+    mode: str = typer.Option("peaks", "--mode", help="peaks or bins."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid (batch 1,256,8192; n_fft 64,1024; k 4,64)."),
+    repeats: int = typer.Option(9, "--repeats", help="Most timed calls per execution and cell."),
+    budget: float = typer.Option(2.0, "--budget", help="Seconds of timing per cell (at least 3 calls each)."),
+    device: str = typer.Option("cpu", "--device", help="cpu, or cuda: the GPU executions on device data (CUDA "
+                                                       "events; with TRITON_INTERPRET=1 and no GPU, CPU tensors)."),
+    calibration: str = typer.Option("cached", "--calibration", help="cached: the machine's model; quiet: measure one "
+                                                                    "first; loaded: measure one while --burners "
+                                                                    "CPU-bound processes run (both in a private cache)."),
+    loaded: bool = typer.Option(False, "--loaded", help="Short for --calibration loaded."),
+    burners: Optional[int] = typer.Option(None, "--burners", help="CPU-bound processes during a loaded calibration "
+                                                                  "[default: the cores]."),
+    full: bool = typer.Option(False, "--full-calibration", help="With quiet/loaded: a full model, not a quick one."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write cells and summary as JSON."),
+) -> None:
+    """Regret and prediction quality of strategy='auto' over a grid of cells."""
+    import os
+    import signal
+    import tempfile
+
+    from welchpeaks.bench import picker as bp
+    from welchpeaks.machine import machine_info
+    from welchpeaks.plan import calibrate as cal
+    from welchpeaks.plan.cost import set_cost_model
+
+    check_output(json_path, "--json")
+    _check_mode(mode)
+    calibration = "loaded" if loaded else calibration
+    if calibration not in ("cached", "quiet", "loaded"):
+        _fail(f"--calibration {calibration!r}: use cached, quiet or loaded")
+    if device != "cpu" and calibration != "cached":
+        _fail("--calibration quiet/loaded measures the CPU model; use it with --device cpu")
+    grid: dict[str, Any] = dict(bp.WIDE_GRID if wide else bp.QUICK_GRID if quick else bp.DEFAULT_GRID)
+    for name, value in (("batch", batch), ("n-fft", n_fft), ("k", k)):
+        if value is not None:
+            grid[name.replace("-", "_")] = _int_list(value, name)
+    if segments is not None:
+        grid["segments"] = [None if v.strip().lower() in ("all", "none") else _int_list(v, "segments")[0]
+                            for v in segments.split(",")]
+    if dtype is not None:
+        grid["dtype"] = [v.strip() for v in dtype.split(",")]
+        if not set(grid["dtype"]) <= {"float32", "float64"}:
+            _fail(f"--dtype {dtype!r}: use float32, float64 or float32,float64")
+    if filters:
+        grid["filters"] = [False, True]
+    if long:
+        try:
+            grid["long"] = [tuple(int(float(v)) for v in item.lower().split("x")) for item in long.split(",")]
+            if any(len(c) != 2 or min(c) < 1 for c in grid["long"]):
+                raise ValueError
+        except ValueError:
+            _fail(f"--long {long!r}: use ROWSxSAMPLES,... such as 16x4000000")
+    cores = os.cpu_count() or 1
+    if burners is not None and calibration != "loaded":
+        _fail("--burners: only with --calibration loaded (or --loaded)")
+    if burners is not None and not 0 <= burners <= 4 * cores:
+        _fail(f"--burners {burners}: use 0 to {4 * cores} (this machine has {cores} cores)")
+    doc: dict[str, Any] = {"machine": machine_info(), "calibration": calibration}
+    private = None
+    cal.REMEASURE = False  # the picks of the model as measured, corrected only by auto's own calls
+    cal.PERSIST = False  # and the corrections stay in this process: a benchmark never changes the machine's model
+    results = []
+    table = Table(title=f"picker on {device}, {mode}: predicted / measured ms per execution")
+    for col in ("cell", "executions (pred / meas ms)", "picked", "fastest", "regret", "auto"):
+        table.add_column(col, justify="right")
+    previous = signal.signal(signal.SIGTERM, _terminate)  # a kill runs the clean-up below (burners, private cache)
+    try:
+        if calibration != "cached":  # the experiment's model never replaces the machine's
+            private = tempfile.mkdtemp(prefix="welchpeaks-picker-")
+            users = os.environ.get("WELCHPEAKS_CACHE_DIR")
+            os.environ["WELCHPEAKS_CACHE_DIR"] = private
+            set_cost_model(None)
+            n = (burners if burners is not None else cores) if calibration == "loaded" else 0
+            err.print(f"measuring the cost model{f' while {n} CPU-bound processes run' if n else ''} ...")
+            try:
+                doc["calibrate"] = bp.loaded_calibration(n, quick=not full)
+            except ValueError as exc:
+                _fail(str(exc))
+            doc["calibrate"]["model"] = cal.describe(cal.load("cpu"))
+            err.print(f"  {doc['calibrate']['seconds']} s: {doc['calibrate']['model']}", highlight=False)
+        for cell in bp.cells(grid):
+            try:
+                r = bp.measure_cell(cell, device=device, mode=mode, repeats=repeats, budget_s=budget)
+            except (ValueError, MemoryError) as exc:
+                _fail(f"cell {cell}: {exc}")
+            results.append(r)
+            ex = "; ".join(f"{n} {r['predicted_ns'][n] / 1e6:.3g}/{r['measured'][n]['median_ms']:.3g}"
+                           for n in r["predicted_ns"])
+            name = (f"{r['batch']}x{r['length']} n_fft {r['n_fft']} k {r['k']} seg {r['segments'] or 'all'} "
+                    f"{r['dtype']}{' filters' if r['filters'] else ''}")
+            auto = f"{r['auto_ran']} {r['auto_regret']:.2f}" if "auto_ran" in r else ""
+            table.add_row(name, ex, r["picked"], r["fastest"], f"{r['regret']:.2f}", auto)
+            err.print(f"  {name}: regret {r['regret']:.2f}" + (f", auto {auto}" if auto else ""), highlight=False)
+            if json_path is not None:  # after every cell, so an interrupted run keeps what it measured
+                write_atomic(json_path, json.dumps({**doc, "grid": grid, "summary": bp.summarise(results),
+                                                    "cells": results}, indent=1, default=str))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if private is not None:
+            import shutil
+
+            shutil.rmtree(private, ignore_errors=True)
+            if users is None:
+                os.environ.pop("WELCHPEAKS_CACHE_DIR", None)
+            else:
+                os.environ["WELCHPEAKS_CACHE_DIR"] = users
+            set_cost_model(None)  # the experiment's model is gone with its cache
+    console.print(table)
+    s = bp.summarise(results)
+    console.print(
+        f"{s['cells']} cells: regret geomean {s['regret_geomean']:.3f}, worst {s['regret_worst']:.2f} "
+        f"({s['regret_worst_cell']}); predictions within [{s['band'][0]}, {s['band'][1]}]: "
+        f"{s['predictions_within_band']:.0%} of {s['predictions']}"
+        + (f"; auto's own calls: regret geomean {s['auto_regret_geomean']:.3f}, worst {s['auto_regret_worst']:.2f}"
+           if "auto_regret_geomean" in s else ""), highlight=False)
+    _write_json(json_path, {**doc, "grid": grid, "summary": s, "cells": results})
+
+
+def _bench_cuda(cells: list, repeats: int, resident: str, info: dict, json_path: Optional[Path]) -> None:
+    from welchpeaks.bench.gpu import time_cuda_cell, torch_device
+
+    try:
+        dev = torch_device()
+    except (ValueError, ImportError) as exc:
+        _fail(str(exc))
+    if dev == "cuda":
+        import torch
+
+        info = {**info, "gpu": torch.cuda.get_device_name(0), "cuda": torch.version.cuda}
+    else:
+        console.print("no GPU: CPU tensors through the Triton interpreter (the numbers are not a GPU's)")
+    all_rows: list[dict] = []
+    for i, cell in enumerate(cells):
+        title = (f"{dev}, signals on the {resident}: batch {cell.batch}, n_fft {cell.n_fft}, k {cell.k}, "
+                 f"segments {cell.segments}, mode {cell.mode}")
+        try:
+            rows = time_cuda_cell(cell, repeats, resident)
+        except Exception as exc:  # noqa: BLE001 - a cell that fails as a whole is recorded; the next is timed
+            rows = [{"execution": "(cell)", "batch": cell.batch, "n_fft": cell.n_fft, "k": cell.k,
+                     "segments": cell.segments, "mode": cell.mode, "error": f"{type(exc).__name__}: {exc}"[:400]}]
+        all_rows.extend(rows)
+        table = Table(title=title)
+        for col in ("execution", "median ms", "min-max ms", "GB/s", "of copy", "x torch", "first call ms"):
+            table.add_column(col, justify="right")
+        for r in rows:
+            if "error" in r:
+                table.add_row(r["execution"], f"failed: {r['error'][:60]}", *("-",) * 5)
+                continue
+            table.add_row(r["execution"], f"{r['median_ms']:.3f}", f"{r['min_ms']:.3f}-{r['max_ms']:.3f}",
+                          f"{r['algorithm_gbps']:.1f}", f"{r['of_copy_bandwidth']:.2f}", f"{r['speedup_vs_torch']:.1f}",
+                          f"{r['first_call_ms']:.0f}" if r.get("first_call_ms") is not None else "-")
+        console.print(table)
+        # after every cell: what was measured survives a failure or a time limit later on
+        _write_json(json_path, {"machine": info, "device": dev, "resident": resident, "rows": all_rows,
+                                "cells_done": i + 1, "cells": len(cells)})

@@ -239,3 +239,31 @@ def test_declared_sizes_are_checked_against_what_is_stored(tmp_path):
     with pytest.raises(SignalFileError, match=r"forged\.flac: declares 68,719,476,735 frames .* bytes hold at most"):
         welchpeaks.open_signals(tmp_path / "forged.flac")
     assert welchpeaks.open_signals(tmp_path / "ok.flac").parts[0].samples == 100_000
+
+
+def test_long_rows_take_the_chosen_executions_long_rows_mode(tmp_path, monkeypatch):
+    """The API asks the execution that runs a source's rows for its long-rows mode
+    (``Execution.long_rows``) and never names one: fused-cpu's takes them in pieces, bit for bit
+    its pass over whole rows; numpy has none, so its rows are read whole, one block at a time."""
+    from welchpeaks import backends
+
+    x = np.random.default_rng(21).standard_normal((2, 150_000)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    kw = dict(n_fft=256, k=4, segments=None)
+    asked = []
+    for name in ("fused-cpu", "numpy"):
+        cls = type(backends.get(name))
+        real = cls.long_rows
+        monkeypatch.setattr(cls, "long_rows", lambda self, *a, _real=real: asked.append(self.name) or _real(self, *a))
+    for name in ("fused-cpu", "numpy"):
+        asked.clear()
+        got = welchpeaks.welch_peaks(welchpeaks.open_signals(tmp_path / "x.npy"), strategy=name, max_memory=1 << 20,
+                                     **kw)
+        assert asked == [name], asked  # asked once per row length, whatever the number of blocks
+        assert got.strategy == name
+        want = welchpeaks.welch_peaks(x, strategy=name, **kw)
+        if name == "fused-cpu":
+            _same(got, want)
+        else:  # numpy's float32 mean over segments rounds differently on one row than on two
+            np.testing.assert_array_equal(got.bins, want.bins)
+            np.testing.assert_allclose(got.power, want.power, rtol=2e-6)

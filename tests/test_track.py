@@ -362,3 +362,28 @@ def test_whole_results_are_checked_before_they_are_allocated(tmp_path, monkeypat
     with pytest.raises(ValueError, match=r"the result \[8,192 signals, 1 frames, k=9\] .*welchpeaks track FILE --out"):
         welchpeaks.track(src, **kw)
     assert welchpeaks.welch_peaks(src, segments=1, n_fft=16, k=9, max_memory=64 << 20).bins.shape == (8192, 9)
+
+
+def test_overlapping_frames_take_the_executions_shared_frames_mode(monkeypatch):
+    """Overlapping frames ask the execution that runs them for its shared-frames mode
+    (``Execution.shared_frames``), once per precision: fused-cpu's computes each segment once
+    (frames equal to roundoff); where it gives none, every frame runs whole (bit for bit)."""
+    from welchpeaks import backends
+
+    x = np.random.default_rng(5).standard_normal((2, 6000)).astype(np.float32)
+    kw = dict(n_fft=128, k=4, strategy="fused-cpu", frame_segments=4, frame_hop=2)
+    cls = type(backends.get("fused-cpu"))
+    real, asked = cls.shared_frames, []
+    monkeypatch.setattr(cls, "shared_frames", lambda self, *a: asked.append(a[1:3]) or real(self, *a))
+    tr = welchpeaks.Tracker(**kw)
+    shared = tr(x)
+    tr(x)
+    assert asked == [(4, 2)]
+    monkeypatch.setattr(cls, "shared_frames", lambda self, *a: None)  # no such mode: frames run whole
+    whole = welchpeaks.track(x, **kw)
+    bins, power, _ = _frames_oracle(x, welchpeaks.Tracker(**kw), **{k: v for k, v in kw.items()
+                                                                    if k not in ("frame_segments", "frame_hop")})
+    np.testing.assert_array_equal(whole.power, power)
+    np.testing.assert_array_equal(shared.bins, bins)
+    np.testing.assert_allclose(shared.power, power, rtol=2e-6)
+    assert not np.array_equal(shared.power, power)  # the shared segments' roundoff: another path ran

@@ -196,7 +196,7 @@ class WelchPeaks:
         filters = make_filters(height=height, threshold=threshold, prominence=prominence, width=width, wlen=wlen,
                                rel_height=rel_height, snr_db=snr_db, measures=measures, noise_bins=noise_bins)
         self._pinned: dict[tuple[str, str], WelchPeaks] = {}
-        self._piece_plans: dict[tuple[int, str], Any] = {}
+        self._piece_plans: dict[tuple[str, int, str], Any] = {}
         self.layout = _check_layout(layout, segments)
         self.params = make_params(
             k=k, n_fft=n_fft, hop=hop, segments=1 if self.layout else segments, fs=fs, window=window,
@@ -292,24 +292,35 @@ class WelchPeaks:
             raise ValueError(f"{info.name}: with filters or measures each signal's analysed frame is read at once, "
                              f"{frame * src.dtype.itemsize} bytes, over the {budget}-byte budget; pass a larger "
                              "max_memory= or fewer segments")
-        if self._in_pieces(src, part, budget):
+        if self.reads_in_pieces(src, part, budget):
             from welchpeaks.numba_base import LANES
 
             return [(r0, min(info.rows, r0 + LANES), None) for r0 in range(0, info.rows, LANES)]
         return [(r0, r1, (part, r0, r1, 0, frame)) for r0, r1 in src.row_blocks(part, frame * src.dtype.itemsize, budget)]
 
-    def _in_pieces(self, src: SignalSource, part: int, budget: int) -> bool:
-        """Whether rows of part ``part`` are too long for ``budget`` and the fused pass takes them
-        in pieces (other executions, and filtered calls, read whole rows, one block of rows at a
-        time)."""
-        from welchpeaks.backends.fused_cpu import is_pow2
+    def reads_in_pieces(self, src: SignalSource, part: int, budget: int) -> bool:
+        """Whether rows of part ``part`` of ``src`` are read in pieces of segments within
+        ``budget`` bytes (too long for it, and the execution that runs them has a long-rows
+        mode), rather than a block of whole rows at a time."""
+        return self._long_rows_plan(src, part, budget) is not None
+
+    def _long_rows_plan(self, src: SignalSource, part: int, budget: int) -> Any | None:
+        """When rows of part ``part`` are too long for ``budget``: the long-rows plan of the
+        execution that runs them (:meth:`welchpeaks.backends.Execution.long_rows`, kept per row
+        length), which takes them in pieces of whole segments; None where they are short enough,
+        or where that execution reads whole rows (then one block of rows at a time)."""
         from welchpeaks.numba_base import LANES
 
-        info = src.parts[part]
+        info, p = src.parts[part], self.params
         ex = self.for_batch(info.rows, info.samples, src.dtype)
-        frame_bytes = self.params.frame_for(info.samples) * src.dtype.itemsize
-        return (self.params.filters is None and ex.strategy == "fused-cpu" and is_pow2(self.params.n_fft)
-                and frame_bytes * min(info.rows, LANES) > budget)
+        execution = ex.planner.forced  # what runs every block (None only while auto is provisional)
+        if execution is None or p.frame_for(info.samples) * src.dtype.itemsize * min(info.rows, LANES) <= budget:
+            return None
+        n_seg, compute = p.n_segments_for(info.samples), ex.planner.compute_dtype(src.dtype)
+        key = (execution.name, n_seg, compute.name)
+        if key not in ex._piece_plans:  # window, twiddles and scratch: once per row length
+            ex._piece_plans[key] = execution.long_rows(p, n_seg, compute)
+        return ex._piece_plans[key]
 
     def source_block(self, src: SignalSource, part: int, r0: int, r1: int, budget: int,
                      data: np.ndarray | None = None) -> PeakResult:
@@ -318,27 +329,22 @@ class WelchPeaks:
         info = src.parts[part]
         ex = self.for_batch(info.rows, info.samples, src.dtype)
         try:
-            if self._in_pieces(src, part, budget):
-                return ex._long_rows(src, part, r0, r1, budget)
+            plan = self._long_rows_plan(src, part, budget)
+            if plan is not None:
+                return ex._long_rows(plan, src, part, r0, r1, budget)
             if data is None:
                 data = src.read(part, r0, r1, 0, self.params.frame_for(info.samples))
             return ex._run(data, tensor=False)
         except ValueError as exc:
             raise ValueError(f"{info.name}, rows {r0}..{r1 - 1}: {exc}") from None
 
-    def _long_rows(self, src: SignalSource, part: int, r0: int, r1: int, budget: int) -> PeakResult:
-        """Rows ``r0:r1`` of a source whose frames exceed the memory budget, through the fused
-        pass in pieces of whole segments (each about ``budget`` bytes), bit for bit the result of
-        the fused pass over whole rows in memory."""
-        from welchpeaks.backends.fused_cpu import FusedCpuPlan
-
+    def _long_rows(self, plan: Any, src: SignalSource, part: int, r0: int, r1: int, budget: int) -> PeakResult:
+        """Rows ``r0:r1`` of a source whose frames exceed the memory budget, through ``plan``
+        (:meth:`_long_rows_plan`) in pieces of whole segments (each about ``budget`` bytes), bit
+        for bit its result over whole rows in memory."""
         p, samples, item = self.params, src.parts[part].samples, src.dtype.itemsize
         n_seg = p.n_segments_for(samples)
         compute = self.planner.compute_dtype(src.dtype)
-        key = (n_seg, compute.name)
-        if key not in self._piece_plans:  # window, twiddles and scratch: once per row length
-            self._piece_plans[key] = FusedCpuPlan(p, n_seg, compute)
-        plan = self._piece_plans[key]
         if plan.whole:  # short after all: one read
             out = plan.run(src.read(part, r0, r1, 0, p.frame_length(n_seg)))
         else:
@@ -354,7 +360,7 @@ class WelchPeaks:
             raise ValueError(f"signal {r0 + row} holds NaN or infinity, or its power overflows {compute.name}; clean "
                              "or scale the data, or pass nan_policy='propagate' to get empty slots (-1/NaN)")
         info = dict(p.to_dict(), segments=n_seg, frame=p.frame_length(n_seg), compute_dtype=compute.name)
-        return PeakResult(out.bins, out.power.astype(src.dtype), out.fbins * p.freq_scale(), "fused-cpu", info)
+        return PeakResult(out.bins, out.power.astype(src.dtype), out.fbins * p.freq_scale(), self.strategy, info)
 
     def _check_rows(self, rows: Any, bad_rows: np.ndarray, power: Any, lead: tuple, call: CallPlan) -> None:
         """Rows left empty or holding infinite power: a row whose frame is finite overflowed the

@@ -7,18 +7,19 @@ frame alone: the frames of a block of signals are laid side by side as rows (a s
 copied one bounded block at a time) and the same planned executor computes them. Memory is
 bounded by the block, never by the length of the recording.
 
-Frames that overlap (``frame_hop < frame_segments``) under ``fused-cpu`` share their segments:
-each segment's power is computed once and summed into every frame holding it
-(:class:`welchpeaks.backends.fused_cpu.SharedFrames`); a frame's power then equals
-``welch_peaks`` on it to roundoff instead of to the bit (the shift applied on loading is the
-segment's first sample, not the frame's). Other executions compute each frame whole.
+Frames that overlap (``frame_hop < frame_segments``) share their segments where the execution
+that runs them has a shared-frames mode (:meth:`welchpeaks.backends.Execution.shared_frames`;
+the fused CPU pass has one): each segment's power is computed once and summed into every frame
+holding it, and a frame's power then equals ``welch_peaks`` on it to roundoff instead of to the
+bit (the shift applied on loading is the segment's first sample, not the frame's). Other
+executions compute each frame whole.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -29,9 +30,6 @@ from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_in
 from welchpeaks.api.peaks import SOURCE_BLOCK_BYTES, WelchPeaks, check_result_size
 from welchpeaks.result import PeakResult, TrackResult
 from welchpeaks.sources import SignalSource
-
-if TYPE_CHECKING:
-    from welchpeaks.backends.fused_cpu import SharedFrames
 
 #: Bytes of frames copied side by side per executor call (the working set of a block).
 BLOCK_BYTES = 32 << 20
@@ -72,7 +70,7 @@ class Tracker:
                   if name not in ("frame_segments", "frame_hop", "nan_policy")}
         self.peaks = WelchPeaks(segments=self.frame_segments, nan_policy="propagate", **passed)
         self._last: WelchPeaks | None = None
-        self._shared_plans: dict[str, SharedFrames] = {}
+        self._shared_plans: dict[tuple[str, str], Any] = {}
         self.nan_policy = spec.check_choice("nan_policy", nan_policy)
         p = self.params
         self.frame = p.frame_length(self.frame_segments)
@@ -280,22 +278,21 @@ class Tracker:
         info = dict(self.info(), source=src.description)
         return TrackResult(bins, power, freqs, self.times(n_frames), self.strategy, info, measures)
 
-    def _shared(self, peaks: WelchPeaks, dtype: np.dtype) -> SharedFrames | None:
-        """The fused pass computing each segment once (:class:`SharedFrames`) when frames overlap
-        and the executor is fused-cpu on a power-of-two n_fft without filters; else None (frames
-        run whole)."""
-        from welchpeaks.backends.fused_cpu import SharedFrames, is_pow2
-
-        forced = peaks.planner.forced
-        if self.frame_hop >= self.frame_segments or forced is None or forced.name != "fused-cpu" \
-                or not is_pow2(self.params.n_fft) or self.params.filters is not None:
+    def _shared(self, peaks: WelchPeaks, dtype: np.dtype) -> Any | None:
+        """When frames overlap, the shared-frames plan of the execution that runs them
+        (:meth:`welchpeaks.backends.Execution.shared_frames`: each segment computed once), kept
+        per precision; None where that execution has none (frames run whole)."""
+        execution = peaks.planner.forced
+        if self.frame_hop >= self.frame_segments or execution is None:
             return None
         compute = peaks.planner.compute_dtype(dtype)
-        if compute.name not in self._shared_plans:
-            self._shared_plans[compute.name] = SharedFrames(self.params, self.frame_segments, self.frame_hop, compute)
-        return self._shared_plans[compute.name]
+        key = (execution.name, compute.name)
+        if key not in self._shared_plans:
+            self._shared_plans[key] = execution.shared_frames(self.params, self.frame_segments, self.frame_hop,
+                                                              compute)
+        return self._shared_plans[key]
 
-    def _run_shared(self, shared: SharedFrames, rows: np.ndarray, t0: int, t1: int,
+    def _run_shared(self, shared: Any, rows: np.ndarray, t0: int, t1: int,
                     dtype: np.dtype) -> tuple[PeakResult, np.ndarray]:
         """The shared pass over frames ``t0..t1-1`` of ``rows``, and the frames (row-major
         indices) it left empty because their power is not finite."""
@@ -307,7 +304,7 @@ class Tracker:
             if np.isinf(power).any():
                 raise ValueError(f"a power is computed in {out.power.dtype} but does not fit {dtype.name}, the "
                                  "precision of x (results come back in it); pass x as float64 or scale it down")
-        return PeakResult(out.bins, power, out.fbins * self.params.freq_scale(), "fused-cpu", {}), out.bad_rows
+        return PeakResult(out.bins, power, out.fbins * self.params.freq_scale(), self.strategy, {}), out.bad_rows
 
     def _check_frames(self, frames: np.ndarray, empty: np.ndarray, lead: tuple[int, ...], r0: int, t0: int,
                       first_sample: int, overflow: bool = False) -> None:
@@ -347,7 +344,7 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
     advance ``frame_hop`` segments (default ``frame_segments``: frames do not overlap). Every
     frame gets exactly the Welch PSD and peak selection that :func:`welch_peaks` gives on that
     frame alone (with ``segments=frame_segments``; to roundoff where overlapping frames share
-    their segments under fused-cpu). Samples past the last whole frame are not
+    their segments, under the fused CPU pass). Samples past the last whole frame are not
     analysed.
 
     Parameters

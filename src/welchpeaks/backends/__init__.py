@@ -63,6 +63,21 @@ class Execution:
         a parallel region, timed by calibration), or None if it has none."""
         return None
 
+    # Modes some executions have for work that does not fit one call on whole rows. The API asks
+    # the execution the planner chose; it never names one.
+    def long_rows(self, params: PeakParams, n_seg: int, compute: np.dtype) -> Any | None:
+        """A plan that computes rows too long for memory from pieces of whole segments, bit
+        for bit the result over whole rows (``.whole``: one read suffices; ``.run(rows)``;
+        ``.pieces(rows, dtype)`` fed piece by piece), or None where this execution reads whole
+        rows (the caller then reads a block of rows at a time)."""
+        return None
+
+    def shared_frames(self, params: PeakParams, frame_segments: int, frame_hop: int,
+                      compute: np.dtype) -> Any | None:
+        """A plan for overlapping frames that computes each shared segment once
+        (``.run(rows, start, n_frames)``), or None where frames run whole."""
+        return None
+
 
 # name -> module that registers it (imported on first use)
 _MODULES: dict[str, str] = {

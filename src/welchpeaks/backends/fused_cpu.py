@@ -486,6 +486,20 @@ class FusedCpu(Execution):
     def default_dtype(self, input_dtype: np.dtype) -> np.dtype:
         return np.dtype(np.float32)
 
+    def long_rows(self, params: PeakParams, n_seg: int, compute: np.dtype) -> FusedCpuPlan | None:
+        """The fused pass fed pieces of whole segments (:class:`LongRows`), on a power-of-two
+        ``n_fft`` without filters (the filters need each row's whole PSD)."""
+        if params.filters is not None or not is_pow2(params.n_fft):
+            return None
+        return FusedCpuPlan(params, n_seg, compute)
+
+    def shared_frames(self, params: PeakParams, frame_segments: int, frame_hop: int,
+                      compute: np.dtype) -> "SharedFrames | None":
+        """:class:`SharedFrames`, on a power-of-two ``n_fft`` without filters."""
+        if params.filters is not None or not is_pow2(params.n_fft):
+            return None
+        return SharedFrames(params, frame_segments, frame_hop, compute)
+
     def compiled_for(self, params: PeakParams, compute: np.dtype) -> bool:
         """Whether the fused pass for these parameters is compiled in this process for
         ``compute`` rows (no filters, power-of-two ``n_fft``: the one kernel such a call runs)."""

@@ -110,7 +110,7 @@ def unit_read(spec: dict[str, Any], unit: Unit) -> tuple[int, int, int, int, int
     """The one read ``(part, r0, r1, s0, s1)`` a unit makes, or None when it reads in pieces."""
     src, ex = _executor(spec, unit)
     if spec["kind"] == "peaks":
-        if ex._in_pieces(src, unit.part, spec["budget"]):
+        if ex.reads_in_pieces(src, unit.part, spec["budget"]):
             return None
         return unit.part, unit.r0, unit.r1, 0, ex.params.frame_for(src.parts[unit.part].samples)
     s0 = unit.t0 * ex.step

@@ -488,3 +488,32 @@ def test_a_new_call_shape_is_priced_once_and_its_graph_built_once(monkeypatch):
     wp = welchpeaks.WelchPeaks(n_fft=256, k=4, layout="auto", max_memory=64 << 20)
     wp(x)
     assert sorted(built) == sorted(priced * 2 + [wp.strategy]), built
+
+
+def test_auto_takes_segments_in_pieces_when_not_one_signal_fits_the_budget():
+    """No execution fits one signal of 600,000 samples in 1 MiB (n_fft 1000 has no fused pass):
+    auto runs the fastest whose per-segment steps can be taken in pieces, as strategy='numpy'
+    does, instead of failing."""
+    x = np.random.default_rng(2).standard_normal((2, 600_000)).astype(np.float32)
+    kw = dict(n_fft=1000, k=5, segments=None, max_memory=1 << 20)
+    wp = welchpeaks.WelchPeaks(**kw)
+    got = wp(x)
+    why = wp.explain()["why"]
+    assert "not even one signal fits" in why and "in pieces of" in why, why
+    want = welchpeaks.welch_peaks(x, **dict(kw, strategy=got.strategy, max_memory=None))
+    np.testing.assert_array_equal(got.bins, want.bins)
+    np.testing.assert_allclose(got.power, want.power, rtol=1e-5)
+
+
+def test_a_plan_in_blocks_of_rows_is_planned_again_when_the_model_changes():
+    """Under a model where nothing fits the budget at once the call runs in blocks of rows; once
+    the model changes to one where fused-cpu's pass fits, the same executor plans again."""
+    fits_not = synthetic_cpu_model(fused_ns_per_row=5000, select_ns_per_row=1000, spectrum_ns_per_row=1e6)
+    fits = synthetic_cpu_model(fused_ns_per_row=1000)
+    x = np.random.default_rng(0).standard_normal((512, 8192)).astype(np.float32)
+    wp = welchpeaks.WelchPeaks(n_fft=1024, k=4, segments=8, max_memory=16 << 20)
+    set_cost_model(fits_not)
+    wp(x)
+    assert wp.explain()["block_rows"] is not None
+    set_cost_model(fits)
+    assert wp(x).strategy == "fused-cpu" and wp.explain()["block_rows"] is None

@@ -453,6 +453,26 @@ def test_without_a_model_auto_takes_the_fused_pass_once_it_is_compiled(monkeypat
     assert welchpeaks.welch_peaks(x, n_fft=256, segments=2).strategy == "numpy"
 
 
+def test_kernels_half_imported_by_the_measurement_count_as_not_compiled(monkeypatch):
+    """The background measurement's thread imports the kernel module while a first call plans:
+    a module in sys.modules without its kernels yet is "not compiled" (numpy runs), not an
+    AttributeError (a first call crashed so)."""
+    import sys
+    import types
+
+    from welchpeaks import backends
+
+    monkeypatch.setattr(calibrate, "start_background", lambda *a, **k: None)
+    monkeypatch.setattr(calibrate, "measuring", lambda device="cpu": True)
+    monkeypatch.setattr(calibrate, "load", lambda device, quiet=False: None)
+    set_cost_model(None)
+    monkeypatch.setitem(sys.modules, "welchpeaks.backends._numba_kernels", types.ModuleType("half-imported"))
+    fused = backends.get("fused-cpu")
+    assert not fused.compiled_for(welchpeaks.WelchPeaks(n_fft=256, segments=2).params, np.dtype(np.float32))
+    x = np.random.default_rng(7).standard_normal((4, 384)).astype(np.float32)
+    assert welchpeaks.welch_peaks(x, n_fft=256, segments=2).strategy == "numpy"
+
+
 @pytest.mark.parametrize("args, said", [
     (["--burners", "1"], "only with --calibration loaded"),
     (["--loaded", "--burners", "100000"], "--burners 100000"),

@@ -508,12 +508,14 @@ class FusedCpu(Execution):
         import sys
 
         kern = sys.modules.get("welchpeaks.backends._numba_kernels")  # not imported: nothing compiled
-        if kern is None:
+        # still being imported (by the background measurement's thread): not compiled yet either
+        kernel = getattr(kern, "fused_pow2", None)
+        if kernel is None:
             return False
         from numba import from_dtype
 
         want = from_dtype(np.dtype(compute))
-        return any(getattr(sig[0], "dtype", None) == want for sig in kern.fused_pow2.signatures)
+        return any(getattr(sig[0], "dtype", None) == want for sig in getattr(kernel, "signatures", ()))
 
 
 register(FusedCpu())

@@ -139,6 +139,7 @@ class CallPlan:
     model: BackendCostModel | None = None
     ranking: tuple[tuple[str, float], ...] = ()
     key: tuple | None = None  # the planner's key of this call shape
+    priced: BackendCostModel | None = None  # the CPU model auto decided with: planned again when it changes
 
     @property
     def graph(self) -> Graph:
@@ -255,8 +256,12 @@ class Planner:
         try:
             name, info, why = self._pick_lean(rows, n_seg, length, compute, budget)
         except OverBudget:  # nothing fits at once: the fastest that fits one signal, in blocks of rows
-            name, _, why = pick_for(self.params, n_seg, 1, length, compute, self.device, budget=budget)
-            why += f"; no execution fits the {size_text(budget)} memory budget at once, so it runs in blocks of rows"
+            try:
+                name, _, why = pick_for(self.params, n_seg, 1, length, compute, self.device, budget=budget)
+                why += (f"; no execution fits the {size_text(budget)} memory budget at once, so it runs in blocks "
+                        "of rows")
+            except OverBudget:
+                name, why = self._in_segment_pieces(n_seg, length, compute, budget)
             info = None
         if self.learned is not None:
             reason = self.learned_ineligible()
@@ -264,6 +269,19 @@ class Planner:
                 return (*self._race_learned(backends.get(name), rows, n_seg, length, compute), None)
             why += f"; the learned model does not race: {reason}"
         return backends.get(name), why, info
+
+    def _in_segment_pieces(self, n_seg: int, length: int, compute: np.dtype, budget: int) -> tuple[str, str]:
+        """Not even one signal fits ``budget`` in any execution: the fastest whose per-segment
+        steps can run on pieces of segments (:meth:`Program.segments_in_pieces`), so that its
+        memory scales with the piece; OverBudget when none can."""
+        _, info, _ = pick_for(self.params, n_seg, 1, length, compute, self.device)
+        for name in sorted((n for n, b in info.items() if math.isfinite(b["total_ns"])),
+                           key=lambda n: info[n]["total_ns"]):
+            if self.program(backends.get(name), n_seg, 1, length, compute)[0].segment_span() is not None:
+                return name, (f"auto: not even one signal fits the {size_text(budget)} memory budget at once in any "
+                              f"execution; {name}, the fastest whose segments can be taken in pieces, runs so")
+        raise OverBudget(f"one signal needs more than the {size_text(budget)} memory budget in every execution, and "
+                         "none can take its segments in pieces; pass a larger max_memory= (bytes) or fewer segments")
 
     def _provisional(self, compute: np.dtype) -> tuple[backends.Execution, str]:
         """auto before this machine's CPU model exists (first use, or while it is measured here or
@@ -381,7 +399,7 @@ class Planner:
         ``tensor``: the signals are a torch tensor (a GPU execution computes them where they are)."""
         key = (rows, length, input_dtype, tensor)
         call = self._calls.get(key)
-        if call is not None and call.model is not None and cost_model_for("cpu", wait=False) is not call.model:
+        if call is not None and call.priced is not None and cost_model_for("cpu", wait=False) is not call.priced:
             call = None  # the model changed (measured again, or corrected by observed calls): plan again
         if call is None:
             n_seg, layout = self._segments(rows, length, input_dtype)
@@ -415,8 +433,10 @@ class Planner:
                 model = cost_model_for("cpu", wait=False)
                 ranking = tuple(sorted(((n, v["total_ns"]) for n, v in info.items() if math.isfinite(v["total_ns"])),
                                        key=lambda item: item[1]))
+            priced = (cost_model_for("cpu", wait=False) if self.forced is None and not tensor and self.device == "cpu"
+                      and not why.startswith(PROVISIONAL) else None)
             call = CallPlan(ex.name, program, n_seg, self.params.frame_length(n_seg), compute, why, fusion, layout,
-                            upload, working, block, piece, graph, model, ranking, key)
+                            upload, working, block, piece, graph, model, ranking, key, priced)
             if not why.startswith(PROVISIONAL):  # planned again once the cost model is measured
                 self._calls.put(key, call)
         return call

@@ -49,7 +49,7 @@ def test_track_any_chunking(rows, time, frame_hop):
 def test_long_rows_sum_partial_psds(monkeypatch):
     """Rows longer than a task holds: per-chunk PSD sums, tree-reduced; equal to the float64
     in-memory result to rounding."""
-    monkeypatch.setattr(lazy, "TASK_BYTES", 4096)
+    monkeypatch.setattr(welchpeaks.memory, "TASK_BYTES", 4096)
     x = X.astype(np.float64)
     r = welchpeaks.welch_peaks(da.from_array(x, chunks=(4, 1000)), segments=None, k=6, n_fft=128).compute()
     mem = welchpeaks.welch_peaks(x, segments=None, k=6, n_fft=128, strategy="numpy")
@@ -70,7 +70,7 @@ def test_filters_and_measures_lazily_equal_in_memory(monkeypatch):
     _same(r, mem)
     for name, v in mem.measures.items():
         np.testing.assert_array_equal(got.measures[name], v)
-    monkeypatch.setattr(lazy, "TASK_BYTES", 4096)  # long rows: PSD sums, then the find_peaks kernel
+    monkeypatch.setattr(welchpeaks.memory, "TASK_BYTES", 4096)  # long rows: PSD sums, then the find_peaks kernel
     x = X.astype(np.float64)
     mem = welchpeaks.welch_peaks(x, segments=None, strategy="numpy", **kw)
     got = welchpeaks.welch_peaks(da.from_array(x, chunks=(4, 1000)), segments=None, **kw).compute()

@@ -236,7 +236,7 @@ def test_filtered_calls_are_planned_priced_and_explained_like_any_other():
 def test_auto_keeps_long_rows_lean():
     """A call whose numpy intermediates would exceed LEAN_BYTES runs a lean execution even where
     the model prices numpy lower; the explanation says so. With nothing lean, the model decides."""
-    from welchpeaks.plan.planner import LEAN_BYTES
+    from welchpeaks.memory import LEAN_BYTES
 
     set_cost_model(synthetic_cpu_model(fused_ns_per_row=1e7))  # numpy predicted faster
     wp = welchpeaks.WelchPeaks(segments=None)

@@ -282,7 +282,7 @@ def test_without_a_model_auto_stays_within_lean_memory(monkeypatch):
     per_run = call.working_bytes / 16 * (call.block_rows or 16)
     if call.segment_piece is not None:
         per_run = per_run * call.segment_piece / call.n_seg
-    assert per_run <= planner.LEAN_BYTES and "256 MiB" in call.why
+    assert per_run <= welchpeaks.memory.LEAN_BYTES and "256 MiB" in call.why
 
 
 def test_calibrate_status_without_a_model(tmp_path, monkeypatch):

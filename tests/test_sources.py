@@ -267,3 +267,15 @@ def test_long_rows_take_the_chosen_executions_long_rows_mode(tmp_path, monkeypat
         else:  # numpy's float32 mean over segments rounds differently on one row than on two
             np.testing.assert_array_equal(got.bins, want.bins)
             np.testing.assert_allclose(got.power, want.power, rtol=2e-6)
+
+
+@pytest.mark.parametrize("strategy", ["numpy", "fused-cpu"])
+def test_a_nan_in_a_source_is_named_by_its_signal_in_the_file(tmp_path, strategy):
+    """Blocks of rows are read one at a time; the error names the file's signal, not the row
+    within its block."""
+    x = np.random.default_rng(8).standard_normal((3, 200_000)).astype(np.float32)
+    x[2, 5000] = np.nan
+    np.save(tmp_path / "x.npy", x)
+    with pytest.raises(ValueError, match=r"x.npy, rows [0-9.]+: .*signal 2\b"):
+        welchpeaks.welch_peaks(welchpeaks.open_signals(tmp_path / "x.npy"), n_fft=1024, strategy=strategy,
+                               max_memory=1 << 20)

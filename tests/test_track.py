@@ -134,7 +134,7 @@ def test_blocks_of_frames_give_the_same_result(monkeypatch):
     """Blocking (rows and frames per executor call) never changes a result."""
     x = np.random.default_rng(4).standard_normal((3, 9000)).astype(np.float32)
     whole = welchpeaks.track(x, n_fft=64, frame_segments=3, strategy="fused-cpu")
-    monkeypatch.setattr(track_mod, "BLOCK_BYTES", 1)  # one frame per call
+    monkeypatch.setattr(welchpeaks.memory, "BLOCK_BYTES", 1)  # one frame per call
     tiny = welchpeaks.track(x, n_fft=64, frame_segments=3, strategy="fused-cpu")
     np.testing.assert_array_equal(whole.bins, tiny.bins)
     np.testing.assert_array_equal(whole.power, tiny.power)

@@ -17,14 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from welchpeaks import memory
 from welchpeaks.api.coerce import as_real_array, tensor_input
 from welchpeaks.result import FoundPeaks
 
 _NONE = float("nan")
 
-
-#: k may exceed the bins (the extra slots come back empty), but not by more result memory than this
-MAX_EMPTY_SLOT_BYTES = 256 << 20
 
 
 def _number(name: str, v: Any) -> float:
@@ -157,7 +155,7 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
         raise ValueError(f"k={k!r} must be a positive integer, or None for every peak")
     else:
         slots = min(int(k), cap)
-        if k > cap and x.shape[0] * int(k) * 32 > MAX_EMPTY_SLOT_BYTES:  # the result holds k slots per row
+        if k > cap and x.shape[0] * int(k) * 32 > memory.MAX_EMPTY_SLOT_BYTES:  # the result holds k slots per row
             raise ValueError(f"k={k} asks for {x.shape[0] * int(k) * 32 / 2**30:.1f} GiB of results, but rows of {n} "
                              f"samples hold at most {cap} peaks, so every slot past {cap} is empty; pass k <= {cap} "
                              "or k=None (as many slots as the fullest row)")

@@ -9,7 +9,7 @@ on a block of whole rows:
   number of segments, the analysed prefix) belongs to the chunk where it starts, and its task
   reads the few samples it needs from the next chunk (overlap), so results are bit for bit
   those of the same execution in memory. ``welch_peaks(segments=None)`` on rows too long for
-  one task (``TASK_BYTES``) sums per-chunk partial PSDs (float64, each segment counted by the
+  one task (``memory.TASK_BYTES``) sums per-chunk partial PSDs (float64, each segment counted by the
   chunk where it starts) with a tree reduction, then selects; that equals the float64
   in-memory result to rounding.
 * **Threads**: on a ``distributed`` worker, each task sets numba's thread count to the
@@ -28,11 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from welchpeaks import memory
 from welchpeaks.plan.cache import LruCache
 from welchpeaks.result import PeakResult, TrackResult
 
-#: Bytes of signal one task may hold: whole rows up to this are read by one task
-TASK_BYTES = 256 << 20
 _EXECUTORS = LruCache(16)
 
 
@@ -148,8 +147,8 @@ def _as_rows(x: Any, what: str) -> tuple[Any, tuple[int, ...], np.dtype]:
 
 
 def _bounded_rows(rows: Any, samples: int, item: int) -> Any:
-    """``rows`` with whole rows per chunk, at most :data:`TASK_BYTES` each (at least one row)."""
-    per = max(1, TASK_BYTES // max(samples * item, 1))
+    """``rows`` with whole rows per chunk, at most :data:`welchpeaks.memory.TASK_BYTES` each (at least one row)."""
+    per = max(1, memory.TASK_BYTES // max(samples * item, 1))
     chunks = [c for c in rows.chunks[0]]
     if max(chunks) > per:
         chunks = per
@@ -186,7 +185,7 @@ def welch_peaks(x: Any, cls: type, kw: dict[str, Any]) -> PeakResult:
     fields = 3 + len(names)
     if kw.get("strategy", "auto") == "auto":  # every task runs what the whole batch in memory would
         kw = dict(kw, strategy=ex.for_batch(rows.shape[0], length, dtype).strategy)
-    if p.segments is not None or frame * item <= TASK_BYTES or rows.numblocks[1] == 1:
+    if p.segments is not None or frame * item <= memory.TASK_BYTES or rows.numblocks[1] == 1:
         whole = _bounded_rows(rows[:, :frame], frame, item)
         out = whole.map_blocks(_peaks_task, cls, kw, new_axis=2, chunks=(whole.chunks[0], (p.k,), (fields,)),
                                meta=_meta(3))

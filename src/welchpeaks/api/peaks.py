@@ -14,19 +14,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from welchpeaks import backends, spec
+from welchpeaks import backends, memory, spec
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
 from welchpeaks.api.detailed import make_filters, merge_distance
-from welchpeaks.api.find_peaks import MAX_EMPTY_SLOT_BYTES
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.planner import PROVISIONAL, CallPlan, Planner
 from welchpeaks.result import PeakResult
 from welchpeaks.sources import SignalSource
 
-#: Bytes of signals read from a source per block when no max_memory is given
-SOURCE_BLOCK_BYTES = 64 << 20
 
 DEVICES = tuple(spec.PARAMS["device"].choices)
 
@@ -34,7 +31,7 @@ DEVICES = tuple(spec.PARAMS["device"].choices)
 def check_result_size(params: PeakParams, rows: int, frames: int | None, dtype: Any, max_memory: int | None,
                       fix: str) -> None:
     """Refuse a whole result (``[rows, k]``, or ``[rows, frames, k]`` of ``track``) before it is
-    allocated: when ``k`` past the bins makes its empty slots over ``MAX_EMPTY_SLOT_BYTES`` (the
+    allocated: when ``k`` past the bins makes its empty slots over ``memory.MAX_EMPTY_SLOT_BYTES`` (the
     same limit as one block's), or when it does not fit the memory budget (half the memory
     available, or ``max_memory`` where larger: ``max_memory`` bounds the working memory beyond
     the results, so a small one does not shrink the room for them). ``fix``: the way to write
@@ -46,7 +43,7 @@ def check_result_size(params: PeakParams, rows: int, frames: int | None, dtype: 
     slots = rows * (1 if frames is None else frames) * k
     shape = f"[{rows:,}, k={k}]" if frames is None else f"[{rows:,} signals, {frames:,} frames, k={k}]"
     need = slots * (4 + np.dtype(dtype).itemsize + 8 + 8 * len(params.measure_names()))
-    if k > params.n_bins and slots * 16 > MAX_EMPTY_SLOT_BYTES:
+    if k > params.n_bins and slots * 16 > memory.MAX_EMPTY_SLOT_BYTES:
         raise ValueError(f"k={k} asks for {need / 2**30:.1f} GiB of results {shape}, but n_fft={params.n_fft} has only "
                          f"{params.n_bins} bins, so every slot past {params.n_bins} is empty; pass k <= {params.n_bins}")
     budget = max(max_memory or 0, planner.default_budget())
@@ -267,7 +264,7 @@ class WelchPeaks:
         frame is read), ``[rows, k]`` in the source's row order."""
         check_result_size(self.params, src.rows, None, src.dtype, self.planner.max_memory,
                           "write it to disk as it is computed: welchpeaks peaks FILE --out results.parquet")
-        budget = self.planner.max_memory or SOURCE_BLOCK_BYTES
+        budget = self.planner.max_memory or memory.SOURCE_BLOCK_BYTES
         results = [self.source_block(src, i, r0, r1, budget)
                    for i in range(len(src.parts)) for r0, r1, _ in self.source_blocks(src, i, budget)]
         cat = {f: np.concatenate([getattr(r, f) for r in results]) for f in ("bins", "power", "freqs")}
@@ -334,7 +331,7 @@ class WelchPeaks:
                 return ex._long_rows(plan, src, part, r0, r1, budget)
             if data is None:
                 data = src.read(part, r0, r1, 0, self.params.frame_for(info.samples))
-            return ex._run(data, tensor=False)
+            return ex._run(data, tensor=False, first_row=r0)
         except ValueError as exc:
             raise ValueError(f"{info.name}, rows {r0}..{r1 - 1}: {exc}") from None
 
@@ -362,10 +359,18 @@ class WelchPeaks:
         info = dict(p.to_dict(), segments=n_seg, frame=p.frame_length(n_seg), compute_dtype=compute.name)
         return PeakResult(out.bins, out.power.astype(src.dtype), out.fbins * p.freq_scale(), self.strategy, info)
 
-    def _check_rows(self, rows: Any, bad_rows: np.ndarray, power: Any, lead: tuple, call: CallPlan) -> None:
+    def _check_rows(self, rows: Any, bad_rows: np.ndarray, power: Any, lead: tuple, call: CallPlan,
+                    first_row: int | None = None) -> None:
         """Rows left empty or holding infinite power: a row whose frame is finite overflowed the
         compute precision (always an error, one behaviour for every execution); a row with NaN or
-        infinity is an error under ``nan_policy='raise'``."""
+        infinity is an error under ``nan_policy='raise'``. ``first_row``: the rows are a block of
+        a source's, starting at that signal (errors name the source's signal)."""
+
+        def which(row: int) -> str:
+            if first_row is not None:
+                return f"signal {first_row + row}"
+            return f"signal {signal_index(row, lead)} (row {row} of {rows.shape[0]})"
+
         host = rows if isinstance(rows, np.ndarray) else rows.detach().cpu().numpy()
         frame = host[:, :call.frame]
         inf_rows = np.flatnonzero(np.isinf(power if isinstance(power, np.ndarray) else power.cpu().numpy()).any(1))
@@ -375,31 +380,33 @@ class WelchPeaks:
         if finite.any():
             row = int(candidates[np.argmax(finite)])
             peak = float(np.max(np.abs(frame[row])))
+            wide = dataclasses.replace(self.params, dtype="float64")
             if call.compute != np.float32:
                 fix = "scale the data down"
-            elif call.execution.startswith("triton"):  # the Triton kernels compute in float32 only
-                fix = "scale the data down, or pass strategy='torch' with dtype='float64'"
+            elif backends.get(call.execution).unsupported_reason(wide):  # computes in float32 only
+                fix = "scale the data down, or pass dtype='float64' with an execution that computes in it"
             else:
                 fix = "pass dtype='float64' or scale the data down"
-            raise ValueError(f"the power spectrum of signal {signal_index(row, lead)} (row {row}) overflows "
-                             f"{call.compute.name} (|x| up to {peak:.3g}); {fix}")
+            raise ValueError(f"the power spectrum of {which(row)} overflows {call.compute.name} (|x| up to "
+                             f"{peak:.3g}); {fix}")
         if bad_rows.size and self.params.nan_policy == "raise":
             first = int(bad_rows[0])
             raise ValueError(
-                f"x has NaN or infinity in signal {signal_index(first, lead)} (row {first} of {rows.shape[0]}; "
-                f"{bad_rows.size} signal(s) in all) within the analysed frame (first {call.frame} samples); "
+                f"x has NaN or infinity in {which(first)} ({bad_rows.size} signal(s) in all"
+                f"{'' if first_row is None else ' in this block'}) within the analysed frame (first {call.frame} samples); "
                 "clean the data or pass nan_policy='propagate' to get empty slots (-1/NaN) for those signals"
             )
 
-    def _run(self, arr: Any, tensor: bool) -> PeakResult:
-        """Validate the length, plan, run the plan's program, wrap its rows."""
+    def _run(self, arr: Any, tensor: bool, first_row: int | None = None) -> PeakResult:
+        """Validate the length, plan, run the plan's program, wrap its rows (``first_row``: they
+        are a block of a source's rows, from that signal on)."""
         p = self.params
         length = arr.shape[-1]
         p.check_length(length)
         lead = tuple(arr.shape[:-1])
         rows = arr.reshape(-1, length)
         in_dtype = np_dtype(arr)
-        if p.k > p.n_bins and rows.shape[0] * p.k * 16 > MAX_EMPTY_SLOT_BYTES:
+        if p.k > p.n_bins and rows.shape[0] * p.k * 16 > memory.MAX_EMPTY_SLOT_BYTES:
             raise ValueError(f"k={p.k} asks for {rows.shape[0] * p.k * 16 / 2**30:.1f} GiB of results, but n_fft={p.n_fft} "
                              f"has only {p.n_bins} bins, so every slot past {p.n_bins} is empty; pass k <= {p.n_bins}")
         call = self.planner.plan(rows.shape[0], length, in_dtype, tensor)
@@ -414,7 +421,7 @@ class WelchPeaks:
         # Every CPU kernel leaves a row whose power is not finite empty and reports it; a GPU
         # kernel may report infinite power instead, so tensors are checked for it.
         if out.bad_rows.size or (not isinstance(out.power, np.ndarray) and _tensor_has_inf(out.power)):
-            self._check_rows(rows, out.bad_rows, power, lead, call)
+            self._check_rows(rows, out.bad_rows, power, lead, call, first_row)
         if tensor:
             import torch
 

@@ -24,15 +24,13 @@ from typing import Any, Iterator
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from welchpeaks import spec
+from welchpeaks import memory, spec
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
-from welchpeaks.api.peaks import SOURCE_BLOCK_BYTES, WelchPeaks, check_result_size
+from welchpeaks.api.peaks import WelchPeaks, check_result_size
 from welchpeaks.result import PeakResult, TrackResult
 from welchpeaks.sources import SignalSource
 
-#: Bytes of frames copied side by side per executor call (the working set of a block).
-BLOCK_BYTES = 32 << 20
 #: How a result too large for memory is computed instead
 WRITE_TO_DISK = ("track it on the command line, which writes frames to disk as they are computed: welchpeaks track "
                  "FILE --out results.parquet")
@@ -90,7 +88,7 @@ class Tracker:
         a full block (:meth:`WelchPeaks.for_batch`), kept for every later block, call and push,
         whatever their size: frames come out bit for bit the same however the recording is cut."""
         dtype = np.dtype(dtype)
-        self._last = self.peaks.for_batch(max(1, BLOCK_BYTES // (self.frame * dtype.itemsize)), self.frame, dtype,
+        self._last = self.peaks.for_batch(max(1, memory.BLOCK_BYTES // (self.frame * dtype.itemsize)), self.frame, dtype,
                                           tensor)
         return self._last
 
@@ -151,7 +149,7 @@ class Tracker:
         check_result_size(self.params, rows.shape[0], n_frames, np_dtype(t), self.peaks.planner.max_memory,
                           WRITE_TO_DISK)
         frames = rows.unfold(1, self.frame, self.step)  # [rows, T, frame], a view
-        per_block = max(1, BLOCK_BYTES // (self.frame * t.element_size()))  # frames per block
+        per_block = max(1, memory.BLOCK_BYTES // (self.frame * t.element_size()))  # frames per block
         peaks = self.executor(np_dtype(t), tensor=True)
         f_block = max(1, min(n_frames, per_block))
         r_block = max(1, per_block // f_block)
@@ -195,8 +193,8 @@ class Tracker:
         freqs = np.empty((n_rows, n_frames, k), np.float64)
         measures = {n: np.empty((n_rows, n_frames, k)) for n in self.params.measure_names()}
         per_frame = self.frame * arr.dtype.itemsize
-        frames_per_block = max(1, min(n_frames, BLOCK_BYTES // per_frame))
-        rows_per_block = max(1, min(n_rows, BLOCK_BYTES // (per_frame * frames_per_block)))
+        frames_per_block = max(1, min(n_frames, memory.BLOCK_BYTES // per_frame))
+        rows_per_block = max(1, min(n_rows, memory.BLOCK_BYTES // (per_frame * frames_per_block)))
         row_stride, item = rows.strides
         peaks = self.executor(arr.dtype)
         shared = self._shared(peaks, arr.dtype)
@@ -241,7 +239,7 @@ class Tracker:
         if n_frames == 0:
             raise ValueError(f"{info.name}: {info.samples} samples, but a frame needs {self.frame}; pass a smaller "
                              "n_fft or fewer frame_segments")
-        budget = self.peaks.planner.max_memory or SOURCE_BLOCK_BYTES
+        budget = self.peaks.planner.max_memory or memory.SOURCE_BLOCK_BYTES
         item = src.dtype.itemsize
         for r0, r1 in src.row_blocks(part, 4 * self.frame * item, budget):
             per_read = max(1, (budget // ((r1 - r0) * item) - self.frame) // self.step + 1)

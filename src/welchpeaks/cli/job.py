@@ -2,7 +2,7 @@
 units of work, each computed in bounded memory (here, or on a dask cluster), each result saved
 as soon as it is done, the output assembled at the end.
 
-* **Bounded memory, fixed units**: every unit reads at most :data:`UNIT_BYTES` of samples (a
+* **Bounded memory, fixed units**: every unit reads at most :data:`welchpeaks.memory.UNIT_BYTES` of samples (a
   quarter of the least ``--memory``), whatever ``--memory`` is, so that the units and the
   output's row order are the same at any ``--memory``; ``--memory`` bounds the executions'
   working memory (``max_memory``), which cuts their work into blocks of rows (and, under
@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from welchpeaks.memory import UNIT_BYTES
 from welchpeaks.files import FileContentError, as_umask_allows, load_json, read_regular, write_atomic
 
 try:
@@ -58,8 +59,6 @@ FORMATS = (".parquet", ".zarr", ".csv", ".jsonl")
 COLUMNS = {"peaks": ("file", "signal", "rank", "bin", "freq", "power"),
            "track": ("file", "signal", "time", "rank", "bin", "freq", "power")}
 MANIFEST_VERSION = 2
-#: bytes of samples one unit reads, for every job (a quarter of the least --memory, 16 MiB)
-UNIT_BYTES = 4 << 20
 #: the most bytes a manifest holds (arguments, sources, pins), and a line of the unit list
 MANIFEST_BYTES = 1 << 20
 DONE_LINE_BYTES = 128

@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from welchpeaks.ir import Graph, welch_chain_fusions
-from welchpeaks.plan.io import LEAN_BYTES, GraphIoProfile, peak_working_bytes, profile_graph_io
+from welchpeaks import memory
+from welchpeaks.plan.io import GraphIoProfile, peak_working_bytes, profile_graph_io
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def fuse(graph: Graph, backend: Any, gate: IoFusionGate, compute: Callable[[Grap
     which the rewrites are scored and the memory rule below is applied instead (the planner
     scores every batch at one size, so the pieces of a call, a stream's chunks and the whole
     call run the same kernels and give the same bits). Where the scored graph needs more than
-    :data:`~welchpeaks.plan.io.LEAN_BYTES` of working memory and a rewrite stays within it, the
+    :data:`~welchpeaks.memory.LEAN_BYTES` of working memory and a rewrite stays within it, the
     best such rewrite wins whatever its score (the time models do not reach gigabytes of
     intermediates). The decision lists every candidate's score.
     """
@@ -114,8 +115,8 @@ def fuse(graph: Graph, backend: Any, gate: IoFusionGate, compute: Callable[[Grap
         decision["scored_at_rows"] = reference.node(reference.inputs["x"]).shape[0]
     passing = [c for c in candidates if c[0] >= gate.min_gain_ns]
     lean = False
-    if candidates and peak_working_bytes(scored) > LEAN_BYTES:
-        within = [c for c in candidates if peak_working_bytes(c[2]) <= LEAN_BYTES]
+    if candidates and peak_working_bytes(scored) > memory.LEAN_BYTES:
+        within = [c for c in candidates if peak_working_bytes(c[2]) <= memory.LEAN_BYTES]
         lean, passing = bool(within), within or passing
     if not candidates:
         return graph, {**decision, "fused": None, "reason": f"{backend.name} has no fused kernel for this chain"}
@@ -128,7 +129,7 @@ def fuse(graph: Graph, backend: Any, gate: IoFusionGate, compute: Callable[[Grap
     why = f"fused into {op.value}: score ({weighed}) {score:.0f} ns"
     if lean:
         best = max(candidates, key=lambda c: c[0])
-        why += (f", the best within {LEAN_BYTES >> 20} MiB of working memory"
+        why += (f", the best within {memory.LEAN_BYTES >> 20} MiB of working memory"
                 + (f" ({best[1].value} scored {best[0]:.0f} ns but needs more)" if best[1] is not op else ""))
     else:
         why += f" >= min gain {gate.min_gain_ns:.0f} ns"

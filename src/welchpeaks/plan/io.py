@@ -64,10 +64,6 @@ def host_readback_bytes(profile: GraphIoProfile, *, on_host: bool) -> int:
     return 0 if on_host else profile.host_output_bytes
 
 
-#: auto prefers executions (and the fusion gate graphs) needing at most this much working
-#: memory when any can run the call: the cost models are measured on batches that fit the
-#: caches and do not reach gigabytes of intermediates
-LEAN_BYTES = 256 << 20
 
 
 def peak_working_bytes(graph: Graph) -> int:

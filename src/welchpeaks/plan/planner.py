@@ -29,14 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from welchpeaks import backends
+from welchpeaks import backends, memory
 from welchpeaks.ir import Graph, Program, compile
 from welchpeaks.params import PeakParams
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.cache import LruCache
 from welchpeaks.plan.cost import BackendCostModel, default_cpu_model, default_cuda_model
 from welchpeaks.plan.models import cost_model_for
-from welchpeaks.plan.io import LEAN_BYTES, peak_working_bytes, size_text
+from welchpeaks.plan.io import peak_working_bytes, size_text
 from welchpeaks.plan.picker import OverBudget, execution_graph, pick_for
 from welchpeaks.result import RowPeaks
 from welchpeaks.timing import QUIET
@@ -287,7 +287,7 @@ class Planner:
         """auto before this machine's CPU model exists (first use, or while it is measured here or
         in another process): the fused pass when its kernel is already compiled in this process
         (a measurement here compiles it in its first seconds) and takes these parameters, else
-        numpy, which has nothing to compile; either within :data:`LEAN_BYTES` of working memory
+        numpy, which has nothing to compile; either within :data:`welchpeaks.memory.LEAN_BYTES` of working memory
         (the plan runs in blocks of rows or pieces of segments)."""
         where = ("it is being measured in another process" if calibrate.measured_elsewhere("cpu") else
                  "it is being measured in the background" if calibrate.measuring("cpu") else
@@ -303,11 +303,11 @@ class Planner:
 
     def _pick_lean(self, rows: int, n_seg: int, length: int, compute: np.dtype, budget: int) -> tuple[str, dict, str]:
         """The cost model's pick among the executions whose working memory stays within
-        :data:`LEAN_BYTES` when any does, else within ``budget``. The models are measured on
+        :data:`welchpeaks.memory.LEAN_BYTES` when any does, else within ``budget``. The models are measured on
         batches that fit the caches; an execution that would fill gigabytes with intermediates
         (numpy on long rows: 10 GB for float32 [64, 10M]) runs far slower than they predict, so
         auto does not bet on it while a lean one can do the work."""
-        lean = min(budget, LEAN_BYTES)
+        lean = min(budget, memory.LEAN_BYTES)
         try:
             name, info, why = pick_for(self.params, n_seg, rows, length, compute, self.device, budget=lean)
         except OverBudget:
@@ -407,7 +407,7 @@ class Planner:
             budget = self.budget()
             ex, why, info = self._execution(rows, n_seg, length, compute, tensor, budget)
             if why.startswith(PROVISIONAL):  # no model to price the intermediates: stay lean
-                budget = min(budget, LEAN_BYTES)
+                budget = min(budget, memory.LEAN_BYTES)
             upload = False
             if not tensor and ex.device == "cuda":  # host data for a GPU execution
                 upload = backends.upload_device() is not None

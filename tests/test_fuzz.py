@@ -1101,25 +1101,22 @@ def test_resume_after_ctrl_c_and_tampering(resume_recording, stop, tampers):
 # --- what the fuzz found, one test each (all fixed)
 
 
-#: watches named pipes that nobody writes. Opening a pipe's writing end without blocking
-#: succeeds only while a reader has it open or waits in open() for a writer (fifo(7); Linux
-#: counts a waiting reader as one), so each success is a reader caught, whatever the timing:
-#: a reader that waits stays waiting until this opens the writing end, and closing that end then
-#: ends its wait (end of file), so the watched call always finishes. The pause between rounds
-#: only spares the CPU; nothing depends on its length. A process of its own: a reader may wait
-#: holding the interpreter's lock (h5py does).
+#: watches named pipes that nobody writes: one thread per pipe opens its writing end, which
+#: blocks until a reader holds the pipe or waits in open() for a writer (fifo(7)), so each open
+#: that returns is a reader caught, by the kernel's rendezvous rather than by timing. Closing
+#: that end then ends the reader's wait (end of file), so the watched call always finishes. A
+#: process of its own: a reader may wait holding the interpreter's lock (h5py does).
 PIPE_WATCHER = """
-import os, sys, time
-pipes = sys.argv[1:]
-while True:
-    for pipe in pipes:
-        try:
-            fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError:  # ENXIO: no reader
-            continue
+import os, sys, threading
+def watch(pipe):
+    while True:
+        fd = os.open(pipe, os.O_WRONLY)  # returns only once a reader has the pipe
         print("waited", flush=True)
         os.close(fd)
-    time.sleep(0.01)
+threads = [threading.Thread(target=watch, args=(p,), daemon=True) for p in sys.argv[1:]]
+for t in threads:
+    t.start()
+threading.Event().wait()
 """
 
 

@@ -14,12 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from welchpeaks.spec import MEASURES, PARAMS, check_choice
+from welchpeaks.spec import PARAMS, check_choice
 
 #: Segment layouts of the original system, accepted by name for ``segments``.
 PRESETS: dict[str, int] = {"ultra": 1, "fast": 2, "reference": 8}
 
-MODES = tuple(PARAMS["mode"].choices)
 COMPUTE_DTYPES = tuple(PARAMS["dtype"].choices)
 #: precision of the DFT products on GPU tensor cores (CPU executions always compute in ``dtype``)
 PRECISIONS = tuple(PARAMS["precision"].choices)

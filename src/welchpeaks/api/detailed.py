@@ -15,11 +15,12 @@ import numbers
 from typing import Any
 
 from welchpeaks.api.find_peaks import filter_config
-from welchpeaks.params import MEASURES, PeakFilters, is_int
+from welchpeaks.params import PeakFilters, is_int
+from welchpeaks.spec import MEASURES
 
 
 def check_measures(measures: Any) -> tuple[str, ...]:
-    """``measures`` as a tuple of names from :data:`~welchpeaks.params.MEASURES` (a string is one name)."""
+    """``measures`` as a tuple of names from :data:`~welchpeaks.spec.MEASURES` (a string is one name)."""
     if measures is None:
         return ()
     names = (measures,) if isinstance(measures, str) else tuple(measures)

@@ -25,9 +25,6 @@ from welchpeaks.result import PeakResult
 from welchpeaks.sources import SignalSource
 
 
-DEVICES = tuple(spec.PARAMS["device"].choices)
-
-
 def check_result_size(params: PeakParams, rows: int, frames: int | None, dtype: Any, max_memory: int | None,
                       fix: str) -> None:
     """Refuse a whole result (``[rows, k]``, or ``[rows, frames, k]`` of ``track``) before it is

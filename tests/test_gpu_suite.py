@@ -42,6 +42,10 @@ def test_the_device_suite_dry_run_runs_every_step(tmp_path):
     assert all(c["pass"] and c.get("unwritten_slots", 0) == 0 for c in checks), checks
     bench = json.loads((out / "bench-device.json").read_text())
     assert bench["cells_done"] == bench["cells"] == 1 and not [r for r in bench["rows"] if "error" in r]
+    from welchpeaks import backends
+
+    picked = [r["picked"] for r in bench["rows"] if r["execution"] == "auto"]  # what auto chose, timed with the rest
+    assert len(picked) == 1 and picked[0] in backends.names(), bench["rows"]
     assert json.loads((out / "gpu-check.json").read_text())["summary"]["compiled"] == 1
     profile = json.loads((out / "profile.json").read_text())["cells"]
     assert {c["strategy"] for c in profile} == {"triton-fused", "triton-block", "torch"}

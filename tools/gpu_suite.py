@@ -14,11 +14,13 @@ time limit (its whole process group is killed past it) inside one overall budget
 4. ``correctness``: each fused-kernel n_fft class in every precision, ``triton-block`` and the
    find_peaks kernel on fresh random inputs, outputs poisoned before each run, against the
    float64 reference -> ``correctness.json`` (with the device copy bandwidth);
-5. ``bench-device``: ``welchpeaks bench --device cuda`` at batch 65536, n_fft 256, 1024, 4096,
-   2 segments, k 16, signals on the device, against torch and cupy -> ``bench-device.json``;
-6. ``profile``: each GPU execution's call time and the device time of each kernel it launches
+5. ``calibrate``: ``welchpeaks calibrate --device cuda --quick`` -> ``calibrate.json`` (the
+   cost model the benches' ``auto`` rows then choose with);
+6. ``bench-device``: ``welchpeaks bench --device cuda`` at batch 65536, n_fft 256, 1024, 4096,
+   2 segments, k 16, signals on the device, against torch and cupy, and what ``auto`` picks
+   -> ``bench-device.json``;
+7. ``profile``: each GPU execution's call time and the device time of each kernel it launches
    (torch.profiler) at those cells -> ``profile.json``;
-7. ``calibrate``: ``welchpeaks calibrate --device cuda --quick`` -> ``calibrate.json``;
 8. ``ncu``: Nsight Compute on the fused and block kernels at 65536 x 256 (into the log);
 9. ``bench-host``: the same bench with the signals on the host -> ``bench-host.json``;
 10. ``gpu-check``: the compiled figures and the predicted times of the measured kernels, with
@@ -54,7 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 N_FFTS = (256, 1024, 4096)
 PRECISIONS = ("fp32", "tf32", "bf16")
 #: the suite's steps, in the order they run (most important first; the tests take what is left)
-STEPS = ("env", "wheels", "warm", "correctness", "bench-device", "profile", "calibrate", "ncu", "bench-host",
+STEPS = ("env", "wheels", "warm", "correctness", "calibrate", "bench-device", "profile", "ncu", "bench-host",
          "gpu-check", "tests")
 
 
@@ -246,8 +248,9 @@ def step_bench(suite: Suite, limit: float, resident: str) -> tuple[str, str]:
     doc = json.loads(path.read_text())
     fused = [r for r in doc["rows"] if r["execution"] == "triton-fused" and "error" not in r]
     errors = [r for r in doc["rows"] if "error" in r]
+    picks = {r["n_fft"]: r["picked"] for r in doc["rows"] if r["execution"] == "auto" and "error" not in r}
     figure = "; ".join(f"{r['n_fft']}: {r['median_ms']:.3f} ms, {r['of_copy_bandwidth']:.0%} of copy, "
-                       f"{r['speedup_vs_torch']:.1f}x torch" for r in fused)
+                       f"{r['speedup_vs_torch']:.1f}x torch, auto {picks.get(r['n_fft'], '?')}" for r in fused)
     status = "ok" if code == 0 and not errors and doc["cells_done"] == doc["cells"] else (
         f"{doc['cells_done']}/{doc['cells']} cells, {len(errors)} errors")
     return status, figure
@@ -613,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
         "profile": (40, lambda limit: step_child(suite, "profile", limit, [str(out / "profile.json"), *flag])),
         "calibrate": (90, lambda limit: step_calibrate(suite, limit)),
         "ncu": (70, lambda limit: step_ncu(suite, limit)),
-        "bench-host": (45, lambda limit: step_bench(suite, limit, "host")),
+        "bench-host": (60, lambda limit: step_bench(suite, limit, "host")),
         "gpu-check": (40, lambda limit: step_gpu_check(suite, limit)),
         "tests": (150, lambda limit: step_tests(suite, limit)),
     }

@@ -8,6 +8,8 @@ with CUDA events (medians, min and max). Rows:
   its input once can at best approach;
 * ``torch``, ``triton-block``, ``triton-fused``: each through a reused
   :class:`welchpeaks.WelchPeaks` (those that cannot compute the cell are left out);
+* ``auto``: what ``strategy='auto'`` chose (its row's ``picked``) with the cost model the
+  machine has, so the planner's choice is timed beside the executions it chose between;
 * ``cupy``: ``cupyx.scipy.signal.welch`` then ``cupy.argpartition`` top-k, when CuPy is installed.
 
 Per row: the algorithm bandwidth, the raw frame bytes read plus the peak bytes written over
@@ -102,8 +104,9 @@ def _cupy_peer(x, n_fft: int, k: int, mode: str):
     return top_k_bins(p, k, mode, cupy)
 
 
-def rows_for(cell: Cell, device: str, resident: str) -> tuple[dict[str, Callable[[], Any]], Any]:
-    """The timed rows of one cell, and the device tensor of its signals."""
+def rows_for(cell: Cell, device: str, resident: str) -> tuple[dict[str, Callable[[], Any]], Any, Any]:
+    """The timed rows of one cell, the device tensor of its signals, and the ``auto`` row's
+    :class:`welchpeaks.WelchPeaks` (its ``strategy`` is what it picked, once called)."""
     import torch
 
     import welchpeaks
@@ -124,6 +127,8 @@ def rows_for(cell: Cell, device: str, resident: str) -> tuple[dict[str, Callable
             continue
         wp = welchpeaks.WelchPeaks(strategy=name, **opts)  # host data is uploaded by each call
         rows[name] = (lambda wp=wp: wp(host)) if resident == "host" else (lambda wp=wp: wp(x))
+    auto = welchpeaks.WelchPeaks(strategy="auto", device=device, **opts)
+    rows["auto"] = (lambda: auto(host)) if resident == "host" else (lambda: auto(x))
     if device == "cuda":
         try:
             import cupy
@@ -133,7 +138,7 @@ def rows_for(cell: Cell, device: str, resident: str) -> tuple[dict[str, Callable
             xc = cupy.asarray(x) if resident == "device" else None
             rows["cupy"] = (lambda: _cupy_peer(xc, cell.n_fft, cell.k, cell.mode)) if xc is not None else (
                 lambda: _cupy_peer(cupy.asarray(host), cell.n_fft, cell.k, cell.mode))
-    return rows, x
+    return rows, x, auto
 
 
 def time_cuda_cell(cell: Cell, repeats: int, resident: str = "device") -> list[dict[str, Any]]:
@@ -142,7 +147,7 @@ def time_cuda_cell(cell: Cell, repeats: int, resident: str = "device") -> list[d
     from welchpeaks.timing import summary
 
     device = torch_device()
-    rows, x = rows_for(cell, device, resident)
+    rows, x, auto = rows_for(cell, device, resident)
     errors: dict[str, str] = {}
     first: dict[str, float] = {}
     samples = event_round_robin(rows, repeats, device, errors=errors, first_ms=first)
@@ -157,6 +162,7 @@ def time_cuda_cell(cell: Cell, repeats: int, resident: str = "device") -> list[d
         alg = (2 * read if name == "device-copy" else read + written) / (med[name] * 1e6)
         out.append({"execution": name, **where, **summary(s), "first_call_ms": first.get(name),
                     "algorithm_gbps": alg, "copy_gbps": copy_gbps, "of_copy_bandwidth": alg / copy_gbps,
-                    "speedup_vs_torch": med["torch"] / med[name] if "torch" in med else float("nan")})
+                    "speedup_vs_torch": med["torch"] / med[name] if "torch" in med else float("nan"),
+                    **({"picked": auto.strategy} if name == "auto" else {})})
     out.extend({"execution": name, **where, "error": error} for name, error in errors.items())
     return out

@@ -438,7 +438,8 @@ def _bench_cuda(cells: list, repeats: int, resident: str, info: dict, json_path:
             if "error" in r:
                 table.add_row(r["execution"], f"failed: {r['error'][:60]}", *("-",) * 5)
                 continue
-            table.add_row(r["execution"], f"{r['median_ms']:.3f}", f"{r['min_ms']:.3f}-{r['max_ms']:.3f}",
+            name = f"auto ({r['picked']})" if "picked" in r else r["execution"]
+            table.add_row(name, f"{r['median_ms']:.3f}", f"{r['min_ms']:.3f}-{r['max_ms']:.3f}",
                           f"{r['algorithm_gbps']:.1f}", f"{r['of_copy_bandwidth']:.2f}", f"{r['speedup_vs_torch']:.1f}",
                           f"{r['first_call_ms']:.0f}" if r.get("first_call_ms") is not None else "-")
         console.print(table)

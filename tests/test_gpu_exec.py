@@ -89,28 +89,34 @@ def test_fused_flags_rows_holding_the_gpus_canonical_nan(precision):
                                precision=precision)
 
 
-def test_rows_with_nan_are_empty_and_flagged_whatever_the_kernels_flag(monkeypatch):
-    """On the H100 the fused kernel's own flag stayed 0 for rows holding NaN or infinity: the
-    runner checks the analysed frames itself. Here the kernel is made to report nothing for any
-    row (flag 0, a peak in every slot)."""
-    real = te.launch
-
-    def unflagged(spec):
-        real(spec)
-        if "bad_ptr" in spec.args:
-            spec.args["bad_ptr"].zero_()
-            spec.args["bins_ptr"].fill_(7)
-            spec.args["pow_ptr"].fill_(1.0)
-
-    monkeypatch.setattr(te, "launch", unflagged)
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+def test_the_fused_kernels_own_flag_marks_exactly_the_rows_with_nan_infinity_or_overflow(precision):
+    """The runners add no check of their own (no second read of the data): the kernel's test
+    of its sums is what flags a row and empties its slots. Row 1's samples are finite but its
+    power overflows fp32; rows 2 and 4 hold NaN and -infinity."""
+    p = welchpeaks.WelchPeaks(n_fft=256, k=4, segments=2, strategy="triton-fused", precision=precision).params
     x = np.random.default_rng(9).standard_normal((6, 384)).astype(np.float32)
+    x[1, 100:140] = 3e19
     x[2, 10], x[4, 300] = np.nan, -np.inf
-    res = welchpeaks.welch_peaks(torch.from_numpy(x).to(DEV), k=4, segments=2, strategy="triton-fused",
-                                 nan_policy="propagate").numpy()
-    assert (res.bins[[2, 4]] == -1).all() and np.isnan(res.power[[2, 4]]).all()
-    assert (res.bins[[0, 1, 3, 5]] == 7).all()
-    with pytest.raises(ValueError, match=r"NaN or infinity in signal \(2,\)"):
-        welchpeaks.welch_peaks(torch.from_numpy(x).to(DEV), k=4, segments=2, strategy="triton-fused")
+    got = te.fused_runner(p, 2)(torch.from_numpy(x).to(DEV))
+    assert got.bad_rows.tolist() == [1, 2, 4]
+    bins, power = got.bins.cpu().numpy(), got.power.cpu().numpy()
+    assert (bins[[1, 2, 4]] == -1).all() and np.isnan(power[[1, 2, 4]]).all()
+    assert (bins[[0, 3, 5]] >= 0).all() and np.isfinite(power[[0, 3, 5]]).all()
+
+
+def test_the_block_kernels_own_flag_marks_exactly_the_rows_with_nan_infinity_or_overflow():
+    """triton-block's kernel flags a row whose spectrum holds NaN or infinity or whose power
+    overflows fp32 (row 1: 3e19 squared), from the spectrum it reads anyway."""
+    p = welchpeaks.WelchPeaks(n_fft=64, k=4, segments=2, strategy="triton-block").params
+    spec = torch.randn(6, 2, 33, dtype=torch.complex64)
+    spec[1, 0, 5] = 3e19
+    spec[2, 1, 7] = complex(float("nan"), 0.0)
+    spec[4, 0, 32] = complex(0.0, float("-inf"))
+    got = te.block_runner(p, 2)(spec.to(DEV))
+    assert got.bad_rows.tolist() == [1, 2, 4]
+    bins = got.bins.cpu().numpy()
+    assert (bins[[1, 2, 4]] == -1).all() and (bins[[0, 3, 5]] >= 0).all()
 
 
 def test_tensor_input_under_auto_keeps_the_device_and_type():

@@ -412,9 +412,8 @@ def fused(x_ptr, stride, B, S, hop, zero, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_p
     last = 2.0 * tl.sum(tl.where(f == 0, hi, 0.0), 1) * tl.load(scale_ptr + N // 2)
     # A NaN or infinite sample makes its row's sums non-finite (the rows of a product are
     # independent), and so does a power past fp32's range: both leave the row's slots empty
-    # and flag it (the caller tells overflow from bad samples by looking at the frame; the
-    # runner also checks the frames itself, since on the H100 this flag stayed 0 for rows with
-    # NaN). One test of the sums instead of one per sample keeps no per-sample flags in registers.
+    # and flag it (the caller tells overflow from bad samples by looking at the frame). One
+    # test of the sums instead of one per sample keeps no per-sample flags in registers.
     bad = tl.sum(_nonfinite(acc).to(tl.int32), 1)
     tl.store(bad_ptr + rows, bad, mask=rmask)
     select_store((lo + mirrored) * scale[None, :], last, rows, rmask, N // 2 + 1, N // 2, True, K, KT, PEAKS,
@@ -426,7 +425,9 @@ def block(spec_ptr, B, scale_ptr, bins_ptr, pow_ptr, fb_ptr, bad_ptr, S, K, NB: 
           BR: tl.constexpr, KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr,
           INTERP: tl.constexpr, ALPHA: tl.constexpr, EDGES: tl.constexpr):
     """Power, segment mean and selection of a spectrum ``[B, S, NB]`` (complex64 as float
-    pairs): reads the spectrum once, writes ``K`` results per row."""
+    pairs): reads the spectrum once, writes ``K`` results per row and one flag (non-finite
+    sums: a NaN or infinite value in the spectrum, or a power past fp32's range; the row's
+    slots are left empty)."""
     rows = tl.program_id(0) * BR + tl.arange(0, BR)
     rmask = rows < B
     f = tl.arange(0, NBP)
@@ -438,7 +439,8 @@ def block(spec_ptr, B, scale_ptr, bins_ptr, pow_ptr, fb_ptr, bad_ptr, S, K, NB: 
         im = tl.load(spec_ptr + off + 1, mask=m, other=0.0)
         acc += re * re + im * im
     scale = tl.load(scale_ptr + f, mask=f < NB, other=0.0)
-    bad = tl.load(bad_ptr + rows, mask=rmask, other=0)
+    bad = tl.sum(_nonfinite(acc).to(tl.int32), 1)  # lanes past NB and rows past B hold 0.0
+    tl.store(bad_ptr + rows, bad, mask=rmask)
     # no separate last bin here (HAS_LAST is False): the ``last`` argument is a placeholder
     select_store(acc * scale[None, :], bad.to(tl.float32), rows, rmask, NB, NBP, False, K, KT, PEAKS, MIN_DIST, IB,
                  INTERP, ALPHA, EDGES, bad, bins_ptr, pow_ptr, fb_ptr)

@@ -288,7 +288,6 @@ def fused_runner(p: PeakParams, n_seg: int):
     """The fused kernel for ``p`` and ``n_seg`` segments, as a function of the rows (a tensor)."""
     check_dot_sizes(p)
     const = TritonConstants(p, n_seg, dft=True)
-    frame = p.frame_length(n_seg)
 
     def fused(x):
         x = as_tensor(x, np.float32)
@@ -297,22 +296,9 @@ def fused_runner(p: PeakParams, n_seg: int):
         rows = x.shape[0]
         out = _outputs(rows, p.k, x.device)
         launch(fused_launch(p, n_seg, rows, x.stride(0), {"x": x, **const.on(x.device), **out}))
-        return RowPeaks(*_empty_nonfinite_rows(x[:, :frame], out), bad_rows_of(out["bad"]))
+        return RowPeaks(out["bins"], out["power"], out["fb"], bad_rows_of(out["bad"]))
 
     return fused
-
-
-def _empty_nonfinite_rows(frames, out: dict) -> tuple:
-    """The fused kernel's outputs with every row whose analysed frame holds NaN or infinity
-    flagged and empty, as the contract says, whatever the kernel's own flag (a test of its
-    sums) reported: on the H100 that flag stayed 0 for such rows (docs/performance-history.md, cause
-    not established). One more read of the frames, on the device, without a synchronisation."""
-    torch = import_torch()
-    ok = torch.isfinite(frames).all(1)
-    out["bad"] = torch.where(ok, out["bad"], 1)
-    keep = ok[:, None]
-    return (torch.where(keep, out["bins"], -1), torch.where(keep, out["power"], float("nan")),
-            torch.where(keep, out["fb"], float("nan")))
 
 
 def _block(node: Node, graph: Graph):
@@ -330,7 +316,6 @@ def block_runner(p: PeakParams, n_seg: int):
         spec = torch.view_as_real(spec).to(torch.float32).contiguous()
         rows = spec.shape[0]
         out = _outputs(rows, p.k, spec.device)
-        out["bad"].copy_((~torch.isfinite(spec).flatten(1).all(1)).to(torch.int32))
         launch(block_launch(p, n_seg, rows, {"spec": spec, **const.on(spec.device), **out}))
         return RowPeaks(out["bins"], out["power"], out["fb"], bad_rows_of(out["bad"]))
 

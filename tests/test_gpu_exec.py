@@ -13,9 +13,11 @@ import torch
 import welchpeaks
 from helpers import assert_matches_reference, reference_psd
 from welchpeaks import backends
+from welchpeaks.backends import torch_exec
 from welchpeaks.backends import triton_exec as te
 from welchpeaks.backends import triton_launch as tl
 from welchpeaks.backends.triton_exec import FUSED_TILES, PRECISION_RTOL, dft_factors
+from welchpeaks.plan import picker
 from welchpeaks.spectral import reference_peaks
 
 GPU = ("torch", "triton-block", "triton-fused")
@@ -313,7 +315,15 @@ def test_cuda_calibration_runs_end_to_end(tmp_path, monkeypatch):
             raise RuntimeError("out of resources: shared memory (injected)")
         return real_block(p, n_seg)
 
+    real_select = torch_exec.select_rows_t
+
+    def failing_select(psd, k, mode, *args):
+        if mode == "bins":
+            raise RuntimeError("CUDA out of memory (injected)")
+        return real_select(psd, k, mode, *args)
+
     monkeypatch.setattr(te, "block_runner", failing_block)
+    monkeypatch.setattr(torch_exec, "select_rows_t", failing_select)
     ticks = []
     grid = {"n_fft": [64, 128], "rows": [1, 2], "repeats": 1}
     model = measure_cuda(progress=ticks.append, device=DEV, grid=grid)
@@ -323,8 +333,18 @@ def test_cuda_calibration_runs_end_to_end(tmp_path, monkeypatch):
             "triton-fused/fused:float32:s1", "triton-fused/fused:float32:s2"} <= set(model.tables)
     assert model.fused_ns(128, 2, 2, 16, "float32", "triton-fused") > 0 and model.h2d_bw > 0 and model.memory_bw > 0
     failures = model.meta["failures"]
-    assert len(failures) == 4 and all("bins" in f["step"] and "injected" in f["error"] for f in failures)
-    assert model.meta["filled"] == {"triton-block/spectrum:bins": 4} and "partial: 4 of" in model.label
+    assert len(failures) == 8 and all("bins" in f["step"] and "injected" in f["error"] for f in failures)
+    assert model.meta["filled"] == {"triton-block/spectrum:bins": 4, "torch/select:bins": 4}
+    assert "partial: 8 of" in model.label
+    # torch's selection: measured where it ran (and the torch execution's topk is priced by it);
+    # no published figure stands in for it, so the failed mode is left to the labelled default
+    assert "torch/select:peaks" in model.tables and "torch/select:bins" not in model.tables
+    p = welchpeaks.WelchPeaks(n_fft=128, k=4, segments=2).params
+    priced = picker.strategy_breakdown(p, 2, 2, 192, "float32", "cuda", model)["torch"]["priced_by"]
+    assert [v for n, v in priced.items() if "topk" in n] == ["torch/select:peaks"]
+    p = welchpeaks.WelchPeaks(n_fft=128, k=4, segments=2, mode="bins").params
+    priced = picker.strategy_breakdown(p, 2, 2, 192, "float32", "cuda", model)["torch"]["priced_by"]
+    assert [v for n, v in priced.items() if "topk" in n][0].startswith("default: no torch/select:bins curve")
     default = default_cuda_model().tables["triton-block/spectrum:bins"]
     assert model.tables["triton-block/spectrum:bins"].ns == [[default(nb, r) for r in (1, 2)] for nb in (33, 65)]
     assert model.tables["triton-block/spectrum:peaks"].ns != [[default(nb, r) for r in (1, 2)] for nb in (33, 65)]  # measured

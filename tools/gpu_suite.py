@@ -55,6 +55,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: the bench cells of the real run, most important first (the issue's targets are at n_fft 256)
 N_FFTS = (256, 1024, 4096)
 PRECISIONS = ("fp32", "tf32", "bf16")
+#: the share of a row's strongest bin that an fp32 power may be off by before its relative
+#: bound applies (torch's float32 FFT on a CPU, 1,024 of the check's rows: <= 4.4e-6 of it)
+FP32_ROW_ATOL = 1e-5
 #: the suite's steps, in the order they run (most important first; the tests take what is left)
 STEPS = ("env", "wheels", "warm", "correctness", "calibrate", "bench-device", "profile", "ncu", "bench-host",
          "gpu-check", "tests")
@@ -353,8 +356,13 @@ def _check_kernel(strategy: str, n_fft: int, precision: str, rows: int, device: 
     unwritten = int((bins == 1 << 30).sum() + (power == -12345.0).sum())
     ok = bins >= 0
     at = np.take_along_axis(psd, np.where(ok, bins, 0), 1)
-    scale = at if precision == "fp32" else np.broadcast_to(psd.max(1, keepdims=True), at.shape)
-    err = float(np.max((np.abs(power - at) / scale)[ok])) if ok.any() else float("nan")
+    row_max = np.broadcast_to(psd.max(1, keepdims=True), at.shape)
+    # fp32: relative to the peak, less what float32 cannot resolve in a row (its error scales with
+    # the row's strongest bin: a weak peak's own relative error has a seed-dependent tail); the
+    # rounded precisions: relative to the row's strongest bin
+    diff = np.abs(power - at) - (FP32_ROW_ATOL * row_max if precision == "fp32" else 0.0)
+    scale = at if precision == "fp32" else row_max
+    err = float(np.max((np.maximum(diff, 0.0) / scale)[ok])) if ok.any() else float("nan")
     same = float(((bins == ref_bins) & (ref_bins >= 0)).sum() / max(1, (ref_bins >= 0).sum()))
     need = {"fp32": 0.999, "tf32": 0.9, "bf16": 0.6}[precision]
     bound = PRECISION_RTOL[precision]

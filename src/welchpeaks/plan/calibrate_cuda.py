@@ -18,14 +18,18 @@ import numpy as np
 from welchpeaks.params import make_params
 from welchpeaks.plan.cost import BackendCostModel, LogLogTable
 
-QUICK_GRID = {"n_fft": [64, 256, 1024, 4096], "rows": [1, 256, 16384], "repeats": 5}
+#: the quick grid reaches 65536 rows: extrapolated from 16384, where a call's fixed host share
+#: (hundreds of us) still outweighs the kernel, a large batch was mispriced 2-3x on an H100
+QUICK_GRID = {"n_fft": [64, 256, 1024, 4096], "rows": [1, 256, 65536], "repeats": 5}
 FULL_GRID = {"n_fft": [64, 256, 1024, 4096], "rows": [1, 256, 16384, 262144], "repeats": 10}
 
 
-#: the curves measured here, named by the backend whose kernel is timed: torch's cuFFT,
-#: triton-fused's fused pass (1 and 2 segments), triton-block's spectrum kernel (its selection,
-#: the spectrum's read included; 1 segment). float64 FFTs are priced at twice float32's.
+#: the curves measured here, named by the backend whose kernel is timed: torch's cuFFT and
+#: selection (top-k of PSD rows), triton-fused's fused pass (1 and 2 segments), triton-block's
+#: spectrum kernel (its selection, the spectrum's read included; 1 segment). float64 FFTs are
+#: priced at twice float32's.
 FFT = "torch/fft:float32"
+SELECT = "torch/select:%s"
 FUSED = "triton-fused/fused:float32:s%d"
 SPECTRUM = "triton-block/spectrum:%s"
 
@@ -74,8 +78,9 @@ def _error_text(exc: BaseException) -> str:
 def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = None, device: str = "cuda",
                  grid: dict | None = None) -> BackendCostModel:
     """Measure launch overhead, the empty-sync round trip, host-to-device and device-to-host
-    bandwidth (pageable and pinned), device copy bandwidth, the cuFFT curve, and the curves of
-    the fused kernel (1 and 2 segments) and of ``triton-block``'s selection kernel.
+    bandwidth (pageable and pinned), device copy bandwidth, the cuFFT curve, the curves of
+    torch's selection, of the fused kernel (1 and 2 segments) and of ``triton-block``'s
+    selection kernel.
 
     A step that fails (a kernel that does not compile or launch on this device, memory, a
     driver error) is recorded in ``meta['failures']`` with its error and the others are still
@@ -85,6 +90,7 @@ def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = N
     import torch
 
     from welchpeaks.backends import interpreting
+    from welchpeaks.backends.torch_exec import select_rows_t
     from welchpeaks.backends.triton_exec import block_runner, fused_runner
     from welchpeaks.plan.cost import default_cuda_model
 
@@ -150,7 +156,7 @@ def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = N
     bufs.clear()  # free the device memory before the curves
     ns_, rows_ = [float(n) for n in grid["n_fft"]], [float(r) for r in grid["rows"]]
     gen = torch.Generator(device=device).manual_seed(0)
-    names = [FFT, FUSED % 1, FUSED % 2, SPECTRUM % "peaks", SPECTRUM % "bins"]
+    names = [FFT, SELECT % "peaks", SELECT % "bins", FUSED % 1, FUSED % 2, SPECTRUM % "peaks", SPECTRUM % "bins"]
     curves: dict[str, list[list[float]]] = {name: [] for name in names}
     for n in grid["n_fft"]:
         row: dict[str, list[float]] = {name: [] for name in names}
@@ -168,6 +174,13 @@ def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = N
 
                 row[FUSED % seg].append(attempt(f"triton-fused n_fft {n} x {r}, {seg} segments", fused))
             for mode in ("peaks", "bins"):
+                def torch_select(mode=mode) -> float:  # the torch execution's topk node, on a spectrum's power
+                    psd = torch.fft.rfft(x, dim=-1).abs().square()
+                    return timed(lambda: select_rows_t(psd, 16, mode, 1), reps)
+
+                row[SELECT % mode].append(attempt(f"torch selection ({mode}) n_fft {n} x {r}", torch_select)
+                                          if ok else math.nan)
+
                 def select(mode=mode) -> float:
                     run = block_runner(make_params(n_fft=n, k=16, segments=1, mode=mode), 1)
                     spec = torch.fft.rfft(x, dim=-1)[:, None, :]
@@ -189,10 +202,16 @@ def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = N
             filled[name] = missing
         return LogLogTable(x1, rows_, out)
 
-    tables = {name: fill(name, curves[name], ns_) for name in names if "spectrum" not in name}
+    bins_ = [n // 2 + 1 for n in ns_]  # the selections' curves are over bins, as the CPU model's
+    tables = {name: fill(name, curves[name], ns_) for name in names if "/fused" in name or "/fft" in name}
     tables["torch/fft:float64"] = LogLogTable(ns_, rows_, [[2 * v for v in vals] for vals in tables[FFT].ns])
-    for mode in ("peaks", "bins"):  # the selection's curve is over bins, as the CPU model's
-        tables[SPECTRUM % mode] = fill(SPECTRUM % mode, curves[SPECTRUM % mode], [n // 2 + 1 for n in ns_])
+    for mode in ("peaks", "bins"):
+        tables[SPECTRUM % mode] = fill(SPECTRUM % mode, curves[SPECTRUM % mode], bins_)
+        values = curves[SELECT % mode]  # no published figure to fill from: all measured, or left out
+        if all(math.isfinite(v) and v > 0 for vals in values for v in vals):
+            tables[SELECT % mode] = LogLogTable(bins_, rows_, values)
+        else:  # priced by the labelled default (explain says so)
+            filled[SELECT % mode] = sum(1 for vals in values for v in vals if not (math.isfinite(v) and v > 0))
     scalars = {"dispatch_ns": (dispatch, default.dispatch_ns), "roundtrip_ns": (roundtrip, default.roundtrip_ns),
                "memory_bw": (memory_bw, default.memory_bw), "h2d_bw": (bws["h2d_pageable"], default.h2d_bw),
                "d2h_bw": (bws["d2h_pageable"], default.d2h_bw)}

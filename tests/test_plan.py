@@ -14,6 +14,7 @@ from welchpeaks.params import make_params
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.cost import LogLogTable, set_cost_model
 from welchpeaks.plan.fusion import IoFusionGate, fusion_benefit
+from welchpeaks.plan import original
 from welchpeaks.plan.original import (
     DEFAULT_GATES,
     original_fft_graph,
@@ -57,15 +58,15 @@ def test_graph_builders_reject_mismatches():
     x = g.input("x", (4, 8))
     y = g.input("y", (3, 8))
     with pytest.raises(ValueError, match="do not broadcast"):
-        g.sub(x, y)
+        original.sub(g, x, y)
     with pytest.raises(ValueError, match="outside axis"):
-        g.concat([x, g.input("z", (4, 3, 1))], axis=1)
+        original.concat(g, [x, g.input("z", (4, 3, 1))], axis=1)
     with pytest.raises(ValueError, match="not a complex"):
         g.spectrum_peaks(g.frames(x, 4, 2, 3), make_params(n_fft=4, k=1))
     with pytest.raises(ValueError, match="not real"):
         g.welch_peaks(x, 4, make_params(n_fft=4, k=1))
     with pytest.raises(ValueError, match="real rows"):
-        g.fft(g.input("odd", (2, 7)))
+        original.fft(g, g.input("odd", (2, 7)))
     with pytest.raises(ValueError, match="need 12 samples"):
         g.frames(x, 8, 4, 2)
     with pytest.raises(ValueError, match="already exists"):
@@ -73,13 +74,17 @@ def test_graph_builders_reject_mismatches():
 
 
 def test_interpreter_runs_the_original_graphs_against_numpy_fft(rng):
-    numpy_backend = backends.get("numpy").backend
+    """The original's ops live beside the product: its graphs run on its own backend, and no
+    execution of welchpeaks has a kernel for them."""
     x = rng.standard_normal((6, 32)).astype(np.float32)
-    (block,) = ir.run(original_fft_graph(3, 32), {"signal": x}, numpy_backend)
+    with pytest.raises(ValueError, match="no kernel for op 'sub'"):
+        ir.run(original_fft_graph(3, 32), {"signal": x}, backends.get("numpy").backend)
+    assert not set(original.OriginalOp) & set(ir.Op)
+    (block,) = ir.run(original_fft_graph(3, 32), {"signal": x}, original.BACKEND)
     ref = np.fft.fft(x.astype(np.float64), axis=1)
     np.testing.assert_allclose(block[:, :32], ref.real, atol=1e-4)
     np.testing.assert_allclose(block[:, 32:], ref.imag, atol=1e-4)
-    (packed,) = ir.run(original_fused_graph(3, 32, 4), {"segs": x}, numpy_backend)
+    (packed,) = ir.run(original_fused_graph(3, 32, 4), {"segs": x}, original.BACKEND)
     pw = np.abs(ref[:, :17]) ** 2
     pw[:, 1:16] *= 2
     psd = pw.reshape(3, 2, 17).mean(axis=1)
@@ -113,8 +118,8 @@ def test_fusion_pass_rewrites_the_chain_and_keeps_results(rng):
 def test_peaks_only_outputs_pass():
     g = ir.Graph()
     x = g.input("segs", (64, 256))
-    spec = g.fft(g.concat([x, g.sub(x, x)], axis=1))
-    peaks = g.block_peaks(spec, 16, 2)
+    spec = original.fft(g, original.concat(g, [x, original.sub(g, x, x)], axis=1))
+    peaks = original.block_peaks(g, spec, 16, 2)
     g.set_outputs([spec, peaks])
     out, info = select_peaks_only_outputs(g)
     assert info["fused"] and out.outputs == [peaks]  # peaks already out: spectrum dropped

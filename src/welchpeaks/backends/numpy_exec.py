@@ -169,36 +169,6 @@ def _topk(node: Node, graph: Graph):
     return lambda psd: select_rows(psd, k, mode, md, interp, edges)
 
 
-def _fft(node: Node, graph: Graph):
-    inverse, norm = node.attrs["inverse"], node.attrs["norm"]
-
-    def fft(x):
-        half = x.shape[1] // 2
-        z = x[:, :half].astype(np.complex128) + 1j * x[:, half:]
-        out = np.fft.ifft(z, norm=norm) if inverse else np.fft.fft(z, norm=norm)
-        return np.concatenate([out.real, out.imag], axis=1).astype(x.dtype)
-
-    return fft
-
-
-def _block_peaks(node: Node, graph: Graph):
-    k, n_seg = node.attrs["k"], node.attrs["n_segments"]
-
-    def block_peaks(x):
-        half = x.shape[1] // 2
-        nb = half // 2 + 1
-        pw = x[:, :nb].astype(np.float64) ** 2 + x[:, half:half + nb].astype(np.float64) ** 2
-        pw[:, 1:nb - 1] *= 2.0
-        psd = pw.reshape(-1, n_seg, nb).mean(axis=1)
-        order = np.argsort(-psd, axis=1, kind="stable")[:, :k]
-        out = np.zeros((psd.shape[0], k, 2), np.float32)
-        out[:, : order.shape[1], 0] = order
-        out[:, : order.shape[1], 1] = np.take_along_axis(psd, order, 1)
-        return out.reshape(psd.shape[0], 2 * k)
-
-    return block_peaks
-
-
 KERNELS = {
     Op.input: identity_input,
     Op.constant: constant_value,
@@ -210,10 +180,6 @@ KERNELS = {
     Op.mul: lambda node, graph: (lambda a, b: a * b),
     Op.topk: _topk,
     Op.find_peaks: filtered.host_kernel,
-    Op.sub: lambda node, graph: (lambda a, b: a - b),
-    Op.concat: lambda node, graph: (lambda *xs: np.concatenate(xs, axis=node.attrs["axis"])),
-    Op.fft: _fft,
-    Op.block_peaks: _block_peaks,
 }
 BACKEND = Backend(NAME, KERNELS)
 

@@ -7,8 +7,9 @@ other node is one kernel launch when the graph runs (see :mod:`welchpeaks.plan.i
 
 Peak ops (``PEAK_OPS``: ``topk``, ``spectrum_peaks``, ``welch_peaks``) produce a
 :class:`welchpeaks.result.RowPeaks` (bins, power, fractional bins, rows left empty), which the
-IO profile counts as ``[rows, k, 3]`` float64 records. The original system's ``block_peaks``
-keeps its own layout ``[B, 2k]`` float32 of ``(bin, power)`` pairs.
+IO profile counts as ``[rows, k, 3]`` float64 records. The original system's ops (its
+real-block FFT graphs) are not here: :mod:`welchpeaks.plan.original` defines them, with their
+kernels, beside the product.
 
 A graph's first input dimension is the batch: a compiled graph
 (:func:`welchpeaks.ir.compile`) runs any number of rows; the row count in the graph is the one
@@ -72,8 +73,8 @@ class DType(enum.Enum):
 
 
 class Op(str, enum.Enum):
-    """The ops an execution's graph is made of (and those of the original system's graphs,
-    which :mod:`welchpeaks.plan.original` builds for comparison)."""
+    """The ops an execution's graph is made of. Ops defined elsewhere (the original system's,
+    :class:`welchpeaks.plan.original.OriginalOp`) are added with :meth:`Graph.add`."""
 
     input = "input"
     constant = "constant"
@@ -88,11 +89,6 @@ class Op(str, enum.Enum):
     welch_psd = "welch_psd"  # fused: the PSD of raw rows in one pass
     spectrum_peaks = "spectrum_peaks"  # fused: power, mean, scale and selection of a spectrum
     welch_peaks = "welch_peaks"  # fused: the whole chain on the raw rows
-    # the original system's FFT graphs (real-block layout)
-    sub = "sub"
-    concat = "concat"
-    fft = "fft"
-    block_peaks = "block_peaks"
 
 
 #: Ops that launch nothing (``frames`` is a strided view of the rows).
@@ -141,7 +137,13 @@ class Graph:
         self.outputs: list[int] = []
 
     # ------------------------------------------------------------------ plumbing
-    def _add(self, op: Op, inputs: Sequence[int], shape: Sequence[int], dtype: DType, **attrs: Any) -> int:
+    def add(self, op: enum.Enum, inputs: Sequence[int], shape: Sequence[int], dtype: DType, **attrs: Any) -> int:
+        """A node of an op defined outside this module (an :class:`~enum.Enum` member whose
+        value is its name), after the builder that calls this has checked its inputs; its
+        kernels come from a backend that has them."""
+        return self._add(op, inputs, shape, dtype, **attrs)
+
+    def _add(self, op: Any, inputs: Sequence[int], shape: Sequence[int], dtype: DType, **attrs: Any) -> int:
         for i in inputs:
             if not 0 <= i < len(self.nodes):
                 raise ValueError(f"{op.value}: input %{i} is not a node of this graph")
@@ -186,7 +188,9 @@ class Graph:
                          n_fft=n_fft, hop=hop, n_segments=n_segments, frame=need)
 
     # ------------------------------------------------------------------ arithmetic
-    def _binary(self, op: Op, a: int, b: int) -> int:
+    def binary(self, op: enum.Enum, a: int, b: int) -> int:
+        """An elementwise node of two inputs of one dtype, broadcast (``mul``, or an op defined
+        outside this module)."""
         na, nb = self.nodes[a], self.nodes[b]
         try:
             shape = np.broadcast_shapes(na.shape, nb.shape)
@@ -196,37 +200,10 @@ class Graph:
             raise ValueError(f"{op.value}: dtypes {na.dtype.name} and {nb.dtype.name} differ; cast one first")
         return self._add(op, (a, b), shape, na.dtype)
 
-    def sub(self, a: int, b: int) -> int:
-        return self._binary(Op.sub, a, b)
-
     def mul(self, a: int, b: int) -> int:
-        return self._binary(Op.mul, a, b)
-
-    def concat(self, xs: Sequence[int], axis: int) -> int:
-        ns = [self.nodes[x] for x in xs]
-        if not ns:
-            raise ValueError("concat: needs at least one input")
-        rank = len(ns[0].shape)
-        ax = axis % rank
-        for n in ns[1:]:
-            if len(n.shape) != rank or any(n.shape[i] != ns[0].shape[i] for i in range(rank) if i != ax):
-                raise ValueError(f"concat: shapes {[list(m.shape) for m in ns]} differ outside axis {axis}")
-            if n.dtype != ns[0].dtype:
-                raise ValueError(f"concat: dtypes {[m.dtype.name for m in ns]} differ")
-        shape = list(ns[0].shape)
-        shape[ax] = sum(n.shape[ax] for n in ns)
-        return self._add(Op.concat, tuple(xs), shape, ns[0].dtype, axis=ax)
+        return self.binary(Op.mul, a, b)
 
     # ------------------------------------------------------------------ spectral
-    def fft(self, x: int, inverse: bool = False, norm: str = "backward") -> int:
-        """Complex FFT in the original's real-block layout: rows ``[re_0..re_N-1, im_0..im_N-1]``."""
-        n = self._rank(x, (2,), "fft")
-        if n.shape[1] % 2 or n.dtype.is_complex:
-            raise ValueError(f"fft: expects real rows [R, 2N] (re | im planes); got {list(n.shape)} {n.dtype.name}")
-        if norm not in ("backward", "forward", "ortho"):
-            raise ValueError(f"fft: norm={norm!r}; use 'backward', 'forward' or 'ortho'")
-        return self._add(Op.fft, (x,), n.shape, n.dtype, inverse=bool(inverse), norm=norm)
-
     def rfft(self, x: int) -> int:
         """One-sided FFT of real rows ``[..., N]`` -> complex ``[..., N//2 + 1]``."""
         n = self.nodes[x]
@@ -310,17 +287,6 @@ class Graph:
             raise ValueError(f"spectrum_peaks: {list(n.shape)} {n.dtype.name} is not a complex [B, S, {params.n_bins}]")
         return self._add(Op.spectrum_peaks, (x,), (n.shape[0], params.k, 3), DType.f64, n_segments=n.shape[1],
                          params=params)
-
-    def block_peaks(self, x: int, k: int, n_segments: int) -> int:
-        """The original system's WelchPeaks op: raw one-sided ``|X|**2`` of a real-block spectrum
-        ``[B*S, 2N]``, mean over segments, the ``k`` highest bins as ``(bin, power)`` pairs
-        ``[B, 2k]`` float32."""
-        n = self._rank(x, (2,), "block_peaks")
-        if k < 1 or n_segments < 1 or n.dtype.is_complex or n.shape[0] % n_segments or n.shape[1] % 2:
-            raise ValueError(f"block_peaks: block spectrum {list(n.shape)} {n.dtype.name} is not real "
-                             f"[B*{n_segments}, 2N], or k={k} < 1")
-        return self._add(Op.block_peaks, (x,), (n.shape[0] // n_segments, 2 * k), DType.f32, k=k,
-                         n_segments=n_segments)
 
     def set_outputs(self, outputs: Sequence[int]) -> "Graph":
         outs = [int(o) for o in outputs]

@@ -354,13 +354,10 @@ def _flops(graph: Graph, node: Node) -> float:
     if node.op is Op.rfft:
         n = node.attrs["n"]
         return src.numel // n * 2.5 * n * math.log2(max(n, 2))
-    if node.op is Op.fft:
-        n = node.shape[1] // 2
-        return node.shape[0] * 5.0 * n * math.log2(max(n, 2))
     if node.op in (Op.welch_peaks, Op.welch_psd):
         n = node.attrs["params"].n_fft
         return node.shape[0] * node.attrs["n_segments"] * (2.5 * n * math.log2(max(n, 2)) + 8 * n)
-    if node.op in (Op.topk, Op.spectrum_peaks, Op.find_peaks, Op.block_peaks):
+    if node.op in (Op.topk, Op.spectrum_peaks, Op.find_peaks):
         return 20.0 * src.numel
     return 0.0
 
@@ -385,17 +382,10 @@ def price_node(graph: Graph, node: Node, model: BackendCostModel, backend: Any =
             derived = model.meta.get("derived") if isinstance(model.meta, dict) else None
             how = derived.get(f"{owner}/fft:{dt}") if isinstance(derived, dict) else None
             return Price(model.dispatch_ns + c, c, f"{owner}/fft:{dt}" + (f" ({how})" if isinstance(how, str) else ""))
-        if node.op is Op.fft:
-            n, dt = node.shape[1] // 2, _dtype_name(node)
-            c = model.fft_ns(n, node.shape[0], dt, owner)
-            return Price(model.dispatch_ns + c, c, f"{owner}/fft:{dt}")
         if node.op is Op.topk:
             mode = node.attrs["mode"]
             c = model.select_ns(src.shape[1], node.attrs["k"], src.shape[0], mode, owner)
             return Price(base + c, c, f"{owner}/select:{mode}")
-        if node.op is Op.block_peaks:
-            c = model.select_ns(src.shape[1] // 4 + 1, node.attrs["k"], node.shape[0], "bins", owner)
-            return Price(base + c, c, f"{owner}/select:bins")
         if node.op is Op.find_peaks:
             c, measured = model.find_peaks_ns(src.shape[1], src.shape[0], owner)
             if measured:

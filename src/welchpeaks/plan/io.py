@@ -22,7 +22,6 @@ class GraphIoProfile:
 def profile_graph_io(
     graph: Graph,
     outputs: Iterable[int] | None = None,
-    fft_host_sync: bool = False,
     sync_ops: frozenset = frozenset(),
 ) -> GraphIoProfile:
     """Count what one run of ``graph`` does.
@@ -30,9 +29,8 @@ def profile_graph_io(
     Every node that is not a metadata op is one launch and moves the bytes of its inputs plus
     its output. A node whose op is in ``sync_ops`` (a property of the backend that runs it:
     none of welchpeaks' kernels waits on the host; the original system's graphs pass
-    :data:`welchpeaks.plan.original.SYNC_OPS`) is a host sync point, and so is every ``fft``
-    when ``fft_host_sync``. ``outputs`` (node ids, default the graph's) are returned to the
-    caller.
+    :data:`welchpeaks.plan.original.SYNC_OPS`) is a host sync point. ``outputs`` (node ids,
+    default the graph's) are returned to the caller.
     """
     outs = set(graph.outputs if outputs is None else outputs)
     launches = syncs = host = traffic = 0
@@ -43,7 +41,7 @@ def profile_graph_io(
             continue
         launches += 1
         traffic += sum(read_bytes(graph, n, i) for i in n.inputs) + n.nbytes
-        if n.op in sync_ops or (fft_host_sync and n.op is Op.fft):
+        if n.op in sync_ops:
             syncs += 1
     return GraphIoProfile(launches, syncs, host, traffic)
 

@@ -181,3 +181,15 @@ def test_explain_shows_the_filtered_graphs():
     assert table.exit_code == 0 and "picked" in table.output
     bad = runner.invoke(app, ["explain", "--measures", "snrr"])
     assert bad.exit_code != 0 and "'snrr' is unknown" in bad.output
+
+
+def test_version_is_the_distributions():
+    """``welchpeaks --version`` prints the version pip installed (pyproject.toml reads it from
+    welchpeaks/_version.py, so the two cannot differ) and runs no command."""
+    from importlib.metadata import version
+
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == f"welchpeaks {welchpeaks.__version__}"
+    assert version("welchpeaks") == welchpeaks.__version__
+    res = runner.invoke(app, ["--version", "peaks", "missing.npy"])  # eager: the command is not run
+    assert res.exit_code == 0 and "missing" not in res.output

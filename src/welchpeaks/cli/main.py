@@ -23,8 +23,17 @@ from welchpeaks.cli.common import fail as _fail
 app = typer.Typer(**app_options("The strongest spectral peaks of batches of signals (Welch PSD + top-K)."))
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from welchpeaks import __version__
+
+        typer.echo(f"welchpeaks {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _command_line() -> None:
+def _command_line(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                               help="Print welchpeaks' version and exit.")) -> None:
     """The strongest spectral peaks of batches of signals (Welch PSD + top-K)."""
     from welchpeaks.plan import calibrate
 

@@ -13,7 +13,8 @@ from welchpeaks.api import (Tracker, WelchPeakStream, WelchPeaks, available_stra
 from welchpeaks.params import PRESETS
 from welchpeaks.result import FoundPeaks, PeakResult, TrackResult
 from welchpeaks.sources import SignalSource, open_signals
+from welchpeaks.tracks import Tracks
 
-__all__ = ["PRESETS", "FoundPeaks", "PeakResult", "SignalSource", "TrackResult", "Tracker", "WelchPeakStream",
+__all__ = ["PRESETS", "FoundPeaks", "PeakResult", "SignalSource", "TrackResult", "Tracker", "Tracks", "WelchPeakStream",
            "WelchPeaks", "available_strategies", "find_peaks", "open_signals", "track", "welch", "welch_peaks",
            "__version__"]

@@ -168,6 +168,29 @@ class TrackResult:
         bins, power, freqs, measures = _compute_together(self.bins, self.power, self.freqs, self.measures)
         return TrackResult(bins, power, freqs, self.times, self.strategy, dict(self.params), measures)
 
+    def link(self, max_jump_hz: float, max_gap: int = 1, min_length: int = 1) -> Any:
+        """The peaks linked into tracks over time: a :class:`welchpeaks.tracks.Tracks` whose
+        ``ids [..., T, k]`` give each peak's track (-1: none) and whose ``summary()`` describes
+        each track. Frames are linked in order by an optimal assignment of each frame's peaks
+        to the open tracks' predicted frequencies (a line through their last peaks), never
+        farther than ``max_jump_hz`` (Hz with ``fs``, else cycles per sample); a track may miss
+        ``max_gap`` frames; tracks of fewer than ``min_length`` peaks are dropped.
+        Deterministic. Details: :mod:`welchpeaks.tracks`.
+
+        Examples
+        --------
+        >>> import numpy as np, welchpeaks
+        >>> fs = 8000.0
+        >>> t = np.arange(int(2 * fs)) / fs
+        >>> x = np.sin(2 * np.pi * 1000 * t) + np.sin(2 * np.pi * (2000 * t + 100 * t ** 2))  # a tone, a chirp
+        >>> tracks = welchpeaks.track(x, fs=fs, n_fft=256, k=2).link(max_jump_hz=50, min_length=5)
+        >>> len(tracks), [round(float(d)) for d in tracks.summary()["drift"]]  # Hz/s
+        (2, [0, 200])
+        """
+        from welchpeaks.tracks import link
+
+        return link(self, max_jump_hz, max_gap, min_length)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; NaN becomes None."""
         if _lazy(self.bins):

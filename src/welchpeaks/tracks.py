@@ -1,0 +1,220 @@
+"""Peaks linked into tracks over time: :meth:`welchpeaks.TrackResult.link`.
+
+A track is a sequence of peaks, at most one per frame, whose frequency moves smoothly. Frames
+are linked in order: each open track predicts its frequency at the new frame from a straight
+line through its last :data:`HISTORY` peaks (least squares in frame index; a one-peak track
+predicts its own frequency; 16 peaks keep a steady tone's line flat while a crossing component
+pulls a few of its peaks), and the frame's peaks are assigned to the open tracks by an
+optimal assignment (:func:`scipy.optimize.linear_sum_assignment`) minimising the sum of
+``|predicted - observed|`` in Hz. A pair farther apart than ``max_jump_hz`` is never linked. A
+peak left unassigned starts a new track; a track that found no peak for more than ``max_gap``
+consecutive frames is closed. Tracks with fewer than ``min_length`` peaks are dropped at the end
+(their peaks get id -1).
+
+The result is deterministic: the same frames give the same ids (numbered from 0 per call, in
+the order the tracks started, then by the slot of their first peak), whatever the machine.
+
+Assumptions: the frequency of a component changes by less than ``max_jump_hz`` between its
+first two peaks, and then stays within ``max_jump_hz`` of the line through its recent peaks
+(a component that curves faster than that starts new tracks); two components that cross are
+told apart by their slopes: each keeps its own line through the crossing, where the two merge
+into one peak for as many frames as it takes them to move two bins apart (``max_gap`` must
+cover those frames: about ``2 * fs / n_fft / drift_per_frame``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: peaks of a track's recent past its frequency prediction is fitted to
+HISTORY = 16
+
+
+class Linker:
+    """Links the peaks of one signal frame by frame (:meth:`feed`), each track numbered in the
+    order it started. Used by :meth:`welchpeaks.TrackResult.link`, one linker per signal.
+
+    Each track keeps the sums of its last :data:`HISTORY` peaks (frame ``x``, frequency ``y``:
+    ``n``, ``Σx``, ``Σy``, ``Σx²``, ``Σxy``), so the open tracks' predictions are one vector
+    operation per frame; the work per frame is that, the assignment, and a few Python steps
+    per peak."""
+
+    def __init__(self, max_jump_hz: float, max_gap: int = 1):
+        self.max_jump, self.max_gap = float(max_jump_hz), int(max_gap)
+        self.t = 0
+        self.count = 0  # tracks started
+        self.sizes: list[int] = []  # peaks of each track
+        self.recent: list[deque] = []  # each track's last HISTORY (frame, freq)
+        self.stats = np.zeros((16, 6))  # per track: n, sx, sy, sxx, sxy, last frame
+        self.open = np.zeros(0, np.int64)  # tracks that may still take a peak, in start order
+
+    def _add_point(self, i: int, x: float, y: float) -> None:
+        st, recent = self.stats[i], self.recent[i]
+        if len(recent) == HISTORY:  # the oldest point leaves the fit
+            ox, oy = recent.popleft()
+            st[:5] -= (1.0, ox, oy, ox * ox, ox * oy)
+        recent.append((x, y))
+        st[:5] += (1.0, x, y, x * x, x * y)
+        st[5] = x
+        self.sizes[i] += 1
+
+    def _start(self, x: float, y: float) -> int:
+        i = self.count
+        self.count += 1
+        if i == self.stats.shape[0]:
+            self.stats = np.concatenate([self.stats, np.zeros_like(self.stats)])
+        self.stats[i] = 0.0
+        self.sizes.append(0)
+        self.recent.append(deque())
+        self._add_point(i, x, y)
+        return i
+
+    def predict(self, tracks: np.ndarray, t: int) -> np.ndarray:
+        """The tracks' frequencies at frame ``t``: the least-squares line through each one's
+        last peaks (its last frequency while it has one peak)."""
+        n, sx, sy, sxx, sxy = self.stats[tracks, :5].T
+        den = n * sxx - sx * sx
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slope = np.where(den > 0, (n * sxy - sx * sy) / den, 0.0)
+        return sy / n + slope * (t - sx / n)
+
+    def feed(self, freqs: np.ndarray) -> np.ndarray:
+        """Link one frame's peaks (``freqs [k]``, NaN in empty slots) and return their track
+        numbers (-1 for empty slots)."""
+        from scipy.optimize import linear_sum_assignment
+
+        t = self.t
+        self.t += 1
+        if self.open.size:
+            self.open = self.open[t - self.stats[self.open, 5] <= self.max_gap + 1]
+        out = np.full(freqs.shape[0], -1, np.int64)
+        slots = np.flatnonzero(np.isfinite(freqs))
+        free = np.ones(slots.size, bool)
+        if self.open.size and slots.size:
+            cost = np.abs(self.predict(self.open, t)[:, None] - freqs[slots][None, :])
+            allowed = cost <= self.max_jump
+            if allowed.any():
+                big = 2.0 * (self.max_jump + 1.0) * (self.open.size + slots.size)  # never chosen over an allowed pair
+                rows, cols = linear_sum_assignment(np.where(allowed, cost, big))
+                for r, c in zip(rows, cols):
+                    if allowed[r, c]:
+                        self._add_point(int(self.open[r]), float(t), float(freqs[slots[c]]))
+                        out[slots[c]] = self.open[r]
+                        free[c] = False
+        started = [self._start(float(t), float(freqs[s])) for s in slots[free]]  # the rest, in slot order
+        out[slots[free]] = started
+        if started:
+            self.open = np.concatenate([self.open, np.asarray(started, np.int64)])
+        return out
+
+
+@dataclass
+class Tracks:
+    """Peaks linked into tracks (:meth:`welchpeaks.TrackResult.link`).
+
+    Attributes
+    ----------
+    ids : int64 array ``[..., T, k]``
+        The track of each peak of the :class:`~welchpeaks.TrackResult`, -1 for empty slots and
+        for peaks in no track (a track shorter than ``min_length``). Ids are unique over the
+        whole result (all signals), numbered from 0 in the order of the signals, then of the
+        tracks' first frames.
+    result : TrackResult
+        The peaks that were linked.
+    params : dict
+        ``max_jump_hz``, ``max_gap``, ``min_length``.
+    """
+
+    ids: np.ndarray
+    result: Any
+    params: dict[str, Any]
+
+    def __len__(self) -> int:
+        """Tracks."""
+        return int(self.ids.max()) + 1 if self.ids.size else 0
+
+    def summary(self) -> dict[str, np.ndarray]:
+        """One row per track, as columns of equal length (``pandas.DataFrame(tracks.summary())``
+        makes a table of it):
+
+        ``track``, ``signal`` (flat index into the result's leading shape:
+        ``numpy.unravel_index`` gives the tuple), ``start``, ``end`` and ``duration`` (frame
+        centres, seconds when ``fs`` was given, else samples), ``peaks`` (its peak count),
+        ``freq_median``, ``freq_min``, ``freq_max``, ``drift`` (least-squares slope of
+        frequency over time: Hz/s, or cycles per sample per sample without ``fs``; 0 for one
+        peak), ``power_mean``, and ``snr_median`` when the result measured ``snr``.
+        """
+        res = self.result
+        ids = self.ids.reshape(-1, *self.ids.shape[-2:])
+        freqs = np.asarray(res.freqs).reshape(ids.shape)
+        power = np.asarray(res.power, np.float64).reshape(ids.shape)
+        snr = res.measures.get("snr")
+        snr = None if snr is None else np.asarray(snr, np.float64).reshape(ids.shape)
+        n = len(self)
+        cols: dict[str, Any] = {name: np.full(n, np.nan) for name in (
+            "start", "end", "duration", "freq_median", "freq_min", "freq_max", "drift", "power_mean")}
+        cols["track"] = np.arange(n)
+        cols["signal"] = np.zeros(n, np.int64)
+        cols["peaks"] = np.zeros(n, np.int64)
+        if snr is not None:
+            cols["snr_median"] = np.full(n, np.nan)
+        s_idx, t_idx, _ = np.nonzero(ids >= 0)
+        tid = ids[ids >= 0]
+        order = np.argsort(tid, kind="stable")
+        bounds = np.searchsorted(tid[order], np.arange(n + 1))
+        times = np.asarray(res.times, np.float64)
+        for i in range(n):
+            sel = order[bounds[i]:bounds[i + 1]]
+            s, t = s_idx[sel], t_idx[sel]
+            f = freqs[s, t, :][ids[s, t, :] == i]
+            tt = times[t]
+            cols["signal"][i], cols["peaks"][i] = s[0], sel.size
+            cols["start"][i], cols["end"][i] = tt.min(), tt.max()
+            cols["freq_median"][i], cols["freq_min"][i], cols["freq_max"][i] = np.median(f), f.min(), f.max()
+            cols["drift"][i] = np.polyfit(tt, f, 1)[0] if sel.size > 1 and np.ptp(tt) > 0 else 0.0
+            cols["power_mean"][i] = power[s, t, :][ids[s, t, :] == i].mean()
+            if snr is not None:
+                cols["snr_median"][i] = np.median(snr[s, t, :][ids[s, t, :] == i])
+        cols["duration"] = cols["end"] - cols["start"]
+        head = ("track", "signal", "start", "end", "duration", "peaks", "freq_median", "freq_min", "freq_max",
+                "drift", "power_mean")
+        out = {name: cols[name] for name in head}
+        if snr is not None:
+            out["snr_median"] = cols["snr_median"]
+        return out
+
+
+def link(result: Any, max_jump_hz: float, max_gap: int = 1, min_length: int = 1) -> Tracks:
+    """Link the peaks of ``result`` (a :class:`~welchpeaks.TrackResult`) into tracks; see the
+    module's description. ``max_jump_hz``: the farthest a peak may be from its track's
+    predicted frequency (Hz when the result has ``fs``, else cycles per sample);
+    ``max_gap``: frames a track may miss and continue; ``min_length``: the fewest peaks a kept
+    track has."""
+    if isinstance(max_jump_hz, bool) or not isinstance(max_jump_hz, (int, float, np.floating, np.integer)) \
+            or not math.isfinite(max_jump_hz) or max_jump_hz <= 0:
+        raise ValueError(f"max_jump_hz={max_jump_hz!r} must be a positive number (the largest move of a peak "
+                         "from its track's predicted frequency in one frame)")
+    for name, v, least in (("max_gap", max_gap, 0), ("min_length", min_length, 1)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
+            raise ValueError(f"{name}={v!r} must be an integer >= {least}")
+    result = result.compute()
+    freqs = np.asarray(result.freqs, np.float64)
+    flat = freqs.reshape(-1, *freqs.shape[-2:])
+    ids = np.full(flat.shape, -1, np.int64)
+    next_id = 0
+    for s in range(flat.shape[0]):
+        linker = Linker(max_jump_hz, max_gap)
+        local = np.stack([linker.feed(flat[s, t]) for t in range(flat.shape[1])]) if flat.shape[1] else \
+            ids[s]
+        keep = np.asarray(linker.sizes, np.int64) >= min_length
+        renumber = np.full(linker.count + 1, -1, np.int64)  # the last entry maps -1 to -1
+        renumber[:-1][keep] = next_id + np.arange(int(keep.sum()))
+        next_id += int(keep.sum())
+        ids[s] = renumber[local]
+    return Tracks(ids.reshape(freqs.shape), result,
+                  {"max_jump_hz": float(max_jump_hz), "max_gap": int(max_gap), "min_length": int(min_length)})

@@ -76,7 +76,7 @@ def test_the_assignment_is_optimal_not_greedy():
 def test_crossing_tracks_follow_their_slopes_and_ids_are_unique_across_signals():
     """A rises 10 Hz per frame, B falls 10 Hz per frame; they pass each other between frames 3
     and 4 (130/140, then 140/130). By their last frequencies the ids would swap there; by
-    their lines each keeps its own. The second signal's ids continue after the first's."""
+    their lines each keeps its own. Ids are unique across signals."""
     up, down = 100.0 + 10 * np.arange(8), 170.0 - 10 * np.arange(8)
     lanes = np.c_[up, down]
     lanes[4:] = lanes[4:, ::-1]  # the slots hold the strongest first: swap them after the crossing
@@ -111,3 +111,24 @@ def test_the_linker_alone_is_the_offline_result_frame_by_frame():
     lk = Linker(5, 1)
     online = np.stack([lk.feed(row) for row in f])
     np.testing.assert_array_equal(online, _result(f).link(max_jump_hz=5, max_gap=1).ids)
+
+
+@pytest.mark.parametrize("step", [1000, 4097, 20000])
+def test_a_linked_stream_gives_the_offline_ids_whatever_the_chunking(step):
+    fs = 8000.0
+    t = np.arange(int(3 * fs)) / fs
+    x = np.stack([np.sin(2 * np.pi * (700 * t + 150 * t ** 2)) + np.sin(2 * np.pi * 1500 * t),
+                  np.sin(2 * np.pi * 2500 * t)]) + 0.05 * np.random.default_rng(1).standard_normal((2, t.size))
+    whole = welchpeaks.track(x, fs=fs, n_fft=256, k=3, frame_segments=2).link(max_jump_hz=30, max_gap=4)
+    stream = welchpeaks.WelchPeakStream(link={"max_jump_hz": 30, "max_gap": 4}, fs=fs, n_fft=256, k=3,
+                                        frame_segments=2)
+    parts = [stream.push(x[:, i:i + step]) for i in range(0, x.shape[1], step)]
+    assert all(isinstance(p, welchpeaks.Tracks) for p in parts)
+    np.testing.assert_array_equal(np.concatenate([p.ids for p in parts], axis=1), whole.ids)
+    np.testing.assert_array_equal(np.concatenate([p.result.bins for p in parts], axis=1), whole.result.bins)
+    assert len(whole) >= 3 and (whole.ids >= 0).any()
+    stream.flush()  # a new stream: its tracks are numbered from 0 again
+    again = stream.push(x[:, :4096])
+    np.testing.assert_array_equal(again.ids, whole.ids[:, :again.ids.shape[1]])
+    with pytest.raises(ValueError, match="min_length"):
+        welchpeaks.WelchPeakStream(link={"max_jump_hz": 30, "min_length": 3})

@@ -12,7 +12,9 @@ consecutive frames is closed. Tracks with fewer than ``min_length`` peaks are dr
 (their peaks get id -1).
 
 The result is deterministic: the same frames give the same ids (numbered from 0 per call, in
-the order the tracks started, then by the slot of their first peak), whatever the machine.
+the order the tracks started: by frame, then signal, then the slot of their first peak),
+whatever the machine; a stream linked as it goes (``WelchPeakStream(link=...)``) gives the
+same ids, whatever the chunking.
 
 Assumptions: the frequency of a component changes by less than ``max_jump_hz`` between its
 first two peaks, and then stays within ``max_jump_hz`` of the line through its recent peaks
@@ -122,8 +124,8 @@ class Tracks:
     ids : int64 array ``[..., T, k]``
         The track of each peak of the :class:`~welchpeaks.TrackResult`, -1 for empty slots and
         for peaks in no track (a track shorter than ``min_length``). Ids are unique over the
-        whole result (all signals), numbered from 0 in the order of the signals, then of the
-        tracks' first frames.
+        whole result (all signals), numbered from 0 in the order the tracks started: by
+        frame, then signal, then slot.
     result : TrackResult
         The peaks that were linked.
     params : dict
@@ -150,7 +152,7 @@ class Tracks:
         peak), ``power_mean``, and ``snr_median`` when the result measured ``snr``.
         """
         res = self.result
-        ids = self.ids.reshape(-1, *self.ids.shape[-2:])
+        ids = per_signal(self.ids)
         freqs = np.asarray(res.freqs).reshape(ids.shape)
         power = np.asarray(res.power, np.float64).reshape(ids.shape)
         snr = res.measures.get("snr")
@@ -189,12 +191,14 @@ class Tracks:
         return out
 
 
-def link(result: Any, max_jump_hz: float, max_gap: int = 1, min_length: int = 1) -> Tracks:
-    """Link the peaks of ``result`` (a :class:`~welchpeaks.TrackResult`) into tracks; see the
-    module's description. ``max_jump_hz``: the farthest a peak may be from its track's
-    predicted frequency (Hz when the result has ``fs``, else cycles per sample);
-    ``max_gap``: frames a track may miss and continue; ``min_length``: the fewest peaks a kept
-    track has."""
+def per_signal(a: np.ndarray) -> np.ndarray:
+    """``a [..., T, k]`` as ``[signals, T, k]`` (any of them 0)."""
+    return a.reshape(int(np.prod(a.shape[:-2], dtype=np.int64)), *a.shape[-2:])
+
+
+def check_link(max_jump_hz: Any, max_gap: Any, min_length: Any = 1) -> None:
+    """ValueError naming the parameter unless ``max_jump_hz`` > 0, ``max_gap`` >= 0 and
+    ``min_length`` >= 1 (integers)."""
     if isinstance(max_jump_hz, bool) or not isinstance(max_jump_hz, (int, float, np.floating, np.integer)) \
             or not math.isfinite(max_jump_hz) or max_jump_hz <= 0:
         raise ValueError(f"max_jump_hz={max_jump_hz!r} must be a positive number (the largest move of a peak "
@@ -202,19 +206,61 @@ def link(result: Any, max_jump_hz: float, max_gap: int = 1, min_length: int = 1)
     for name, v, least in (("max_gap", max_gap, 0), ("min_length", min_length, 1)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
             raise ValueError(f"{name}={v!r} must be an integer >= {least}")
+
+
+class MultiLinker:
+    """One :class:`Linker` per signal, their tracks numbered together in the order they
+    started: by frame, then signal, then slot. :meth:`feed` takes one frame of every signal,
+    so a stream fed frame by frame numbers its tracks as :func:`link` does."""
+
+    def __init__(self, max_jump_hz: float, max_gap: int = 1):
+        check_link(max_jump_hz, max_gap)
+        self.max_jump, self.max_gap = float(max_jump_hz), int(max_gap)
+        self.linkers: list[Linker] = []
+        self.numbers: list[list[int]] = []  # per signal: the global number of each of its tracks
+        self.count = 0
+
+    def feed(self, freqs: np.ndarray) -> np.ndarray:
+        """Link one frame: ``freqs [signals, k]`` (NaN in empty slots) -> ids ``[signals, k]``."""
+        if not self.linkers:
+            self.linkers = [Linker(self.max_jump, self.max_gap) for _ in range(freqs.shape[0])]
+            self.numbers = [[] for _ in range(freqs.shape[0])]
+        elif freqs.shape[0] != len(self.linkers):
+            raise ValueError(f"a frame of {freqs.shape[0]} signals, but the tracks are of {len(self.linkers)}")
+        out = np.full(freqs.shape, -1, np.int64)
+        for s, (linker, numbers) in enumerate(zip(self.linkers, self.numbers)):
+            local = linker.feed(freqs[s])
+            while len(numbers) < linker.count:  # tracks it started, in slot order
+                numbers.append(self.count)
+                self.count += 1
+            got = local >= 0
+            out[s, got] = np.asarray(numbers, np.int64)[local[got]]
+        return out
+
+    def sizes(self) -> np.ndarray:
+        """Peaks of each track, by global number."""
+        out = np.zeros(self.count, np.int64)
+        for linker, numbers in zip(self.linkers, self.numbers):
+            out[numbers] = linker.sizes
+        return out
+
+
+def link(result: Any, max_jump_hz: float, max_gap: int = 1, min_length: int = 1) -> Tracks:
+    """Link the peaks of ``result`` (a :class:`~welchpeaks.TrackResult`) into tracks; see the
+    module's description. ``max_jump_hz``: the farthest a peak may be from its track's
+    predicted frequency (Hz when the result has ``fs``, else cycles per sample);
+    ``max_gap``: frames a track may miss and continue; ``min_length``: the fewest peaks a kept
+    track has (the kept tracks are numbered again, in the same order)."""
+    check_link(max_jump_hz, max_gap, min_length)
     result = result.compute()
     freqs = np.asarray(result.freqs, np.float64)
-    flat = freqs.reshape(-1, *freqs.shape[-2:])
+    flat = per_signal(freqs)
+    multi = MultiLinker(max_jump_hz, max_gap)
     ids = np.full(flat.shape, -1, np.int64)
-    next_id = 0
-    for s in range(flat.shape[0]):
-        linker = Linker(max_jump_hz, max_gap)
-        local = np.stack([linker.feed(flat[s, t]) for t in range(flat.shape[1])]) if flat.shape[1] else \
-            ids[s]
-        keep = np.asarray(linker.sizes, np.int64) >= min_length
-        renumber = np.full(linker.count + 1, -1, np.int64)  # the last entry maps -1 to -1
-        renumber[:-1][keep] = next_id + np.arange(int(keep.sum()))
-        next_id += int(keep.sum())
-        ids[s] = renumber[local]
-    return Tracks(ids.reshape(freqs.shape), result,
+    for t in range(flat.shape[1]):
+        ids[:, t] = multi.feed(flat[:, t])
+    keep = multi.sizes() >= min_length
+    renumber = np.full(multi.count + 1, -1, np.int64)  # the last entry maps -1 to -1
+    renumber[:-1][keep] = np.arange(int(keep.sum()))
+    return Tracks(renumber[ids].reshape(freqs.shape), result,
                   {"max_jump_hz": float(max_jump_hz), "max_gap": int(max_gap), "min_length": int(min_length)})

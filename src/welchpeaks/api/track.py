@@ -419,8 +419,22 @@ class WelchPeakStream:
     True
     """
 
-    def __init__(self, **params: Any):
+    def __init__(self, link: dict[str, Any] | None = None, **params: Any):
+        """``link``: ``{"max_jump_hz": ..., "max_gap": ...}`` to link the peaks into tracks as
+        they come (:meth:`welchpeaks.TrackResult.link`): :meth:`push` then returns a
+        :class:`welchpeaks.Tracks` of the new frames, whose ids are those that linking the
+        whole stream at once gives, whatever the chunking (no ``min_length``: a track's
+        length is known only when it ends)."""
         self.tracker = Tracker(**params)
+        self._link = self._linker = None
+        if link is not None:
+            from welchpeaks.tracks import MultiLinker
+
+            if not isinstance(link, dict) or set(link) - {"max_jump_hz", "max_gap"} or "max_jump_hz" not in link:
+                raise ValueError(f"link={link!r}: pass a dict with max_jump_hz and optionally max_gap (min_length "
+                                 "applies to finished tracks only: link the collected result for it)")
+            self._link = dict(link)
+            self._linker = MultiLinker(**self._link)
         held = self.capacity
         if held > MAX_STREAM_SAMPLES:
             raise ValueError(f"a frame of {self.tracker.frame:,} samples (n_fft + (frame_segments-1)*hop) and a step "
@@ -446,8 +460,9 @@ class WelchPeakStream:
         skipped, are never held)."""
         return self._fill
 
-    def push(self, chunk: Any) -> TrackResult:
-        """Add ``chunk [..., n]``; return the frames it completes.
+    def push(self, chunk: Any) -> Any:
+        """Add ``chunk [..., n]``; return the frames it completes (a :class:`TrackResult`, or,
+        with ``link=``, a :class:`welchpeaks.Tracks` of them).
 
         The chunk's first samples that fall in a gap between frames are dropped; the rest are
         joined to the samples held (which start at the next frame's first sample, ``consumed``);
@@ -455,6 +470,22 @@ class WelchPeakStream:
         after the last one computed: the samples from there on are kept (fewer than a frame),
         and where that start lies past the samples received, the difference is the gap left to
         skip in later pushes."""
+        return self._linked(self._push(chunk))
+
+    def _linked(self, frames: TrackResult) -> Any:
+        """``frames``, or with ``link=`` their :class:`welchpeaks.Tracks` (the linker fed frame by frame)."""
+        if self._linker is None:
+            return frames
+        from welchpeaks.tracks import Tracks, per_signal
+
+        freqs = np.asarray(frames.freqs, np.float64)
+        flat = per_signal(freqs)
+        ids = np.full(flat.shape, -1, np.int64)
+        for t in range(flat.shape[1]):
+            ids[:, t] = self._linker.feed(flat[:, t])
+        return Tracks(ids.reshape(freqs.shape), frames, dict(self._link, min_length=1))
+
+    def _push(self, chunk: Any) -> TrackResult:
         arr = as_real_array(chunk, "chunk")
         tr = self.tracker
         if self._buf is None:
@@ -490,11 +521,15 @@ class WelchPeakStream:
         self.consumed += used
         return out
 
-    def flush(self) -> TrackResult:
+    def flush(self) -> Any:
         """End the stream: the samples held (fewer than a frame) make no frame and are dropped;
-        the stream starts over on the next push."""
+        the stream (and its tracks, with ``link=``) starts over on the next push."""
         if self._buf is None:
             raise ValueError("flush() before any push(); the stream has no channels yet")
-        out = self.tracker.empty(self._buf.shape[:-1], self._buf.dtype, self.consumed)
+        out = self._linked(self.tracker.empty(self._buf.shape[:-1], self._buf.dtype, self.consumed))
         self._buf, self._fill, self._skip, self.consumed = None, 0, 0, 0
+        if self._linker is not None:
+            from welchpeaks.tracks import MultiLinker
+
+            self._linker = MultiLinker(**self._link)
         return out

@@ -46,6 +46,15 @@ def test_track_any_chunking(rows, time, frame_hop):
     _same(r, mem)
 
 
+def test_one_signal_as_a_1d_dask_array():
+    """A 1-D dask array is one signal, as a 1-D NumPy array is (it was read as rows of one
+    sample each)."""
+    x = X[3]
+    _same(welchpeaks.welch_peaks(da.from_array(x, chunks=4000), k=4), welchpeaks.welch_peaks(x, k=4))
+    _same(welchpeaks.track(da.from_array(x, chunks=4000), k=4, frame_segments=4),
+          welchpeaks.track(x, k=4, frame_segments=4))
+
+
 def test_long_rows_sum_partial_psds(monkeypatch):
     """Rows longer than a task holds: per-chunk PSD sums, tree-reduced; equal to the float64
     in-memory result to rounding."""

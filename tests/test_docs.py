@@ -44,3 +44,22 @@ def test_the_performance_summary_ratios_are_the_measured_run():
         assert float(cells[7]) == round(rows[(batch, seg, "auto")]["floor_ratio"], 2), line
     picker = json.loads((ROOT / "docs" / "bench" / "picker-quiet-issue36-item4.json").read_text())["summary"]
     assert f"{picker['regret_geomean']:.3f} / {picker['regret_worst']:.2f}" in text
+
+
+def test_every_python_block_of_the_readme_runs_as_pasted(tmp_path, monkeypatch):
+    """The README's Python blocks, run in order in one namespace (as a reader pasting them into
+    one session would), in an empty folder: each one runs, and the first prints what its
+    comment says."""
+    import contextlib
+    import io
+
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert len(blocks) >= 4
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for i, block in enumerate(blocks):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(block, f"README.md, Python block {i + 1}", "exec"), namespace)
+        if i == 0:
+            assert out.getvalue().startswith("[1000. 2500.] [32 80]"), out.getvalue()[:200]

@@ -143,7 +143,7 @@ def _as_rows(x: Any, what: str) -> tuple[Any, tuple[int, ...], np.dtype]:
         x = x.astype(dtype)
     lead = tuple(int(d) for d in x.shape[:-1])
     rows = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
-    return (rows[None, :] if x.ndim == 1 else rows), lead, dtype
+    return rows, lead, dtype  # 1-D: one row [1, n]
 
 
 def _bounded_rows(rows: Any, samples: int, item: int) -> Any:

@@ -61,17 +61,20 @@ def test_track_cli_equals_api_in_every_format(recording, tmp_path):
             df = pd.read_json(out, lines=True)
         else:
             g = zarr.open_group(str(out), mode="r")
-            df = pd.DataFrame({c: g[c][:] for c in job_mod.COLUMNS["track"]})
+            df = pd.DataFrame({c: g[c][:] for c in ("time_samples" if c == "time" else c
+                                                    for c in job_mod.COLUMNS["track"])})
             df["file"] = np.array(g.attrs["files"])[df["file"]]
         frames[fmt] = df
         assert not job_mod.staging_dir(out).exists()
-    got = _canonical(frames[".parquet"], ["signal", "time", "rank"])
-    for c in ("signal", "time", "rank", "bin"):
+    # no sample rate: the time column is in samples, and says so
+    assert "time" not in ref and "time" not in frames[".csv"] and list(frames[".csv"])[2] == "time_samples"
+    got = _canonical(frames[".parquet"], ["signal", "time_samples", "rank"])
+    for c in ("signal", "time_samples", "rank", "bin"):
         np.testing.assert_array_equal(got[c].to_numpy(), ref[c].to_numpy())
     np.testing.assert_array_equal(got["power"].to_numpy(), ref["power"].to_numpy().astype(np.float64))
     assert set(got["file"]) == {str(path)}
     for fmt, df in frames.items():  # every format: the same rows in the same order
-        for c in ("signal", "time", "rank", "bin"):
+        for c in ("signal", "time_samples", "rank", "bin"):
             np.testing.assert_array_equal(df[c].to_numpy(), frames[".parquet"][c].to_numpy(), err_msg=fmt)
         np.testing.assert_allclose(df["power"].to_numpy(), frames[".parquet"]["power"].to_numpy(), rtol=1e-15)
 
@@ -485,3 +488,21 @@ def test_a_resume_keeps_the_first_runs_memory_bound_and_os_errors_are_one_line(t
     done.symlink_to(tmp_path / "elsewhere.jsonl")
     res = runner.invoke(app, base + ["--out", str(tmp_path / "p.csv")])
     assert res.exit_code == 2 and "Traceback" not in res.output and "done.jsonl" in res.output, res.output
+
+
+def test_a_job_mixing_sources_with_and_without_a_sample_rate_writes_every_time_in_samples(tmp_path):
+    from scipy.io import wavfile
+
+    x = np.random.default_rng(5).standard_normal((1, 6000)).astype(np.float32)
+    wavfile.write(tmp_path / "a.wav", 1000, x[0])
+    np.save(tmp_path / "b.npy", x)
+    out = tmp_path / "t.csv"
+    res = runner.invoke(app, ["track", str(tmp_path / "a.wav"), str(tmp_path / "b.npy"), "--out", str(out),
+                              "--n-fft", "128", "--k", "2", "--frame-segments", "4", "--quiet"])
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(out)
+    assert "time" not in df and "time_samples" in df
+    centres = welchpeaks.track(x, n_fft=128, k=2, frame_segments=4).times  # in samples
+    for name in ("a.wav", "b.npy"):
+        got = np.unique(df[df["file"].str.endswith(name)]["time_samples"])
+        np.testing.assert_allclose(got, centres)  # the .wav's seconds times its rate

@@ -115,6 +115,12 @@ class PeakResult:
         return _json_text(self.to_dict(), path, indent)
 
 
+def time_column(fs: float | None) -> str:
+    """The name of a long form's time column: ``time`` (seconds) when the sample rate is
+    known, else ``time_samples``."""
+    return "time" if fs else "time_samples"
+
+
 @dataclass(frozen=True)
 class TrackResult:
     """Peaks over time: the ``k`` strongest peaks of every frame of every signal, strongest first.
@@ -212,8 +218,9 @@ class TrackResult:
 
     def long_form(self) -> dict[str, np.ndarray]:
         """Columns of the long form, one entry per filled slot: ``signal`` (row index into the
-        flattened batch), ``time``, ``rank`` (0 = strongest), ``bin``, ``freq``, ``power``, then
-        the measures."""
+        flattened batch), ``time`` (the frame's centre in seconds; ``time_samples`` in samples
+        when the result has no ``fs``), ``rank`` (0 = strongest), ``bin``, ``freq``, ``power``,
+        then the measures."""
         if _lazy(self.bins):
             return self.compute().long_form()
         k = self.bins.shape[-1]
@@ -221,7 +228,7 @@ class TrackResult:
         signal, frame, rank = np.nonzero(bins >= 0)
         return {
             "signal": signal,
-            "time": self.times[frame],
+            time_column(self.params.get("fs")): self.times[frame],
             "rank": rank,
             "bin": bins[signal, frame, rank],
             "freq": self.freqs.reshape(bins.shape)[signal, frame, rank],
@@ -231,7 +238,8 @@ class TrackResult:
 
     def to_csv(self, path: str | Path | None = None) -> str:
         """The long form as CSV text (header ``signal,time,rank,bin,freq,power``, then the
-        measures); also written to ``path`` when given."""
+        measures; ``time_samples`` for ``time`` without ``fs``); also written to ``path`` when
+        given."""
         cols = self.long_form()
         names = list(cols)
         lines = [",".join(names)]

@@ -47,6 +47,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from welchpeaks.memory import UNIT_BYTES
+from welchpeaks.result import time_column
 from welchpeaks.files import FileContentError, as_umask_allows, load_json, read_regular, write_atomic
 
 try:
@@ -55,7 +56,8 @@ except ImportError:  # not on Windows: there a second run on one output is not r
     fcntl = None  # type: ignore[assignment]
 
 FORMATS = (".parquet", ".zarr", ".csv", ".jsonl")
-#: the columns of every job of a kind; the measures asked for (``measures=``) follow them
+#: the columns of every job of a kind; the measures asked for (``measures=``) follow them;
+#: ``time`` is ``time_samples`` (in samples) unless every source has a sample rate
 COLUMNS = {"peaks": ("file", "signal", "rank", "bin", "freq", "power"),
            "track": ("file", "signal", "time", "rank", "bin", "freq", "power")}
 MANIFEST_VERSION = 2
@@ -142,7 +144,8 @@ def compute_unit(spec: dict[str, Any], unit: Unit, data: np.ndarray | None = Non
     cols = {"file": np.full(sig.shape, spec["file_index"][unit.source][unit.part], np.int32),
             "signal": (sig + unit.r0).astype(np.int64)}
     if times is not None:
-        cols["time"] = times[rest[0]]
+        fs = ex.params.fs
+        cols[spec["time"]] = times[rest[0]] * (fs if fs and spec["time"] == "time_samples" else 1.0)
     cols.update(rank=rest[-1].astype(np.int32), bin=bins[bins >= 0].astype(np.int32),
                 freq=freqs[bins >= 0].astype(np.float64), power=power[bins >= 0].astype(np.float64))
     for name in spec["measures"]:
@@ -278,9 +281,11 @@ class Job:
             index.append(list(range(n, n + len(src.parts))))
             n += len(src.parts)
         measures = measure_columns(kind, kw[0]) if kw else []
-        self.column_names = COLUMNS[kind] + tuple(measures)
+        # seconds where every source has a sample rate, else every time in samples
+        time = time_column(all(k.get("fs") for k in kw) if kw else None)
+        self.column_names = tuple(time if c == "time" else c for c in COLUMNS[kind]) + tuple(measures)
         self.spec = {"kind": kind, "sources": paths, "kw": kw, "file_index": index, "budget": self.budget,
-                     "measures": measures}
+                     "measures": measures, "time": time}
         self.names = names
         self.stage = staging_dir(out)
         self.key = _fingerprint(kind, paths, sources, kw, self.budget, out)

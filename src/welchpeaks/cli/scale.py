@@ -178,7 +178,8 @@ def track(
     files: list[str] = typer.Argument(..., help="Sources: .npy, .zarr, file.h5:/dataset, .wav/.flac/.ogg, a folder "
                                                 "or a glob of sound files."),
     out: Path = typer.Option(..., "--out", help="Results, written as chunks finish: .parquet, .zarr, .csv or .jsonl "
-                                               "(one row per peak: file, signal, time, rank, bin, freq, power, then "
+                                               "(one row per peak: file, signal, time (s; time_samples when a "
+                                               "source has no sample rate), rank, bin, freq, power, then "
                                                "the --measures)."),
     k: int = option("k", help="Peaks per frame, strongest first."),
     n_fft: int = option("n_fft"),

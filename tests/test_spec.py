@@ -39,7 +39,29 @@ def test_each_signature_takes_the_tables_parameters_with_its_defaults(where):
 
 def test_a_stream_takes_what_a_tracker_takes():
     stream = welchpeaks.WelchPeakStream(**{n: spec.default(n, "track") for n in spec.TAKES["track"]})
-    assert stream.tracker.params.n_fft == spec.default("n_fft")
+    assert stream.tracker.params.n_fft == make_params().n_fft == 256  # n_fft None: the default length
+
+
+def test_resolution_hz_picks_n_fft_from_fs():
+    """The smallest power of two whose bins are at most resolution_hz wide; an error naming both
+    when n_fft is given too, and one naming fs when the rate is unknown."""
+    assert make_params(resolution_hz=10.0, fs=8000.0).n_fft == 1024  # 800 samples at least: 7.8 Hz bins
+    assert make_params(resolution_hz=31.25, fs=8000.0).n_fft == 256  # exactly 31.25 Hz
+    assert make_params(resolution_hz=1e6, fs=8000.0).n_fft == 4  # the shortest segment
+    assert welchpeaks.WelchPeaks(resolution_hz=5.0, fs=1000.0).params.n_fft == 256
+    t = np.arange(20000) / 1000.0
+    r = welchpeaks.track(np.sin(2 * np.pi * 100 * t), fs=1000.0, resolution_hz=2.0, k=1)
+    assert r.params["n_fft"] == 512 and abs(r.freqs[0, 0] - 100.0) < 0.1
+    with pytest.raises(ValueError, match=r"n_fft=256 and resolution_hz=10.0: give one"):
+        make_params(n_fft=256, resolution_hz=10.0, fs=8000.0)
+    with pytest.raises(ValueError, match="needs the sample rate: pass fs="):
+        make_params(resolution_hz=10.0)
+    with pytest.raises(ValueError, match="resolution_hz=-1 must be a positive"):
+        make_params(resolution_hz=-1, fs=8000.0)
+    with pytest.raises(ValueError, match="over the"):
+        make_params(resolution_hz=1e-9, fs=8000.0)
+    res = CliRunner().invoke(app, ["peaks", "x.npy", "--n-fft", "64", "--resolution-hz", "5"])
+    assert res.exit_code != 0 and "give one of them" in res.output
 
 
 def _cli_options(command) -> dict[str, typer.models.OptionInfo]:

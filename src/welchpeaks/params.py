@@ -7,6 +7,7 @@ Everything a user passes is checked here, once, at the door; code below the API 
 from __future__ import annotations
 
 import hashlib
+import math
 import numbers
 import warnings
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ COMPUTE_DTYPES = tuple(PARAMS["dtype"].choices)
 PRECISIONS = tuple(PARAMS["precision"].choices)
 #: The longest segment a parameter set may declare (its window is built at once).
 MAX_N_FFT = 1 << 24
+#: n_fft when neither it nor resolution_hz is given
+DEFAULT_N_FFT = 256
 #: PSD scales (1 / (fs * sum(w**2)) or 1 / sum(w)**2) allowed: powers in float32 keep their
 #: precision inside this range for signals of ordinary size.
 SCALE_RANGE = (1e-30, 1e30)
@@ -312,10 +315,32 @@ class PeakParams:
             **(self.filters.describe() if self.filters is not None else {}),
         }
 
+def n_fft_for(n_fft: Any, resolution_hz: Any, fs: Any) -> Any:
+    """``n_fft`` as given, 256 when neither it nor ``resolution_hz`` is, else the smallest power
+    of two (at least 4) whose bins, ``fs / n_fft`` wide, are at most ``resolution_hz``."""
+    if resolution_hz is None:
+        return DEFAULT_N_FFT if n_fft is None else n_fft
+    if n_fft is not None:
+        raise ValueError(f"n_fft={n_fft!r} and resolution_hz={resolution_hz!r}: give one of them (resolution_hz "
+                         "picks n_fft from fs)")
+    if isinstance(resolution_hz, bool) or not isinstance(resolution_hz, numbers.Real) or \
+            not np.isfinite(resolution_hz) or resolution_hz <= 0:
+        raise ValueError(f"resolution_hz={resolution_hz!r} must be a positive number of Hz")
+    if fs is None or isinstance(fs, bool) or not isinstance(fs, numbers.Real) or not np.isfinite(fs) or fs <= 0:
+        raise ValueError(f"resolution_hz={resolution_hz!r} needs the sample rate: pass fs= (Hz), or give n_fft")
+    want = float(fs) / float(resolution_hz)  # the fewest samples per segment
+    n = 1 << max(2, math.ceil(math.log2(want)) if want > 1 else 0)
+    if n > MAX_N_FFT:
+        raise ValueError(f"resolution_hz={resolution_hz!r} at fs={fs!r} needs n_fft={n}, over the {MAX_N_FFT} "
+                         "welchpeaks handles; ask for wider bins")
+    return n
+
+
 def make_params(
     *,
     k: int = 16,
-    n_fft: int = 256,
+    n_fft: int | None = None,
+    resolution_hz: float | None = None,
     hop: int | None = None,
     segments: int | str | None = None,
     fs: float | None = None,
@@ -332,6 +357,7 @@ def make_params(
     filters: PeakFilters | None = None,
 ) -> PeakParams:
     """Validate user parameters and return a :class:`PeakParams`."""
+    n_fft = n_fft_for(n_fft, resolution_hz, fs)
     n_fft = _require_int("n_fft", n_fft, 4, "pass n_fft=4 or larger (256 is the usual choice)")
     if n_fft > MAX_N_FFT:
         raise ValueError(f"n_fft={n_fft} is larger than welchpeaks handles ({MAX_N_FFT} samples per segment); "

@@ -49,7 +49,11 @@ MEASURES = ("snr", "prominence", "width")
 
 _PARAMS = (
     # ---- the Welch PSD
-    Param("n_fft", 256, "Segment length in samples (any size >= 4; powers of two are fastest).", "--n-fft"),
+    Param("n_fft", None, "Segment length in samples (any size >= 4; powers of two are fastest) [default: 256, or "
+                         "from resolution_hz].", "--n-fft"),
+    Param("resolution_hz", None, "The widest bin wanted, in Hz: n_fft becomes the smallest power of two whose bins "
+                                 "are at most this wide at fs (needs fs; give n_fft or resolution_hz, not both).",
+          "--resolution-hz"),
     Param("hop", None, "Samples between segment starts [default: n_fft/2].", "--hop"),
     Param("segments", None, "Segments per signal: a number, a preset (ultra 1, fast 2, reference 8), or None for "
                             "every whole segment that fits.", "--segments"),
@@ -116,14 +120,14 @@ PARAMS: dict[str, Param] = {p.name: p for p in _PARAMS}
 
 _FILTERS = ("height", "threshold", "distance", "prominence", "width", "wlen", "rel_height", "snr_db", "measures",
             "noise_bins")
-_SHARED = ("n_fft", "k", "hop", "fs", "mode", "strategy", "window", "detrend", "scaling", "min_distance",
+_SHARED = ("n_fft", "resolution_hz", "k", "hop", "fs", "mode", "strategy", "window", "detrend", "scaling", "min_distance",
            "nan_policy", "dtype", "max_memory", "interp", "edges", *_FILTERS)
 
 #: the parameters each public entry point takes (besides its data), as sets
 TAKES: dict[str, frozenset[str]] = {
     "welch_peaks": frozenset((*_SHARED, "segments", "device", "precision", "layout", "model", "min_recall")),
     "track": frozenset((*_SHARED, "frame_segments", "frame_hop")),
-    "make_params": frozenset(("k", "n_fft", "hop", "segments", "fs", "window", "detrend", "scaling", "mode",
+    "make_params": frozenset(("k", "n_fft", "resolution_hz", "hop", "segments", "fs", "window", "detrend", "scaling", "mode",
                               "min_distance", "nan_policy", "dtype", "precision", "interp", "edges")),
 }
 TAKES["WelchPeaks"] = TAKES["welch_peaks"]

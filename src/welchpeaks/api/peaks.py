@@ -152,7 +152,7 @@ class WelchPeaks:
 
     def __init__(
         self,
-        n_fft: int = 256,
+        n_fft: int | None = None,
         k: int = 16,
         segments: int | str | None = 2,
         hop: int | None = None,
@@ -184,6 +184,7 @@ class WelchPeaks:
         snr_db: float | None = None,
         measures: Any = None,
         noise_bins: int | None = None,
+        resolution_hz: float | None = None,
     ):
         self._init = {name: value for name, value in spec.pick(locals(), "WelchPeaks").items() if name != "strategy"}
         min_distance = merge_distance(distance, min_distance)
@@ -193,7 +194,8 @@ class WelchPeaks:
         self._piece_plans: dict[tuple[str, int, str], Any] = {}
         self.layout = _check_layout(layout, segments)
         self.params = make_params(
-            k=k, n_fft=n_fft, hop=hop, segments=1 if self.layout else segments, fs=fs, window=window,
+            k=k, n_fft=n_fft, resolution_hz=resolution_hz, hop=hop, segments=1 if self.layout else segments, fs=fs,
+            window=window,
             detrend=detrend, scaling=scaling, mode=mode, min_distance=min_distance, nan_policy=nan_policy,
             dtype=dtype, precision=precision, interp=interp, edges=edges, filters=filters,
         )
@@ -460,7 +462,8 @@ def welch_peaks(
     x: Any,
     *,
     k: int = 16,
-    n_fft: int = 256,
+    n_fft: int | None = None,
+    resolution_hz: float | None = None,
     hop: int | None = None,
     segments: int | str | None = None,
     fs: float | None = None,
@@ -505,8 +508,12 @@ def welch_peaks(
         64 MiB) and gives ``[rows, k]``; its sample rate is used when ``fs`` is None.
     k : int
         Peaks per signal.
-    n_fft : int
-        Segment length (any size >= 4; powers of two are fastest).
+    n_fft : int, optional
+        Segment length (any size >= 4; powers of two are fastest); default 256, or from
+        ``resolution_hz``.
+    resolution_hz : float, optional
+        The widest bin wanted, in Hz, instead of ``n_fft``: the smallest power of two whose
+        bins (``fs / n_fft`` wide) are at most this wide (needs ``fs``).
     hop : int, optional
         Samples between segment starts; default ``n_fft // 2``.
     segments : int, str or None

@@ -51,14 +51,15 @@ class Tracker:
     :class:`TrackResult` of shape ``[..., T, k]``.
     """
 
-    def __init__(self, n_fft: int = 256, k: int = 16, *, hop: int | None = None, frame_segments: int = 8,
+    def __init__(self, n_fft: int | None = None, k: int = 16, *, hop: int | None = None, frame_segments: int = 8,
                  frame_hop: int | None = None, fs: float | None = None, mode: str = "peaks",
                  strategy: str = "auto", window: Any = "hann", detrend: str | bool = "constant",
                  scaling: str = "density", min_distance: int = 1, nan_policy: str = "raise",
                  dtype: str | None = None, max_memory: int | None = None, interp: str = "auto",
                  edges: bool = False, height: Any = None, threshold: Any = None, distance: float | None = None,
                  prominence: Any = None, width: Any = None, wlen: float | None = None, rel_height: float = 0.5,
-                 snr_db: float | None = None, measures: Any = None, noise_bins: int | None = None):
+                 snr_db: float | None = None, measures: Any = None, noise_bins: int | None = None,
+                 resolution_hz: float | None = None):
         self.frame_segments = _check_count("frame_segments", frame_segments,
                                            "pass the number of Welch segments per frame (8 by default)")
         self.frame_hop = self.frame_segments if frame_hop is None else _check_count(
@@ -328,7 +329,8 @@ class Tracker:
                          "slots (-1/NaN) for those frames")
 
 
-def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None = None, frame_segments: int = 8,
+def track(x: Any, *, fs: float | None = None, n_fft: int | None = None, resolution_hz: float | None = None,
+          hop: int | None = None, frame_segments: int = 8,
           frame_hop: int | None = None, k: int = 16, mode: str = "peaks", window: Any = "hann",
           detrend: str | bool = "constant", scaling: str = "density", min_distance: int = 1,
           strategy: str = "auto", nan_policy: str = "raise", dtype: str | None = None,
@@ -351,7 +353,8 @@ def track(x: Any, *, fs: float | None = None, n_fft: int = 256, hop: int | None 
         Real signals; every leading dimension is batch. A source from
         :func:`welchpeaks.open_signals` is read block by block (``max_memory`` bytes, default
         64 MiB); its sample rate is used when ``fs`` is None.
-    fs, n_fft, hop, k, mode, window, detrend, scaling, min_distance, strategy, dtype, max_memory, interp, edges
+    fs, n_fft, resolution_hz, hop, k, mode, window, detrend, scaling, min_distance, strategy, dtype, max_memory,
+    interp, edges
         As in :func:`welch_peaks`.
     height, threshold, distance, prominence, width, wlen, rel_height, snr_db, measures, noise_bins
         scipy's filters, the SNR minimum and the per-peak measures, as in :func:`welch_peaks`,

@@ -126,6 +126,10 @@ def check_parameters(kw: dict[str, Any], fs: Optional[float]) -> None:
     from welchpeaks.params import make_params
 
     given = {n: v for n, v in kw.items() if n in spec.TAKES["make_params"]}
+    if fs is None and given.get("resolution_hz") is not None:  # each file's own rate decides n_fft
+        if given.get("n_fft") is not None:
+            fail(f"--n-fft {given['n_fft']} and --resolution-hz {given['resolution_hz']:g}: give one of them")
+        given["resolution_hz"] = None
     filters = {n: kw[n] for n in ("height", "prominence", "snr_db", "measures") if n in kw}
     try:
         given["min_distance"] = merge_distance(kw.get("distance"), given.get("min_distance", 1))

@@ -42,7 +42,8 @@ def _command_line(version: bool = typer.Option(False, "--version", callback=_pri
 def peaks(
     files: list[Path] = typer.Argument(..., help=".npy (1-D or rows), .wav (channels) or .csv (one signal per row)"),
     k: int = option("k"),
-    n_fft: int = option("n_fft"),
+    n_fft: Optional[int] = option("n_fft"),
+    resolution_hz: Optional[float] = option("resolution_hz"),
     hop: Optional[int] = option("hop"),
     segments: Optional[str] = option("segments", help="Segments per signal: a number, ultra/fast/reference, or all "
                                                       "[default: all that fit]."),
@@ -85,7 +86,8 @@ def peaks(
     from welchpeaks import welch_peaks
     from welchpeaks.loaders import SignalFileError, load_signals
 
-    kw = dict(n_fft=n_fft, k=k, hop=hop, segments=parse_segments(segments), window=parse_window(window),
+    kw = dict(n_fft=n_fft, resolution_hz=resolution_hz, k=k, hop=hop, segments=parse_segments(segments),
+              window=parse_window(window),
               detrend=parse_choice("detrend", detrend), scaling=parse_choice("scaling", scaling),
               mode=parse_choice("mode", mode), min_distance=min_distance, strategy=strategy,
               nan_policy=parse_choice("nan_policy", nan_policy), precision=parse_choice("precision", precision),
@@ -256,7 +258,7 @@ def demo(
 @app.command()
 def explain(
     batch: int = typer.Option(8192, help="Signals per call."),
-    n_fft: int = option("n_fft"),
+    n_fft: Optional[int] = option("n_fft"),
     k: int = option("k"),
     # explain plans a WelchPeaks executor, whose default layout is 2 segments, in float32
     segments: str = option("segments", default="2", help="Segments per signal: a number or ultra/fast/reference."),
@@ -289,7 +291,7 @@ def explain(
         console.print_json(json.dumps(info, default=str))
         return
     cm = info["cost_model"]
-    table = Table(title=f"batch {batch}, n_fft {n_fft}, k {k}, {info['segments']} segment(s), {mode}, {dtype} on "
+    table = Table(title=f"batch {batch}, n_fft {wp.params.n_fft}, k {k}, {info['segments']} segment(s), {mode}, {dtype} on "
                         f"{device} ({cm['status']} cost model)")
     for col in ("execution", "graph it runs", "launches", "traffic MB", "nodes ms", "total ms", "fused"):
         table.add_column(col, justify="left" if col in ("graph it runs", "fused") else "right")

@@ -182,7 +182,8 @@ def track(
                                                "source has no sample rate), rank, bin, freq, power, then "
                                                "the --measures)."),
     k: int = option("k", help="Peaks per frame, strongest first."),
-    n_fft: int = option("n_fft"),
+    n_fft: Optional[int] = option("n_fft"),
+    resolution_hz: Optional[float] = option("resolution_hz"),
     hop: Optional[int] = option("hop"),
     frame_segments: int = option("frame_segments"),
     frame_hop: Optional[int] = option("frame_hop"),
@@ -210,7 +211,8 @@ def track(
 ) -> None:
     """Peaks over time of every signal in FILES, in bounded memory, resumable: run the same
     command again after an interruption and it continues where it stopped."""
-    kw = dict(n_fft=n_fft, k=k, hop=hop, frame_segments=frame_segments, frame_hop=frame_hop,
+    kw = dict(n_fft=n_fft, resolution_hz=resolution_hz, k=k, hop=hop, frame_segments=frame_segments,
+              frame_hop=frame_hop,
               window=parse_window(window), detrend=parse_choice("detrend", detrend),
               scaling=parse_choice("scaling", scaling), mode=parse_choice("mode", mode), min_distance=min_distance,
               strategy=strategy, nan_policy=parse_choice("nan_policy", nan_policy), dtype=parse_choice("dtype", dtype),

@@ -53,6 +53,9 @@ IMAGE_GATE = 32.0
 IMAGE_MIN_DIST = 5.0
 #: ... and kept only where the image's fitted share ``c`` (``|c| <= 1`` for a real tone) is within this
 IMAGE_C_MAX = 1.5
+#: offsets (bins) under which a peak counts as on its bin: no image correction (the window's
+#: response at ``1 - d`` would be taken at a rounded 1.0, a zero of its denominator)
+IMAGE_MIN_OFFSET = 1e-9
 
 
 def real_tone_hann(sa, sb, sc, d, j, n_fft: int, xp=np):
@@ -74,9 +77,9 @@ def real_tone_hann(sa, sb, sc, d, j, n_fft: int, xp=np):
 
     Noise makes the ratios disagree far more than an image can (``R`` above
     :data:`IMAGE_GATE`'s bound, or a fitted ``|c| >`` :data:`IMAGE_C_MAX`): those peaks keep
-    ``d``, so the correction never adds noise. Also unchanged: a zero neighbour, ``d == 0``
-    (no image at whole bins), and an image closer than :data:`IMAGE_MIN_DIST` bins (a tone
-    near DC or Nyquist). So the correction moves a peak by at most what an image could: about
+    ``d``, so the correction never adds noise. Also unchanged: a zero neighbour, ``|d|`` up to
+    :data:`IMAGE_MIN_OFFSET` (no image at whole bins), and an image closer than
+    :data:`IMAGE_MIN_DIST` bins (a tone near DC or Nyquist). So the correction moves a peak by at most what an image could: about
     ``3 / (pi D (D^2 - 1))`` bins for an image ``D`` bins away (8e-3 at 5 bins, 1.2e-4 at 20)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # the rows not tried may divide by zero
         return _real_tone_hann(sa, sb, sc, d, j, n_fft, xp)
@@ -87,7 +90,7 @@ def _real_tone_hann(sa, sb, sc, d, j, n_fft, xp):
     dist = xp.minimum(f2, n_fft - f2)  # from the tone's image to the tone, in bins (periodic)
     r1, rm = sc / sb, sa / sb
     resid = (2.0 * r1 - 1.0) / (1.0 + r1) - (1.0 - 2.0 * rm) / (1.0 + rm)
-    tried = (sa > 0) & (sc > 0) & (d != 0) & (dist >= IMAGE_MIN_DIST) & (
+    tried = (sa > 0) & (sc > 0) & (abs(d) > IMAGE_MIN_OFFSET) & (dist >= IMAGE_MIN_DIST) & (
         abs(resid) * np.pi * dist * (dist * dist - 1.0) < IMAGE_GATE)
     u = np.pi / n_fft
     e = complex(np.cos(u), np.sin(u))

@@ -38,7 +38,7 @@ from welchpeaks.numba_base import LANES, butterfly_lanes, worker_rows
 from welchpeaks.numba_base import OPTS as _OPTS
 
 from welchpeaks.params import DETREND_CODES, INTERP_CODES, MODE_CODES
-from welchpeaks.estimators import IMAGE_C_MAX, IMAGE_GATE, IMAGE_MIN_DIST, ZERO_BELOW
+from welchpeaks.estimators import IMAGE_C_MAX, IMAGE_GATE, IMAGE_MIN_DIST, IMAGE_MIN_OFFSET, ZERO_BELOW
 
 MODE_BINS = MODE_CODES["bins"]
 MODE_PEAKS = MODE_CODES["peaks"]
@@ -272,7 +272,7 @@ def _image_gate(sa, sb, sc, d, j, n_fft):
     f2 = 2.0 * (j + d)  # in (0, n_fft) for such bins
     dist = min(f2, n_fft - f2)
     num = (2.0 * sc - sb) * (sb + sa) - (sb - 2.0 * sa) * (sb + sc)  # the ratios' disagreement
-    return ((sa > 0.0) & (sc > 0.0) & (d != 0.0) & (dist >= IMAGE_MIN_DIST)
+    return ((sa > 0.0) & (sc > 0.0) & (abs(d) > IMAGE_MIN_OFFSET) & (dist >= IMAGE_MIN_DIST)
             & (abs(num) * math.pi * dist * (dist * dist - 1.0) < IMAGE_GATE * (sb + sc) * (sb + sa)))
 
 

@@ -90,6 +90,16 @@ class PeakResult:
         return PeakResult(host(self.bins), host(self.power), host(self.freqs), self.strategy, dict(self.params),
                           {n: host(v) for n, v in self.measures.items()})
 
+    def plot(self, signal: Any = None, ax: Any = None, index: Any = 0) -> Any:
+        """Draw signal ``index``'s peaks (a flat index over the leading shape, or a tuple):
+        markers at each peak's frequency and power (dB), labelled with the frequency (and the
+        SNR when ``measures`` has it), over the Welch PSD of ``signal`` (that signal's samples,
+        or the whole batch) computed as this result was. Returns the matplotlib ``Axes`` (a new
+        figure's when ``ax`` is None); needs the ``plot`` extra (matplotlib)."""
+        from welchpeaks.plot import plot_peaks
+
+        return plot_peaks(self.numpy(), signal, ax, index)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; NaN becomes None."""
         if not isinstance(self.bins, np.ndarray):
@@ -173,6 +183,17 @@ class TrackResult:
             return self
         bins, power, freqs, measures = _compute_together(self.bins, self.power, self.freqs, self.measures)
         return TrackResult(bins, power, freqs, self.times, self.strategy, dict(self.params), measures)
+
+    def plot(self, signal: Any = None, ax: Any = None, spectrogram: bool = True, index: Any = 0,
+             tracks: Any = None) -> Any:
+        """Draw signal ``index``'s peaks over time: time against frequency, coloured by power
+        (dB), over ``signal``'s spectrogram (one Welch PSD per frame, grey) when ``signal`` is
+        given and ``spectrogram``; with ``tracks`` (:meth:`link`'s result) each track as a
+        line. More than :data:`welchpeaks.plot.MAX_POINTS` peaks are thinned to every n-th
+        frame. Returns the matplotlib ``Axes``; needs the ``plot`` extra (matplotlib)."""
+        from welchpeaks.plot import plot_track
+
+        return plot_track(self.compute(), signal, ax, spectrogram, index, tracks)
 
     def link(self, max_jump_hz: float, max_gap: int = 1, min_length: int = 1) -> Any:
         """The peaks linked into tracks over time: a :class:`welchpeaks.tracks.Tracks` whose

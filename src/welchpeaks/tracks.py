@@ -136,6 +136,10 @@ class Tracks:
     result: Any
     params: dict[str, Any]
 
+    def plot(self, signal: Any = None, ax: Any = None, spectrogram: bool = True, index: Any = 0) -> Any:
+        """:meth:`welchpeaks.TrackResult.plot` of the linked result, its tracks drawn as lines."""
+        return self.result.plot(signal, ax, spectrogram, index, tracks=self)
+
     def __len__(self) -> int:
         """Tracks."""
         return int(self.ids.max()) + 1 if self.ids.size else 0

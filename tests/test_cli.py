@@ -193,3 +193,19 @@ def test_version_is_the_distributions():
     assert version("welchpeaks") == welchpeaks.__version__
     res = runner.invoke(app, ["--version", "peaks", "missing.npy"])  # eager: the command is not run
     assert res.exit_code == 0 and "missing" not in res.output
+
+
+def test_peaks_plot_draws_one_panel_per_signal(tmp_path):
+    """--plot: the first signals of each file (up to 4), each its PSD and peaks, one PNG."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+
+    t = np.arange(4096) / 8000.0
+    np.save(tmp_path / "x.npy", np.stack([np.sin(2 * np.pi * f * t) for f in (500.0, 1000.0, 1500.0)]))
+    png = tmp_path / "p.png"
+    res = runner.invoke(app, ["peaks", str(tmp_path / "x.npy"), "--fs", "8000", "--k", "1", "--plot", str(png)])
+    assert res.exit_code == 0, res.output
+    img = matplotlib.image.imread(png)
+    assert img.shape[:2] == (3 * 3 * 90, 8 * 90)  # three panels of 8 x 3 inches at 90 dpi
+    res = runner.invoke(app, ["peaks", str(tmp_path / "x.npy"), "--plot", str(tmp_path / "no" / "p.png")])
+    assert res.exit_code != 0 and "--plot" in res.output

@@ -73,6 +73,8 @@ def peaks(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write all results as JSON here."),
     csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one line per peak as CSV here."),
     show: int = typer.Option(8, "--show", help="Signals per file to print in the table."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the first signals of each file (up to 4) as a "
+                                                           "PNG here: their PSD and peaks (the plot extra)."),
     out: Optional[Path] = typer.Option(
         None, "--out", help="Out of core: read FILES chunk by chunk and write results as they finish (.parquet, "
                             ".zarr, .csv, .jsonl; one row per peak), resumable; nothing is printed or held."),
@@ -95,12 +97,14 @@ def peaks(
               **filter_options(height, prominence, snr_db, measures))
     check_parameters(kw, fs)
     if out is not None:
-        if json_path is not None or csv_path is not None or model is not None or device != "cpu" or layout is not None:
-            _fail("--out writes the results itself; drop --json/--csv/--model/--device/--layout")
+        if json_path is not None or csv_path is not None or model is not None or device != "cpu" or layout is not None \
+                or plot is not None:
+            _fail("--out writes the results itself; drop --json/--csv/--plot/--model/--device/--layout")
         scale.run_job("peaks", [str(f) for f in files], kw, fs, out, memory, workers, scheduler, quiet)
         return
     check_output(json_path, "--json")
     check_output(csv_path, "--csv")
+    plt = _pyplot_for(plot)
     net = None
     if model is not None:
         from welchpeaks.backends.learned_exec import load_model
@@ -109,7 +113,7 @@ def peaks(
             net = load_model(model)
         except (ValueError, TypeError) as exc:
             _fail(f"--model {model}: {exc}")
-    results = {}
+    results, signals = {}, {}
     for path in files:
         try:
             data, file_fs = load_signals(path)
@@ -125,6 +129,8 @@ def peaks(
         except (ValueError, TypeError) as exc:
             _fail(f"{path}: {exc}")
         results[str(path)] = res
+        if plot is not None:
+            signals[str(path)] = data
     for name, res in results.items():
         slots = res.bins.shape[-1]
         bins = res.bins.reshape(-1, slots)
@@ -162,7 +168,36 @@ def peaks(
                                     repr(float(power[sig, r])),
                                     *("" if v is None else repr(float(v[sig, r])) for v in extra)])
         write_output(csv_path, out.getvalue(), "--csv")
+    if plt is not None:
+        _plot_peaks(plt, plot, results, signals)
     finish_background_calibration()
+
+
+def _pyplot_for(path: Optional[Path]) -> Any:
+    """``matplotlib.pyplot`` (Agg) when ``path`` is given, checked before any work: a missing
+    extra or an unwritable path must not cost the run; None without a path."""
+    if path is None:
+        return None
+    check_output(path, "--plot")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        _fail("--plot needs matplotlib: pip install 'welchpeaks[plot]'")
+    return plt
+
+
+def _plot_peaks(plt: Any, path: Path, results: dict, signals: dict) -> None:
+    """One panel per signal, the first 4 of each file: its PSD and peaks (PeakResult.plot)."""
+    panels = [(name, i) for name, res in results.items() for i in range(min(4, int(np.prod(res.shape[:-1]))))]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3 * len(panels)), squeeze=False)
+    for ax, (name, i) in zip(axes[:, 0], panels):
+        results[name].plot(signals[name], ax=ax, index=i)
+        ax.set_title(f"{Path(name).name}, {ax.get_title()}", fontsize=9)
+    fig.tight_layout()
+    write_output(path, lambda tmp: fig.savefig(tmp, dpi=90, format="png"), "--plot")
 
 
 app.command()(scale.track)
@@ -209,15 +244,7 @@ def demo(
     fs, n_fft = 8000.0, 256
     if batch < 1 or tones < 1:
         _fail("--batch and --tones must be >= 1")
-    if plot is not None:  # check before the work: a missing extra or a bad path must not cost the run
-        check_output(plot, "--plot")
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            _fail("--plot needs matplotlib: pip install 'welchpeaks[plot]'")
+    plt = _pyplot_for(plot)  # before the work: a missing extra or a bad path must not cost the run
     x, true = tones_in_noise(batch=batch, n_tones=tones, fs=fs, n_fft=n_fft, seed=seed)
     wp = welchpeaks.WelchPeaks(n_fft=n_fft, k=tones, segments=None, fs=fs)
     wp(x[:1])  # first call compiles or loads the cached kernel

@@ -506,3 +506,34 @@ def test_a_job_mixing_sources_with_and_without_a_sample_rate_writes_every_time_i
     for name in ("a.wav", "b.npy"):
         got = np.unique(df[df["file"].str.endswith(name)]["time_samples"])
         np.testing.assert_allclose(got, centres)  # the .wav's seconds times its rate
+
+
+def test_track_link_column_is_the_apis_tracks_across_time_units(tmp_path, monkeypatch):
+    """--link: each peak's track, linked across the job's time units (many, with small units) as
+    TrackResult.link links the whole recording (one block of rows, so the very same numbers)."""
+    monkeypatch.setattr(job_mod, "UNIT_BYTES", 64 << 10)
+    calls = []
+    real = job_mod._BlockLinker.__call__
+    monkeypatch.setattr(job_mod._BlockLinker, "__call__", lambda self, unit, cols: calls.append(unit) or
+                        real(self, unit, cols))
+    fs = 8000.0
+    t = np.arange(int(10 * fs)) / fs
+    x = np.stack([np.sin(2 * np.pi * (500 * t + 60 * t ** 2)) + np.sin(2 * np.pi * 3000 * t),
+                  np.sin(2 * np.pi * 1500 * t)]).astype(np.float32)
+    x += 0.05 * np.random.default_rng(3).standard_normal(x.shape).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "t.csv"
+    res = runner.invoke(app, ["track", str(tmp_path / "x.npy"), "--out", str(out), "--fs", "8000", "--n-fft", "256",
+                              "--k", "2", "--frame-segments", "2", "--link", "30", "--max-gap", "3", "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert len({(u.r0, u.r1) for u in calls}) == 1 and len({u.t0 for u in calls}) > 3  # one block, many time units
+    df = pd.read_csv(out)
+    assert list(df.columns) == ["file", "signal", "time", "rank", "bin", "freq", "power", "track"]
+    ref = welchpeaks.track(x, fs=fs, n_fft=256, k=2, frame_segments=2)
+    ok = ref.bins >= 0
+    got = _canonical(df, ["signal", "time", "rank"])  # the API's order: signal, frame, rank
+    np.testing.assert_array_equal(got["bin"].to_numpy(), ref.bins[ok])
+    np.testing.assert_array_equal(got["track"].to_numpy(), ref.link(max_jump_hz=30, max_gap=3).ids[ok])
+    assert df["track"].max() >= 2
+    res = runner.invoke(app, ["track", str(tmp_path / "x.npy"), "--out", str(tmp_path / "u.csv"), "--link", "0"])
+    assert res.exit_code != 0 and "--link=0" in res.output

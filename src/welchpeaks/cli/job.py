@@ -144,6 +144,7 @@ def compute_unit(spec: dict[str, Any], unit: Unit, data: np.ndarray | None = Non
     cols = {"file": np.full(sig.shape, spec["file_index"][unit.source][unit.part], np.int32),
             "signal": (sig + unit.r0).astype(np.int64)}
     if times is not None:
+        cols["frame"] = (rest[0] + unit.t0).astype(np.int64)  # not written: what linking orders by
         fs = ex.params.fs
         cols[spec["time"]] = times[rest[0]] * (fs if fs and spec["time"] == "time_samples" else 1.0)
     cols.update(rank=rest[-1].astype(np.int32), bin=bins[bins >= 0].astype(np.int32),
@@ -264,13 +265,37 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+class _BlockLinker:
+    """The ``track`` column of a track job's units, given in the units' order: the frames of each
+    block of rows are linked in time order (a block's time units come one after another), by
+    one :class:`welchpeaks.tracks.MultiLinker` per block; tracks are numbered across the job."""
+
+    def __init__(self, link: dict[str, Any], k: list[int]):
+        self.link, self.k = link, k
+        self.block: tuple | None = None
+        self.multi: Any = None
+        self.base = 0  # tracks of the blocks before this one
+
+    def __call__(self, unit: Unit, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from welchpeaks.tracks import MultiLinker
+
+        if (unit.source, unit.part, unit.r0, unit.r1) != self.block:
+            self.base += 0 if self.multi is None else self.multi.count
+            self.block, self.multi = (unit.source, unit.part, unit.r0, unit.r1), MultiLinker(**self.link)
+        s, f, r = cols["signal"] - unit.r0, cols["frame"] - unit.t0, cols["rank"]
+        dense = np.full((unit.r1 - unit.r0, unit.t1 - unit.t0, self.k[unit.source]), np.nan)
+        dense[s, f, r] = cols["freq"]
+        ids = np.stack([self.multi.feed(dense[:, t]) for t in range(dense.shape[1])], axis=1)[s, f, r]
+        return dict(cols, track=np.where(ids >= 0, ids + self.base, -1))
+
+
 class Job:
     """One out-of-core job: :meth:`prepare` opens (or creates) its staging folder, takes its
     lock and says what is left to compute; :meth:`run` computes it and writes the output;
     :meth:`close` lets the lock go (the process's end does too)."""
 
     def __init__(self, kind: str, paths: list[str], sources: list[Any], kw: list[dict[str, Any]], out: Path,
-                 memory: int):
+                 memory: int, link: dict[str, Any] | None = None):
         if out.suffix.lower() not in FORMATS:
             raise JobError(f"--out {str(out)!r}: unknown format {out.suffix!r}; use one of {', '.join(FORMATS)}")
         self.kind, self.paths, self.sources, self.kw, self.out = kind, paths, sources, kw, out
@@ -283,7 +308,11 @@ class Job:
         measures = measure_columns(kind, kw[0]) if kw else []
         # seconds where every source has a sample rate, else every time in samples
         time = time_column(all(k.get("fs") for k in kw) if kw else None)
-        self.column_names = tuple(time if c == "time" else c for c in COLUMNS[kind]) + tuple(measures)
+        # with link (track): the peaks linked into tracks as the output is written (a "track" column)
+        self.link = link
+        base = tuple(time if c == "time" else c for c in COLUMNS[kind])
+        self.column_names = base + (("track",) if link else ()) + tuple(measures)  # written
+        self.saved_names = base + (("frame",) if kind == "track" else ()) + tuple(measures)  # in a unit's file
         self.spec = {"kind": kind, "sources": paths, "kw": kw, "file_index": index, "budget": self.budget,
                      "measures": measures, "time": time}
         self.names = names
@@ -451,7 +480,7 @@ class Job:
             if _digest(data) != self._done[i]:
                 raise ValueError("its bytes do not match its digest")
             with np.load(io.BytesIO(data), allow_pickle=False) as z:
-                cols = {c: z["c_" + c] for c in self.column_names}
+                cols = {c: z["c_" + c] for c in self.saved_names}
             if len({len(v) for v in cols.values()}) != 1:
                 raise ValueError("columns of different lengths")
         except Exception:
@@ -491,12 +520,14 @@ class Job:
         self.assemble()
 
     def columns(self) -> Iterator[dict[str, np.ndarray]]:
+        """Each unit's saved columns, in order (with ``link``: and each peak's ``track``)."""
+        linker = _BlockLinker(self.link, [k["k"] for k in self.kw]) if self.link else None
         for i in range(len(self.units)):
             cols = self._load(i)
             if cols is None:
                 raise JobError(f"{self._unit_path(i)} went missing or changed while the output was written; rerun "
                                "the command")
-            yield cols
+            yield cols if linker is None else linker(self.units[i], cols)
 
     def assemble(self) -> None:
         """Write the output from the saved units (atomically), then remove the staging folder."""

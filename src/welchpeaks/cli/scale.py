@@ -76,7 +76,8 @@ def _client(workers: Optional[int], scheduler: Optional[str]) -> Any:
 
 
 def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float], out: Path, memory: str,
-            workers: Optional[int], scheduler: Optional[str], quiet: bool = False) -> None:
+            workers: Optional[int], scheduler: Optional[str], quiet: bool = False,
+            link: Optional[dict[str, Any]] = None) -> None:
     """Run (or resume) the job and report it; every failure is a one-line error."""
     # a .zarr output is a folder: check that its parent can take it (a file check refuses folders)
     check_output(out if out.suffix.lower() != ".zarr" else out.with_suffix(".check"), "--out")
@@ -88,7 +89,7 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
     _check_not_an_input(out, sources)
     kws = [dict(kw, fs=rate, max_memory=max(1 << 20, budget // 4)) for rate in rates]
     try:
-        job = Job(kind, files, sources, kws, out, budget)
+        job = Job(kind, files, sources, kws, out, budget, link)
         if kw.get("strategy", "auto") == "auto" and not staging_dir(out).exists() and not has_cpu_model():
             err.print("measuring this machine's speeds once (about 40 s on 2 cores), so that the whole job runs the "
                       "one execution they choose", highlight=False)
@@ -203,6 +204,11 @@ def track(
     strategy: str = option("strategy"),
     nan_policy: str = option("nan_policy", help="raise, or propagate (empty frames)."),
     dtype: Optional[str] = option("dtype"),
+    link: Optional[float] = typer.Option(None, "--link", help="Link the peaks into tracks over time (a track "
+                                                              "column, -1 for none): the farthest, in Hz (cycles/sample "
+                                                              "without a rate), a peak may be from its track's "
+                                                              "predicted frequency (TrackResult.link's max_jump_hz)."),
+    max_gap: int = typer.Option(1, "--max-gap", help="With --link: frames a track may miss and go on."),
     memory: str = typer.Option("1GB", "--memory", help="Memory bound of the run (chunks of 4 MiB of samples in "
                                                        "flight, the rest for the computation)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Run on a local dask cluster of N processes."),
@@ -210,7 +216,8 @@ def track(
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Peaks over time of every signal in FILES, in bounded memory, resumable: run the same
-    command again after an interruption and it continues where it stopped."""
+    command again after an interruption and it continues where it stopped. With --link, each
+    peak's track (linked over each signal's frames in time order, as TrackResult.link does)."""
     kw = dict(n_fft=n_fft, resolution_hz=resolution_hz, k=k, hop=hop, frame_segments=frame_segments,
               frame_hop=frame_hop,
               window=parse_window(window), detrend=parse_choice("detrend", detrend),
@@ -218,4 +225,13 @@ def track(
               strategy=strategy, nan_policy=parse_choice("nan_policy", nan_policy), dtype=parse_choice("dtype", dtype),
               interp=parse_choice("interp", interp), edges=edges, **filter_options(height, prominence, snr_db, measures))
     check_parameters(kw, fs)
-    run_job("track", files, kw, fs, out, memory, workers, scheduler, quiet)
+    linking = None
+    if link is not None:
+        from welchpeaks.tracks import check_link
+
+        try:
+            check_link(link, max_gap)
+        except ValueError as exc:
+            _fail(str(exc).replace("max_jump_hz", "--link").replace("max_gap", "--max-gap"))
+        linking = {"max_jump_hz": link, "max_gap": max_gap}
+    run_job("track", files, kw, fs, out, memory, workers, scheduler, quiet, linking)

@@ -27,7 +27,6 @@ cover those frames: about ``2 * fs / n_fft / drift_per_frame``).
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,45 +40,55 @@ class Linker:
     """Links the peaks of one signal frame by frame (:meth:`feed`), each track numbered in the
     order it started. Used by :meth:`welchpeaks.TrackResult.link`, one linker per signal.
 
-    Each track keeps the sums of its last :data:`HISTORY` peaks (frame ``x``, frequency ``y``:
-    ``n``, ``Σx``, ``Σy``, ``Σx²``, ``Σxy``), so the open tracks' predictions are one vector
-    operation per frame; the work per frame is that, the assignment, and a few Python steps
-    per peak."""
+    Each track keeps its last :data:`HISTORY` peaks (frame ``x``, frequency ``y``, in a ring)
+    and their sums (``n``, ``Σx``, ``Σy``, ``Σx²``, ``Σxy``), so a frame's predictions and
+    updates are a few vector operations over the open tracks and the frame's peaks."""
 
     def __init__(self, max_jump_hz: float, max_gap: int = 1):
         self.max_jump, self.max_gap = float(max_jump_hz), int(max_gap)
         self.t = 0
         self.count = 0  # tracks started
-        self.sizes: list[int] = []  # peaks of each track
-        self.recent: list[deque] = []  # each track's last HISTORY (frame, freq)
-        self.stats = np.zeros((16, 6))  # per track: n, sx, sy, sxx, sxy, last frame
+        cap = 64
+        self.sums = np.zeros((cap, 5))  # per track: n, sx, sy, sxx, sxy of its last HISTORY peaks
+        self.last = np.zeros(cap, np.int64)  # frame of its last peak
+        self.ring = np.zeros((cap, HISTORY, 2))  # its last HISTORY (x, y), oldest overwritten
+        self.peaks = np.zeros(cap, np.int64)  # its peaks in all
         self.open = np.zeros(0, np.int64)  # tracks that may still take a peak, in start order
 
-    def _add_point(self, i: int, x: float, y: float) -> None:
-        st, recent = self.stats[i], self.recent[i]
-        if len(recent) == HISTORY:  # the oldest point leaves the fit
-            ox, oy = recent.popleft()
-            st[:5] -= (1.0, ox, oy, ox * ox, ox * oy)
-        recent.append((x, y))
-        st[:5] += (1.0, x, y, x * x, x * y)
-        st[5] = x
-        self.sizes[i] += 1
+    @property
+    def sizes(self) -> np.ndarray:
+        """Peaks of each track started."""
+        return self.peaks[:self.count]
 
-    def _start(self, x: float, y: float) -> int:
-        i = self.count
-        self.count += 1
-        if i == self.stats.shape[0]:
-            self.stats = np.concatenate([self.stats, np.zeros_like(self.stats)])
-        self.stats[i] = 0.0
-        self.sizes.append(0)
-        self.recent.append(deque())
-        self._add_point(i, x, y)
-        return i
+    def _add(self, tracks: np.ndarray, t: int, y: np.ndarray) -> None:
+        """Peak ``(t, y[i])`` joins track ``tracks[i]``; the oldest of a full ring leaves the fit."""
+        slot = self.peaks[tracks] % HISTORY
+        full = self.peaks[tracks] >= HISTORY
+        old = self.ring[tracks, slot]  # (x, y) leaving, where the ring is full
+        ox, oy = np.where(full, old[:, 0], 0.0), np.where(full, old[:, 1], 0.0)
+        x = float(t)
+        self.sums[tracks] += np.stack([1.0 - full, x - ox, y - oy, x * x - ox * ox, x * y - ox * oy], axis=1)
+        self.ring[tracks, slot] = np.stack([np.full(y.shape, x), y], axis=1)
+        self.last[tracks] = t
+        self.peaks[tracks] += 1
+
+    def _start(self, t: int, y: np.ndarray) -> np.ndarray:
+        """New tracks, one per ``y``, numbered in order."""
+        new = np.arange(self.count, self.count + y.size)
+        self.count += y.size
+        if self.count > self.sums.shape[0]:
+            grow = max(self.count, 2 * self.sums.shape[0])
+            self.sums = np.concatenate([self.sums, np.zeros((grow - self.sums.shape[0], 5))])
+            self.last = np.concatenate([self.last, np.zeros(grow - self.last.shape[0], np.int64)])
+            self.ring = np.concatenate([self.ring, np.zeros((grow - self.ring.shape[0], HISTORY, 2))])
+            self.peaks = np.concatenate([self.peaks, np.zeros(grow - self.peaks.shape[0], np.int64)])
+        self._add(new, t, y)
+        return new
 
     def predict(self, tracks: np.ndarray, t: int) -> np.ndarray:
         """The tracks' frequencies at frame ``t``: the least-squares line through each one's
         last peaks (its last frequency while it has one peak)."""
-        n, sx, sy, sxx, sxy = self.stats[tracks, :5].T
+        n, sx, sy, sxx, sxy = self.sums[tracks].T
         den = n * sxx - sx * sx
         with np.errstate(divide="ignore", invalid="ignore"):
             slope = np.where(den > 0, (n * sxy - sx * sy) / den, 0.0)
@@ -93,7 +102,7 @@ class Linker:
         t = self.t
         self.t += 1
         if self.open.size:
-            self.open = self.open[t - self.stats[self.open, 5] <= self.max_gap + 1]
+            self.open = self.open[t - self.last[self.open] <= self.max_gap + 1]
         out = np.full(freqs.shape[0], -1, np.int64)
         slots = np.flatnonzero(np.isfinite(freqs))
         free = np.ones(slots.size, bool)
@@ -103,15 +112,15 @@ class Linker:
             if allowed.any():
                 big = 2.0 * (self.max_jump + 1.0) * (self.open.size + slots.size)  # never chosen over an allowed pair
                 rows, cols = linear_sum_assignment(np.where(allowed, cost, big))
-                for r, c in zip(rows, cols):
-                    if allowed[r, c]:
-                        self._add_point(int(self.open[r]), float(t), float(freqs[slots[c]]))
-                        out[slots[c]] = self.open[r]
-                        free[c] = False
-        started = [self._start(float(t), float(freqs[s])) for s in slots[free]]  # the rest, in slot order
-        out[slots[free]] = started
-        if started:
-            self.open = np.concatenate([self.open, np.asarray(started, np.int64)])
+                keep = allowed[rows, cols]
+                rows, cols = rows[keep], cols[keep]
+                self._add(self.open[rows], t, freqs[slots[cols]].astype(np.float64))
+                out[slots[cols]] = self.open[rows]
+                free[cols] = False
+        if free.any():  # the rest start tracks, in slot order
+            started = self._start(t, freqs[slots[free]].astype(np.float64))
+            out[slots[free]] = started
+            self.open = np.concatenate([self.open, started])
         return out
 
 
@@ -237,8 +246,8 @@ class MultiLinker:
             while len(numbers) < linker.count:  # tracks it started, in slot order
                 numbers.append(self.count)
                 self.count += 1
-            got = local >= 0
-            out[s, got] = np.asarray(numbers, np.int64)[local[got]]
+            got = np.flatnonzero(local >= 0)
+            out[s, got] = [numbers[i] for i in local[got]]  # a few per frame (not the whole list)
         return out
 
     def sizes(self) -> np.ndarray:

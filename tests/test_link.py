@@ -7,7 +7,7 @@ import pytest
 
 import welchpeaks
 from welchpeaks import TrackResult
-from welchpeaks.tracks import Linker
+from welchpeaks.tracks import MultiLinker
 
 
 def _result(freqs, fs_times=None, power=None, snr=None):
@@ -15,7 +15,7 @@ def _result(freqs, fs_times=None, power=None, snr=None):
     bins = np.where(np.isfinite(freqs), 1, -1).astype(np.int32)
     power = np.where(np.isfinite(freqs), 1.0, np.nan) if power is None else np.asarray(power, np.float64)
     times = np.arange(freqs.shape[-2], dtype=np.float64) * 0.5 if fs_times is None else fs_times
-    return TrackResult(bins, power, freqs, times, "test", {}, {} if snr is None else {"snr": snr})
+    return TrackResult(bins, power, freqs, times, "test", {}, {} if snr is None else {"snr_db": snr})
 
 
 def test_crossing_chirps_keep_their_ids_and_a_steady_tone_is_one_track():
@@ -108,8 +108,8 @@ def test_summary_against_numpy():
 
 def test_the_linker_alone_is_the_offline_result_frame_by_frame():
     f = np.array([[100.0, 300.0], [101.0, 302.0], [102.0, np.nan], [103.0, 306.0]])
-    lk = Linker(5, 1)
-    online = np.stack([lk.feed(row) for row in f])
+    lk = MultiLinker(5, 1)
+    online = np.stack([lk.feed(row[None])[0] for row in f])
     np.testing.assert_array_equal(online, _result(f).link(max_jump_hz=5, max_gap=1).ids)
 
 
@@ -132,3 +132,43 @@ def test_a_linked_stream_gives_the_offline_ids_whatever_the_chunking(step):
     np.testing.assert_array_equal(again.ids, whole.ids[:, :again.ids.shape[1]])
     with pytest.raises(ValueError, match="min_length"):
         welchpeaks.WelchPeakStream(link={"max_jump_hz": 30, "min_length": 3})
+
+
+def test_summary_of_a_streams_chunk_and_the_snr_column():
+    """A linked stream's chunk holds ids of the whole stream: its summary has one row per track
+    with a peak in the chunk; measures=("snr",) gives snr_median."""
+    fs = 8000.0
+    t = np.arange(int(2 * fs)) / fs
+    y = np.sin(2 * np.pi * 1000 * t) + np.sin(2 * np.pi * (2000 * t + 100 * t ** 2))
+    stream = welchpeaks.WelchPeakStream(link={"max_jump_hz": 30, "max_gap": 15}, fs=fs, frame_segments=8, k=2,
+                                        prominence=0, measures=("snr",))
+    parts = [stream.push(c) for c in np.array_split(y, 7)]
+    later = parts[4]
+    s = later.summary()
+    assert len(later) == len(s["track"]) == len(np.unique(later.ids[later.ids >= 0])) == 2
+    np.testing.assert_array_equal(s["track"], np.unique(later.ids[later.ids >= 0]))
+    assert "snr_median" in s and np.all(s["snr_median"] > 10)
+    whole = welchpeaks.track(y, fs=fs, frame_segments=8, k=2, prominence=0, measures=("snr",))
+    tracks = whole.link(max_jump_hz=30)
+    for tid, med in zip(tracks.summary()["track"], tracks.summary()["snr_median"]):
+        assert med == np.median(whole.measures["snr_db"][tracks.ids == tid])
+
+
+def test_wrong_types_are_type_errors():
+    r = _result([[100.0], [101.0]])
+    for bad in ("5", None):
+        with pytest.raises(TypeError, match="max_jump_hz"):
+            r.link(max_jump_hz=bad)
+    with pytest.raises(TypeError, match="max_gap"):
+        r.link(max_jump_hz=5, max_gap=1.5)
+
+
+def test_a_linked_stream_keeps_only_its_open_tracks():
+    """Noise starts about a track per peak: a stream's linkers hold the open ones only (at most
+    k x (max_gap + 2) per signal), however long it runs."""
+    rng = np.random.default_rng(0)
+    stream = welchpeaks.WelchPeakStream(link={"max_jump_hz": 1e-4, "max_gap": 1}, n_fft=64, k=16, frame_segments=1)
+    for _ in range(20):
+        stream.push(rng.standard_normal(64 * 50))
+    (linker,) = stream._linker.linkers
+    assert stream._linker.count > 5000 and linker.ids.size <= 16 * 3 and stream._linker.sizes is None

@@ -479,9 +479,9 @@ class WelchPeakStream:
         """``frames``, or with ``link=`` their :class:`welchpeaks.Tracks` (the linker fed frame by frame)."""
         if self._linker is None:
             return frames
-        from welchpeaks.tracks import Tracks, per_signal
+        from welchpeaks.tracks import Tracks, host, per_signal
 
-        freqs = np.asarray(frames.freqs, np.float64)
+        freqs = host(frames.freqs).astype(np.float64)
         flat = per_signal(freqs)
         ids = np.full(flat.shape, -1, np.int64)
         for t in range(flat.shape[1]):

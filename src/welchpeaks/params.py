@@ -315,6 +315,7 @@ class PeakParams:
             **(self.filters.describe() if self.filters is not None else {}),
         }
 
+
 def n_fft_for(n_fft: Any, resolution_hz: Any, fs: Any) -> Any:
     """``n_fft`` as given, 256 when neither it nor ``resolution_hz`` is, else the smallest power
     of two (at least 4) whose bins, ``fs / n_fft`` wide, are at most ``resolution_hz``."""

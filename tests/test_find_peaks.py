@@ -431,11 +431,18 @@ def test_every_kernel_helper_states_whether_it_has_numba_runtime():
     first compiled under one with it, pays reference counts. So each states it."""
     from numba.core.registry import CPUDispatcher
 
-    from welchpeaks.backends import _numba_find_peaks, _numba_kernels
+    import importlib
+    import pkgutil
+
+    from welchpeaks import backends
+    from welchpeaks.backends import _numba_find_peaks
     from welchpeaks.learned import compiled
 
+    numba_modules = [importlib.import_module(f"welchpeaks.backends.{m.name}") for m in pkgutil.iter_modules(
+        backends.__path__) if m.name.startswith("_numba_")]
+    assert len(numba_modules) >= 10  # the kernels, the find_peaks face and its eight modules
     unstated = []
-    for mod in (_numba_find_peaks, _numba_kernels, compiled):
+    for mod in (*numba_modules, compiled):
         for name, d in vars(mod).items():
             if isinstance(d, CPUDispatcher) and d.py_func.__module__ == mod.__name__:
                 o = d.targetoptions

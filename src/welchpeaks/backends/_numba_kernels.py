@@ -17,9 +17,10 @@ worker, a cache line apart), so a call allocates nothing.
 Non-power-of-two ``n_fft`` uses :func:`window_segments` and :func:`power_select_spectrum`
 around ``scipy.fft.rfft`` instead (same arithmetic, one more pass over memory).
 
-numba's on-disk cache keys a kernel on its own source file only: after editing the sums here
-(:func:`block_power` and what it calls), clear the cached find_peaks kernels
-(``backends/__pycache__/_numba_find_peaks.*``) or they keep the old code.
+numba's on-disk cache keys a kernel on its own source file only: after editing a helper here
+that the find_peaks modules call (:func:`block_power`, :func:`hann_corrected` and what they
+call), clear their cached kernels (``backends/__pycache__/_numba_f*``) or they keep the old
+code.
 """
 
 from __future__ import annotations

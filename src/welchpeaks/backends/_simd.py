@@ -13,9 +13,9 @@ Callers guarantee the loads are in bounds: :func:`scan16` reads ``row[o - 1 : o 
 others ``row[o : o + 16]``. ``row`` must be C-contiguous float64 (typing fails otherwise).
 
 numba's on-disk cache keys a kernel on its own source file only: after editing this module,
-clear the cached kernels that use it (``backends/__pycache__/_numba_find_peaks.*`` and
-``_numba_kernels.*``) or they keep the old code; likewise ``_numba_find_peaks.*`` after
-editing ``_numba_kernels.block_power`` (the filtered fused pass runs it). (An install rewrites every file, so users are not exposed.)
+clear the cached kernels that use it (``backends/__pycache__/_numba_*``, or the
+``NUMBA_CACHE_DIR``) or they keep the old code. (An install rewrites every file, so users are
+not exposed.)
 """
 
 from __future__ import annotations

@@ -246,6 +246,13 @@ class MultiLinker:
         self.count += m
         return ids
 
+    def feed_frames(self, freqs: np.ndarray) -> np.ndarray:
+        """Link frames in order: ``freqs [signals, T, k]`` -> ids ``[signals, T, k]``."""
+        ids = np.full(freqs.shape, -1, np.int64)
+        for t in range(freqs.shape[1]):
+            ids[:, t] = self.feed(freqs[:, t])
+        return ids
+
     def feed(self, freqs: np.ndarray) -> np.ndarray:
         """Link one frame: ``freqs [signals, k]`` (NaN in empty slots) -> ids ``[signals, k]``."""
         if not self.linkers:
@@ -271,11 +278,8 @@ def link(result: Any, max_jump_hz: float, max_gap: int = 1, min_length: int = 1)
     check_link(max_jump_hz, max_gap, min_length)
     result = result.compute()
     freqs = host(result.freqs).astype(np.float64)
-    flat = per_signal(freqs)
     multi = MultiLinker(max_jump_hz, max_gap, count_peaks=True)
-    ids = np.full(flat.shape, -1, np.int64)
-    for t in range(flat.shape[1]):
-        ids[:, t] = multi.feed(flat[:, t])
+    ids = multi.feed_frames(per_signal(freqs))
     keep = multi.sizes[:multi.count] >= min_length
     renumber = np.full(multi.count + 1, -1, np.int64)  # the last entry maps -1 to -1
     renumber[:-1][keep] = np.arange(int(keep.sum()))

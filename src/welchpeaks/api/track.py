@@ -482,10 +482,7 @@ class WelchPeakStream:
         from welchpeaks.tracks import Tracks, host, per_signal
 
         freqs = host(frames.freqs).astype(np.float64)
-        flat = per_signal(freqs)
-        ids = np.full(flat.shape, -1, np.int64)
-        for t in range(flat.shape[1]):
-            ids[:, t] = self._linker.feed(flat[:, t])
+        ids = self._linker.feed_frames(per_signal(freqs))
         return Tracks(ids.reshape(freqs.shape), frames, dict(self._link, min_length=1))
 
     def _push(self, chunk: Any) -> TrackResult:

@@ -285,7 +285,7 @@ class _BlockLinker:
         s, f, r = cols["signal"] - unit.r0, cols["frame"] - unit.t0, cols["rank"]
         dense = np.full((unit.r1 - unit.r0, unit.t1 - unit.t0, self.k[unit.source]), np.nan)
         dense[s, f, r] = cols["freq"]
-        ids = np.stack([self.multi.feed(dense[:, t]) for t in range(dense.shape[1])], axis=1)[s, f, r]
+        ids = self.multi.feed_frames(dense)[s, f, r]
         return dict(cols, track=np.where(ids >= 0, ids + self.base, -1))
 
 

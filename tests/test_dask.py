@@ -46,6 +46,13 @@ def test_track_any_chunking(rows, time, frame_hop):
     _same(r, mem)
 
 
+def test_auto_keeps_float64_in_every_task():
+    """Under auto every task runs the execution and the precision the whole batch would: float64
+    rows are computed in float64 (tasks once ran the pick in its own default, float32)."""
+    x = X.astype(np.float64)
+    _same(welchpeaks.welch_peaks(da.from_array(x, chunks=(2, 9000)), k=4), welchpeaks.welch_peaks(x, k=4))
+
+
 def test_one_signal_as_a_1d_dask_array():
     """A 1-D dask array is one signal, as a 1-D NumPy array is (it was read as rows of one
     sample each)."""
@@ -56,8 +63,8 @@ def test_one_signal_as_a_1d_dask_array():
 
 
 def test_long_rows_sum_partial_psds(monkeypatch):
-    """Rows longer than a task holds: per-chunk PSD sums, tree-reduced; equal to the float64
-    in-memory result to rounding."""
+    """Rows longer than a task holds: per-chunk PSD sums of a planned graph, tree-reduced; equal
+    to the float64 in-memory result to rounding."""
     monkeypatch.setattr(welchpeaks.memory, "TASK_BYTES", 4096)
     x = X.astype(np.float64)
     r = welchpeaks.welch_peaks(da.from_array(x, chunks=(4, 1000)), segments=None, k=6, n_fft=128).compute()

@@ -156,3 +156,102 @@ def test_array_windows_plan_and_share_programs():
     assert b.explain()["strategy"] == a.strategy
     ref = welchpeaks.welch_peaks(x.astype(np.float64), n_fft=64, k=4, segments=2, window=w, strategy="numpy")
     np.testing.assert_array_equal(a.bins, ref.bins)
+
+
+# ---------------------------------------------------------------- long rows and overlapping frames
+def _ops(log):
+    return [op for _, op, _ in log]
+
+
+def test_long_rows_in_memory_run_the_planned_graph_in_pieces():
+    """One row over the memory budget: the planned graph's per-segment chain runs on pieces of
+    segments, then the rest of the graph once; explain() says so."""
+    x = np.random.default_rng(3).standard_normal((2, 64 * 2000))
+    wp = welchpeaks.WelchPeaks(n_fft=64, k=4, segments=None, strategy="numpy", max_memory=1 << 20)
+    with ir.tracing() as log:
+        res = wp(x)
+    call = wp._last_call
+    ops = [n.op.value for n in call.graph.nodes]
+    span = call.program.segment_span()
+    chain, tail = ops[:span[1] + 1], ops[span[1] + 1:]
+    pieces = -(-call.n_seg // call.segment_piece)
+    assert pieces > 1 and "in pieces of" in wp.explain()["why"]
+    assert _ops(log) == chain * pieces + tail
+    whole = welchpeaks.welch_peaks(x, n_fft=64, k=4, segments=None, strategy="numpy")
+    np.testing.assert_array_equal(res.bins, whole.bins)
+    np.testing.assert_allclose(res.power, whole.power, rtol=1e-12)
+
+
+def test_long_rows_from_a_source_run_the_executions_long_rows_mode(tmp_path):
+    """Rows of a file over the budget: the execution's long-rows mode (fused-cpu's pass, fed
+    pieces of segments) is what runs, once per piece, and the result says so."""
+    x = np.random.default_rng(21).standard_normal((2, 150_000)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    kw = dict(n_fft=256, k=4, segments=None, strategy="fused-cpu")
+    with ir.tracing() as log:
+        got = welchpeaks.welch_peaks(welchpeaks.open_signals(tmp_path / "x.npy"), max_memory=1 << 20, **kw)
+    per_piece = int(got.params["execution_mode"].split(" segments at a time")[0].split()[-1])
+    n_seg = got.params["segments"]
+    assert log and set(log) == {("fused-cpu", "welch_peaks[long rows]", -1)}
+    assert len(log) == -(-n_seg // per_piece) > 1
+    wp = welchpeaks.WelchPeaks(**kw)
+    mem = wp(x)
+    assert "welch_peaks" in [n.op.value for n in wp._last_call.graph.nodes]  # the node whose kernel the mode feeds
+    np.testing.assert_array_equal(got.bins, mem.bins)
+    np.testing.assert_array_equal(got.power, mem.power)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "numpy", "fused-cpu"])
+def test_long_rows_on_dask_run_a_planned_graph_per_chunk(monkeypatch, strategy):
+    """Rows split across dask chunks in time: each chunk's task runs the planned graph's
+    per-segment chain, one task per row block adds the tree's total through the rest of that
+    graph; the result names the graph and why (fused-cpu fuses the segments away, so the
+    planner takes the fastest CPU execution that keeps them)."""
+    da = pytest.importorskip("dask.array")
+    import dask
+
+    monkeypatch.setattr(welchpeaks.memory, "TASK_BYTES", 4096)
+    x = np.random.default_rng(5).standard_normal((4, 20_000))
+    x[2, 7000] = np.nan
+    kw = dict(n_fft=64, k=4, segments=None, nan_policy="propagate", strategy=strategy)
+    lazy_res = welchpeaks.welch_peaks(da.from_array(x, chunks=(2, 3000)), **kw)
+    graph_text = lazy_res.params["graph"]
+    with ir.tracing() as log, dask.config.set(scheduler="synchronous"):
+        got = lazy_res.compute()
+    ops = [line.split("= ")[1].split("[")[0] for line in graph_text.splitlines()[1:]]
+    m = ops.index("segment_mean")
+    chain, tail = ops[:m + 1], ops[m + 1:]
+    chunks, row_blocks = 7, 2
+    assert _ops(log).count("frames") == chunks * row_blocks
+    assert sorted(_ops(log)) == sorted(chain * chunks * row_blocks + tail * row_blocks)
+    name = lazy_res.strategy[len("dask ("):-1]
+    assert {b for b, _, _ in log} == {name}
+    if strategy == "fused-cpu":
+        assert "fuses the segments" in lazy_res.params["why"]
+    compute = lazy_res.params["compute_dtype"]
+    assert compute == ("float32" if strategy == "fused-cpu" else "float64")  # the requested execution's precision
+    mem = welchpeaks.welch_peaks(x, **dict(kw, strategy=name, dtype=compute))
+    np.testing.assert_array_equal(got.bins, mem.bins)
+    # the chunks' sums are added in float64, the in-memory mean in the compute precision
+    np.testing.assert_allclose(got.power, mem.power, rtol=1e-12 if compute == "float64" else 5e-6)
+    assert np.all(got.bins[2] == -1)
+
+
+@pytest.mark.parametrize("strategy", ["numpy", "fused-cpu"])
+def test_overlapping_frames_run_the_shared_frames_mode_or_the_graph(strategy):
+    """Overlapping frames: fused-cpu's shared-frames mode runs once for the block (each segment
+    computed once) and the result says so; numpy has no such mode, so its planned graph runs
+    on the frames as rows."""
+    x = np.random.default_rng(9).standard_normal((2, 4000)).astype(np.float32)
+    kw = dict(n_fft=64, k=3, frame_segments=4, frame_hop=2, strategy=strategy)
+    tr = welchpeaks.Tracker(**kw)
+    with ir.tracing() as log:
+        r = tr(x)
+    if strategy == "fused-cpu":
+        assert log == [("fused-cpu", "welch_peaks[shared frames]", -1)]
+        assert r.params["execution_mode"].startswith("shared frames")
+    else:
+        graph = tr.executor(x.dtype)._last_call.graph
+        assert _ops(log) == [n.op.value for n in graph.nodes] and "execution_mode" not in r.params
+    whole = welchpeaks.track(x, **dict(kw, frame_hop=None))  # frames every 4 segments
+    np.testing.assert_array_equal(r.bins[:, ::2], whole.bins)

@@ -349,12 +349,12 @@ def test_a_full_calibration_measures_every_curve_on_its_grid(monkeypatch):
     """A full measurement on a tiny grid: one progress tick per group of points timed together,
     every curve the planner reads (the filtered fused pass and find_peaks included), one time per
     grid point, a bigger problem never cheaper, and the load and rounds it saw."""
-    from welchpeaks.plan import calibrate as cal
+    from welchpeaks.plan import measure
 
-    monkeypatch.setattr(cal, "FULL_GRID", {"n_fft": [64, 128], "rows": [1, 40], "bins": [33, 65], "repeats": 1})
+    monkeypatch.setattr(measure, "FULL_GRID", {"n_fft": [64, 128], "rows": [1, 40], "bins": [33, 65], "repeats": 1})
     ticks = []
-    m = cal.measure_cpu(quick=False, progress=ticks.append)
-    assert len(ticks) == cal.steps(False)
+    m = measure.measure_cpu(quick=False, progress=ticks.append)
+    assert len(ticks) == measure.steps(False)
     need = {f"numpy/{c}" for c in ("fft:float32", "fft:float64", "select:peaks", "select:bins", "find_peaks",
                                    "select-k:peaks", "select-k:bins")}
     need |= {f"fused-cpu/{c}" for c in ("fused-filtered", "fused-k", "spectrum:peaks", "spectrum:bins",
@@ -409,7 +409,7 @@ def test_calibration_measures_the_curves_each_execution_names(monkeypatch):
     point of the grid (its points counted) and stored under its backend's name."""
     from welchpeaks.backends import Execution
     from welchpeaks.backends.curves import Curve
-    from welchpeaks.plan import calibrate as cal
+    from welchpeaks.plan import measure
 
     seen = []
 
@@ -427,8 +427,8 @@ def test_calibration_measures_the_curves_each_execution_names(monkeypatch):
     monkeypatch.setitem(backends._REGISTRY, "new-cpu", New())
     monkeypatch.setitem(backends._MODULES, "new-cpu", "welchpeaks.backends.numpy_exec")
     grid = {"n_fft": [64, 128], "rows": [1, 3], "bins": [33, 65], "repeats": 1}
-    monkeypatch.setattr(cal, "QUICK_GRID", grid)
-    m = cal.measure_cpu(quick=True)
+    monkeypatch.setattr(measure, "QUICK_GRID", grid)
+    m = measure.measure_cpu(quick=True)
     assert sorted(seen) == [(n, r, (r, n + n // 2), "float32") for n in (64, 128) for r in (1, 3)]
     t = m.tables["new-cpu/sum:float32"]
     assert t.x1 == [64, 128] and t.x2 == [1, 3] and "new-cpu/late" not in m.tables  # a quick model skips it

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import welchpeaks
-from welchpeaks.plan import calibrate, cost, planner
+from welchpeaks.plan import calibrate, cost, measure, planner
 from welchpeaks.plan.cost import set_cost_model
 from welchpeaks.plan.models import cost_model_for
 
@@ -56,8 +56,8 @@ def io_gate(monkeypatch):
 @pytest.fixture
 def machine(monkeypatch):
     m = ScriptedMachine()
-    monkeypatch.setattr(calibrate, "_NOW", m.clock)
-    monkeypatch.setattr(calibrate, "_cpu_seconds", m.cpu_seconds)
+    monkeypatch.setattr(measure, "_NOW", m.clock)
+    monkeypatch.setattr(measure, "_cpu_seconds", m.cpu_seconds)
     return m
 
 
@@ -71,15 +71,15 @@ def test_points_are_their_least_sample_and_a_busy_machine_is_measured_more(machi
         machine.run(5_000_000 if machine.load and calls["n"] % 3 else 1_000_000)
 
     machine.load = 1.5
-    got = calibrate.time_points({"p": point}, repeats=3)
+    got = measure.time_points({"p": point}, repeats=3)
     assert got.ns["p"] == 1_000_000  # the least sample, not the median (5 ms)
-    assert got.stretches == calibrate.MAX_ROUND_FACTOR and got.provisional and got.load == 1.5
+    assert got.stretches == measure.MAX_ROUND_FACTOR and got.provisional and got.load == 1.5
     machine.load = 0.0
     began = machine.now
-    quiet = calibrate.time_points({"p": point}, repeats=3)
+    quiet = measure.time_points({"p": point}, repeats=3)
     assert quiet.stretches == 1 and not quiet.provisional and quiet.ns["p"] == 1_000_000
     # the load is read over stretches long enough for the machine's 10 ms ticks to mean something
-    assert machine.now - began >= calibrate.LOAD_WINDOW_NS and quiet.rounds >= 3
+    assert machine.now - began >= measure.LOAD_WINDOW_NS and quiet.rounds >= 3
 
 
 def test_a_busy_group_s_parallel_points_are_estimated_from_one_thread(machine):
@@ -89,17 +89,17 @@ def test_a_busy_group_s_parallel_points_are_estimated_from_one_thread(machine):
     machine.load = 2.0
     parallel = lambda: machine.run(40_000_000)  # noqa: E731  (the joins wait: 20x its quiet 2 ms)
     single = lambda: machine.run(4_000_000)  # noqa: E731
-    got = calibrate.time_points({"fused": parallel}, repeats=3, one_thread={"fused": (single, 2)})
+    got = measure.time_points({"fused": parallel}, repeats=3, one_thread={"fused": (single, 2)})
     assert got.ns["fused"] == 2_000_000 and got.one_thread == ("fused",) and got.provisional
     machine.load = 0.0  # quiet: the parallel timing stands, the one-thread variant is not even run
     ran = []
-    got = calibrate.time_points({"fused": parallel}, repeats=3, one_thread={"fused": (lambda: ran.append(1), 2)})
+    got = measure.time_points({"fused": parallel}, repeats=3, one_thread={"fused": (lambda: ran.append(1), 2)})
     assert got.ns["fused"] == 40_000_000 and got.one_thread == () and not ran
 
 
 def test_the_points_of_a_group_are_timed_round_robin(machine):
     order = []
-    got = calibrate.time_points({"a": lambda: (order.append("a"), machine.run(300_000)),
+    got = measure.time_points({"a": lambda: (order.append("a"), machine.run(300_000)),
                                  "b": lambda: (order.append("b"), machine.run(300_000))}, repeats=3)
     timed = order[-2 * got.rounds:]  # after each point's warm-up: one sample of each per round
     assert timed == ["a", "b"] * got.rounds and got.rounds >= 3
@@ -218,7 +218,7 @@ def test_one_measurement_per_machine(monkeypatch, tmp_path):
 
     monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(calibrate, "_BACKGROUND", {})
-    monkeypatch.setattr(calibrate, "measure_cpu", lambda **kw: pytest.fail("measured although another process does"))
+    monkeypatch.setattr(measure, "measure_cpu", lambda **kw: pytest.fail("measured although another process does"))
     set_cost_model(None)
     env = dict(os.environ, WELCHPEAKS_CACHE_DIR=str(tmp_path),
                PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
@@ -299,7 +299,7 @@ def test_calibrate_status_without_a_model(tmp_path, monkeypatch):
 def test_a_busy_measurement_is_recorded_in_the_model(machine, monkeypatch):
     """measure_cpu on a (scripted) busy machine: the model says so, its points are provisional,
     and the next program measures it again."""
-    got = calibrate._Grid(2, lambda what: None)  # the real grid is too slow for a test; one group stands for it
+    got = measure._Grid(2, lambda what: None)  # the real grid is too slow for a test; one group stands for it
     machine.load = 1.5
     got.measure((64, 1), {"fft:float32": lambda: machine.run(1_000_000)})
     assert got.provisional == ["fft:float32@64x1"] and got.loads == [1.5]
@@ -388,12 +388,12 @@ def test_a_remeasure_waits_for_quiet_without_the_lock_and_counts_its_try(tmp_pat
         go.wait(60)
         return True
 
-    def measure(quick=False, progress=None):
+    def measure_cpu(quick=False, progress=None):
         assert calibrate.load("cpu").meta["remeasures"] == 1  # the try is counted before it measures
         raise RuntimeError("the machine broke")
 
     monkeypatch.setattr(calibrate, "wait_for_quiet", wait_for_quiet)
-    monkeypatch.setattr(calibrate, "measure_cpu", measure)
+    monkeypatch.setattr(measure, "measure_cpu", measure_cpu)
     calibrate.start_background("cpu", replacing=busy)
     assert waiting.wait(60)
     assert not calibrate.MachineLock("cpu").held_elsewhere()  # nobody waits on a thread that only waits

@@ -12,7 +12,7 @@ import pytest
 import welchpeaks
 from welchpeaks.files import FileContentError, OutputPathError, check_writable, load_json, read_regular, write_atomic
 from welchpeaks.params import make_params
-from welchpeaks.plan import calibrate
+from welchpeaks.plan import calibrate, measure
 
 CPU = ["numpy", "fused-cpu"]
 
@@ -251,7 +251,7 @@ def test_corrupt_cache_values_warn_and_are_remeasured(monkeypatch, tmp_path, edi
     path.write_text(json.dumps(doc, allow_nan=True))
     with pytest.warns(UserWarning, match="unusable"):
         assert calibrate.load("cpu") is None
-    monkeypatch.setattr(calibrate, "measure_cpu", lambda quick=False, progress=None: synthetic_cpu_model())
+    monkeypatch.setattr(measure, "measure_cpu", lambda quick=False, progress=None: synthetic_cpu_model())
     monkeypatch.setattr(calibrate, "_BACKGROUND", {})
     set_cost_model(None)
     with pytest.warns(UserWarning):
@@ -392,7 +392,7 @@ def test_first_use_answers_at_once_while_the_model_is_measured_in_the_background
         assert release.wait(600)  # a guard against a hang, not a time bound on the work
         return synthetic_cpu_model()
 
-    monkeypatch.setattr(calibrate, "measure_cpu", slow_measure)
+    monkeypatch.setattr(measure, "measure_cpu", slow_measure)
     monkeypatch.setattr(calibrate, "_BACKGROUND", {})
     set_cost_model(None)
     x = np.random.default_rng(7).standard_normal((64, 384))
@@ -548,7 +548,7 @@ def test_a_requested_execution_never_starts_the_measurement(strategy, monkeypatc
     def no_measure(quick=False, progress=None):
         raise AssertionError("a requested execution started the measurement")
 
-    monkeypatch.setattr(calibrate, "measure_cpu", no_measure)
+    monkeypatch.setattr(measure, "measure_cpu", no_measure)
     monkeypatch.setattr(calibrate, "_BACKGROUND", {})
     set_cost_model(None)
     x = np.random.default_rng(8).standard_normal((4, 512))
@@ -655,11 +655,11 @@ def test_cli_refuses_bad_outputs_before_the_work(tmp_path, args, match):
 
 
 def test_foreign_load_is_the_machine_s_busy_time_less_this_process_s():
-    assert calibrate.foreign_load((10.0, 1.0, 0.0), (13.0, 2.0, 1.0)) == 2.0  # 3 busy core-seconds, 1 ours
-    assert calibrate.foreign_load((10.0, 1.0, 0.0), (11.0, 3.0, 1.0)) == 0.0  # ours (threads) explain it all
-    assert calibrate.foreign_load(None, (1.0, 1.0, 1.0)) is None
-    assert calibrate.foreign_load((1.0, 1.0, 1.0), (2.0, 1.0, 1.0)) is None  # no time passed
-    now = calibrate._cpu_seconds()
+    assert measure.foreign_load((10.0, 1.0, 0.0), (13.0, 2.0, 1.0)) == 2.0  # 3 busy core-seconds, 1 ours
+    assert measure.foreign_load((10.0, 1.0, 0.0), (11.0, 3.0, 1.0)) == 0.0  # ours (threads) explain it all
+    assert measure.foreign_load(None, (1.0, 1.0, 1.0)) is None
+    assert measure.foreign_load((1.0, 1.0, 1.0), (2.0, 1.0, 1.0)) is None  # no time passed
+    now = measure._cpu_seconds()
     assert now is None or (now[0] >= 0 and now[1] >= 0)  # None off Linux
 
 
@@ -688,13 +688,13 @@ def test_a_quick_model_measured_under_load_is_measured_again_in_the_background(m
     from welchpeaks.plan.cost import set_cost_model
     from welchpeaks.plan.models import cost_model_for
 
-    def measure(quick=False, progress=None):
+    def measure_cpu(quick=False, progress=None):
         fresh = synthetic_cpu_model(dispatch_ns=2222.0)
         fresh.meta.update(quick=quick, foreign_load=0.0)
         return fresh
 
     _cached_quick_model(**meta)
-    monkeypatch.setattr(calibrate, "measure_cpu", measure)
+    monkeypatch.setattr(measure, "measure_cpu", measure_cpu)
     monkeypatch.setattr(calibrate, "wait_for_quiet", lambda *a, **k: True)  # the machine's load is not the test's
     monkeypatch.setattr(calibrate, "_BACKGROUND", {})
     set_cost_model(None)
@@ -731,10 +731,10 @@ def test_a_quick_model_gains_the_find_peaks_curve_once_the_kernel_is_compiled(qu
     if has_curve:
         m.tables["numpy/find_peaks"] = curve
     monkeypatch.setattr(calibrate, "_BACKGROUND", {})
-    monkeypatch.setattr(calibrate, "_find_peaks_compiled", lambda: compiled)
+    monkeypatch.setattr(measure, "_find_peaks_compiled", lambda: compiled)
     measured = []
-    monkeypatch.setattr(calibrate, "_measure_curves", lambda g, curves, grid, rng: measured.append(curves))
-    monkeypatch.setattr(calibrate, "_curve_tables", lambda g, curves, grid: {f"{o}/{c.name}": curve for o, c in curves})
+    monkeypatch.setattr(measure, "_measure_curves", lambda g, curves, grid, rng: measured.append(curves))
+    monkeypatch.setattr(measure, "_curve_tables", lambda g, curves, grid: {f"{o}/{c.name}": curve for o, c in curves})
     set_cost_model(m)
     x = np.random.default_rng(10).standard_normal((4, 384))
     before = m.find_peaks_ns(129, 8192, "numpy")
@@ -770,15 +770,15 @@ def test_calibrate_says_when_other_processes_loaded_the_machine(monkeypatch, tmp
     from helpers import synthetic_cpu_model
     from welchpeaks.cli import app
 
-    def measure(quick=False, progress=None):
+    def measure_cpu(quick=False, progress=None):
         m = synthetic_cpu_model()
         m.meta.update(quick=quick, foreign_load=1.2)
         return m
 
-    monkeypatch.setattr(calibrate, "measure_cpu", measure)
+    monkeypatch.setattr(measure, "measure_cpu", measure_cpu)
     res = CliRunner().invoke(app, ["calibrate", "--quick"])
     assert res.exit_code == 0 and "1.2 cores busy" in res.output and "again when it is idle" in res.output
-    monkeypatch.setattr(calibrate, "measure_cpu", lambda quick=False, progress=None: synthetic_cpu_model())
+    monkeypatch.setattr(measure, "measure_cpu", lambda quick=False, progress=None: synthetic_cpu_model())
     res = CliRunner().invoke(app, ["calibrate", "--quick"])
     assert res.exit_code == 0 and "cores busy" not in res.output
 
@@ -788,7 +788,7 @@ def test_calibrate_refuses_a_bad_cache_place_before_measuring(tmp_path, monkeypa
 
     from welchpeaks.cli import app
 
-    monkeypatch.setattr(calibrate, "measure_cpu", lambda **kw: pytest.fail("measured before checking the cache"))
+    monkeypatch.setattr(measure, "measure_cpu", lambda **kw: pytest.fail("measured before checking the cache"))
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path / "file" / "cache"))
     res = CliRunner().invoke(app, ["calibrate", "--quick"])
@@ -818,7 +818,7 @@ def test_a_background_measurement_stops_cleanly_at_exit(tmp_path):
     marker = tmp_path / "stopped"
     script = f"""
 import pathlib
-from welchpeaks.plan import calibrate
+from welchpeaks.plan import calibrate, measure
 
 def long_measure(quick=False, progress=None):
     try:
@@ -830,7 +830,7 @@ def long_measure(quick=False, progress=None):
         pathlib.Path({str(marker)!r}).write_text("stopped at a step boundary")
         raise
 
-calibrate.measure_cpu = long_measure
+measure.measure_cpu = long_measure
 calibrate.start_background("cpu")
 """
     env = dict(os.environ, WELCHPEAKS_CACHE_DIR=str(tmp_path / "cache"))

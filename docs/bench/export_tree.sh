@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Export the package as it was at a commit under another name (welchpeaks_<rev>), so that it can
-# be timed in the same process as the working tree (docs/bench/overhead_vs_cc6b438.py).
+# be timed in the same process as the working tree (docs/bench/overhead_vs.py --rev REV).
 #   bash docs/bench/export_tree.sh cc6b438 /tmp/oldwp   ->   PYTHONPATH=/tmp/oldwp
 set -euo pipefail
 rev=${1:-cc6b438}

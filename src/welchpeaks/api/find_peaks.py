@@ -132,8 +132,7 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     [[3, 1, 5], [3, 5, -1]]
     """
     from welchpeaks.backends import _numba_find_peaks as kern
-    from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, kernel_input, numba_threads
-    from welchpeaks.timing import QUIET
+    from welchpeaks.backends.filtered import launch_host
 
     t = tensor_input(rows, "rows")
     if t is None:
@@ -169,9 +168,7 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
         x = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
     cfg = kern.config(edges=edges, k=slots, **f)
     out = kern.outputs(rows_n, slots, need_prom, need_width, False, False)
-    announce_compile(kern.host_find_peaks, "the find_peaks kernel", kern.COMPILE_TIME)
-    with QUIET.work(), KERNEL_LOCK:
-        kern.host_find_peaks(kernel_input(x), cfg, out, max(1, min(rows_n, 4 * numba_threads())))
+    launch_host(x, cfg, out)  # the find_peaks node's own launch
     got = dict(zip(("indices", "heights", "prom", "base", "wid", "ips"), out[:6]), counts=out[8])
     return _found(got, lead, k, need_prom, need_width, device=None if t is None else t.device)
 

@@ -9,9 +9,10 @@ on a block of whole rows:
   number of segments, the analysed prefix) belongs to the chunk where it starts, and its task
   reads the few samples it needs from the next chunk (overlap), so results are bit for bit
   those of the same execution in memory. ``welch_peaks(segments=None)`` on rows too long for
-  one task (``memory.TASK_BYTES``) sums per-chunk partial PSDs (float64, each segment counted by the
-  chunk where it starts) with a tree reduction, then selects; that equals the float64
-  in-memory result to rounding.
+  one task (``memory.TASK_BYTES``) run a planned graph in pieces
+  (:meth:`welchpeaks.plan.planner.Planner.plan_time_chunks`): each chunk's segments (those
+  starting in it) through the graph's per-segment chain, summed in float64, the sums added in
+  a tree, the rest of the graph on the total; that equals the in-memory result to rounding.
 * **Threads**: on a ``distributed`` worker, each task sets numba's thread count to the
   worker's ``nthreads`` (numba would otherwise start one thread per core in every worker
   process, and oversubscribe the machine).
@@ -95,39 +96,32 @@ def _track_task(block: np.ndarray, cls: type, kw: dict[str, Any], first_sample: 
     return _pack(r.bins, r.power, r.freqs, *(r.measures[n] for n in tr.params.measure_names()))
 
 
-def _psd_sum_task(block: np.ndarray, cls: type, kw: dict[str, Any], n_seg: int) -> np.ndarray:
-    """float64 sum over the block's ``n_seg`` segments of their PSD (Welch's mean times n_seg)."""
-    from welchpeaks.spectral import welch_psd
+def _split_plan(cls: type, kw: dict[str, Any], length: int, dtype: np.dtype) -> Any:
+    """The planner's plan for rows split across chunks in time (:meth:`Planner.plan_time_chunks`)."""
+    return _executor(cls, kw).planner.plan_time_chunks(length, dtype)
 
+
+def _psd_sum_task(block: np.ndarray, cls: type, kw: dict[str, Any], length: int, n_seg: int) -> np.ndarray:
+    """float64 sum of the PSDs of the block's ``n_seg`` segments, by the planned graph's
+    per-segment chain."""
+    fit_numba_threads()
+    call = _split_plan(cls, kw, length, np.dtype(block.dtype))
+    return np.asarray(call.program.segment_sum(block, n_seg))
+
+
+def _select_task(total: np.ndarray, cls: type, kw: dict[str, Any], length: int, dtype: np.dtype) -> np.ndarray:
+    """Peaks, packed, from the rows' float64 PSD sums: the rest of the planned graph."""
     p = _executor(cls, kw).params
-    psd = welch_psd(block.astype(np.float64), p.window_array, p.hop, n_seg, detrend=p.detrend, scaling=p.scaling,
-                    fs=1.0 if p.fs is None else p.fs)
-    return psd * n_seg
-
-
-def _select_task(psd: np.ndarray, cls: type, kw: dict[str, Any]) -> np.ndarray:
-    from welchpeaks.backends.numpy_exec import select
-
-    p = _executor(cls, kw).params
-    names = p.measure_names()
-    out = np.empty(psd.shape[:1] + (p.k, 3 + len(names)))
-    good = np.isfinite(psd).all(axis=1)
-    if p.nan_policy == "raise" and not good.all():
-        raise ValueError(f"x has NaN or infinity in {int((~good).sum())} row(s) of this block; clean the data or "
-                         "pass nan_policy='propagate'")
-    out[:] = np.nan
-    out[..., 0] = -1
-    if good.any() and p.filters is not None:  # scipy's filters: the find_peaks node's host kernel
-        from welchpeaks.backends.filtered import host_rows
-
-        r = host_rows(p)(psd[good])
-        measures = p.with_derived(r.measures)
-        out[good] = _pack(r.bins, r.power, r.fbins * p.freq_scale(), *(measures[n] for n in names))
-    elif good.any():
-        bins, power, fbins = select(psd[good], p.k, p.mode, p.min_distance, p.interp_spec,
-                                     p.edges)
-        out[good] = _pack(bins, power, fbins * p.freq_scale())
-    return out
+    out = _split_plan(cls, kw, length, dtype).program.from_sum(total)[0]
+    bad = out.bad_rows
+    inf = np.flatnonzero(np.isinf(out.power).any(axis=1))
+    if p.nan_policy == "raise" and (bad.size or inf.size):
+        raise ValueError(f"x has NaN or infinity in {int(np.union1d(bad, inf).size)} row(s) of this block, or their "
+                         f"power overflows {dtype.name}; clean or scale the data, or pass nan_policy='propagate'")
+    measures = p.with_derived(dict(out.measures or {}))
+    packed = _pack(out.bins, out.power, out.fbins * p.freq_scale(), *(measures[n] for n in p.measure_names()))
+    packed[inf, :, 0], packed[inf, :, 1:] = -1, np.nan
+    return packed
 
 
 def _as_rows(x: Any, what: str) -> tuple[Any, tuple[int, ...], np.dtype]:
@@ -183,26 +177,33 @@ def welch_peaks(x: Any, cls: type, kw: dict[str, Any]) -> PeakResult:
     frame, item = p.frame_for(length), dtype.itemsize
     names = p.measure_names()  # packed after bins, power and freqs
     fields = 3 + len(names)
-    if kw.get("strategy", "auto") == "auto":  # every task runs what the whole batch in memory would
-        kw = dict(kw, strategy=ex.for_batch(rows.shape[0], length, dtype).strategy)
     if p.segments is not None or frame * item <= memory.TASK_BYTES or rows.numblocks[1] == 1:
+        if kw.get("strategy", "auto") == "auto":  # every task runs what the whole batch in memory would
+            pinned = ex.for_batch(rows.shape[0], length, dtype)
+            kw = dict(kw, strategy=pinned.strategy, dtype=pinned.params.dtype)
         whole = _bounded_rows(rows[:, :frame], frame, item)
         out = whole.map_blocks(_peaks_task, cls, kw, new_axis=2, chunks=(whole.chunks[0], (p.k,), (fields,)),
                                meta=_meta(3))
-    else:  # long rows across time chunks: partial PSD sums, tree-reduced, then selected
+        name = ex.requested
+        info = dict(p.to_dict(), segments=p.n_segments_for(length), frame=frame, lazy="dask")
+    else:  # long rows across time chunks: the planned graph's segment sums per chunk, added in a tree
+        call = _split_plan(cls, kw, length, dtype)
         n_seg = p.n_segments_for(length)
         parts = []
         for s0, s1 in _owned(_starts(rows), p.hop, n_seg):
             piece = rows[:, s0 * p.hop:(s1 - 1) * p.hop + p.n_fft].rechunk({1: -1})
-            parts.append(piece.map_blocks(_psd_sum_task, cls, kw, s1 - s0, chunks=(piece.chunks[0], (p.n_bins,)),
-                                          meta=_meta(2)))
-        psd = da.stack(parts).sum(axis=0, split_every=8) / n_seg
-        out = psd.map_blocks(_select_task, cls, kw, new_axis=2, chunks=(psd.chunks[0], (p.k,), (fields,)), meta=_meta(3))
+            parts.append(piece.map_blocks(_psd_sum_task, cls, kw, length, s1 - s0,
+                                          chunks=(piece.chunks[0], (p.n_bins,)), meta=_meta(2)))
+        total = da.stack(parts).sum(axis=0, split_every=8)
+        out = total.map_blocks(_select_task, cls, kw, length, dtype, new_axis=2,
+                               chunks=(total.chunks[0], (p.k,), (fields,)), meta=_meta(3))
+        name = call.execution
+        info = dict(p.to_dict(), segments=n_seg, frame=frame, lazy="dask", compute_dtype=call.compute.name,
+                    why=call.why, graph=repr(call.graph))
     shape = lead + (p.k,)
-    info = dict(p.to_dict(), segments=p.n_segments_for(length), frame=frame, lazy="dask")
     measures = {n: out[..., 3 + i].reshape(shape) for i, n in enumerate(names)}
     return PeakResult(out[..., 0].astype(np.int32).reshape(shape), out[..., 1].astype(dtype).reshape(shape),
-                      out[..., 2].reshape(shape), f"dask ({ex.requested})", info, measures)
+                      out[..., 2].reshape(shape), f"dask ({name})", info, measures)
 
 
 def track(x: Any, cls: type, kw: dict[str, Any]) -> TrackResult:

@@ -19,7 +19,7 @@ from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
 from welchpeaks.api.detailed import make_filters, merge_distance
 from welchpeaks.params import PeakParams, make_params
-from welchpeaks.plan import calibrate
+from welchpeaks.plan import measure
 from welchpeaks.plan.planner import PROVISIONAL, CallPlan, Planner
 from welchpeaks.result import PeakResult
 from welchpeaks.sources import SignalSource
@@ -341,21 +341,22 @@ class WelchPeaks:
         p, samples, item = self.params, src.parts[part].samples, src.dtype.itemsize
         n_seg = p.n_segments_for(samples)
         compute = self.planner.compute_dtype(src.dtype)
-        if plan.whole:  # short after all: one read
-            out = plan.run(src.read(part, r0, r1, 0, p.frame_length(n_seg)))
-        else:
-            rows = plan.pieces(r1 - r0, src.dtype)
-            per_piece = max(1, (budget // ((r1 - r0) * item) - p.n_fft) // p.hop + 1)
-            for s0 in range(0, n_seg, per_piece):
-                cnt = min(per_piece, n_seg - s0)
-                rows.feed(src.read(part, r0, r1, s0 * p.hop, s0 * p.hop + p.frame_length(cnt)), cnt,
-                          last=s0 + cnt == n_seg)
-            out = rows.result()
+        if plan.whole:  # short after all: one read, the planned program
+            return self._run(src.read(part, r0, r1, 0, p.frame_length(n_seg)), tensor=False, first_row=r0)
+        rows = plan.pieces(r1 - r0, src.dtype)
+        per_piece = max(1, (budget // ((r1 - r0) * item) - p.n_fft) // p.hop + 1)
+        for s0 in range(0, n_seg, per_piece):
+            cnt = min(per_piece, n_seg - s0)
+            rows.feed(src.read(part, r0, r1, s0 * p.hop, s0 * p.hop + p.frame_length(cnt)), cnt,
+                      last=s0 + cnt == n_seg)
+        out = rows.result()
         if out.bad_rows.size and p.nan_policy == "raise":
             row = int(out.bad_rows[0])
             raise ValueError(f"signal {r0 + row} holds NaN or infinity, or its power overflows {compute.name}; clean "
                              "or scale the data, or pass nan_policy='propagate' to get empty slots (-1/NaN)")
-        info = dict(p.to_dict(), segments=n_seg, frame=p.frame_length(n_seg), compute_dtype=compute.name)
+        info = dict(p.to_dict(), segments=n_seg, frame=p.frame_length(n_seg), compute_dtype=compute.name,
+                    execution_mode=f"long rows: over the {budget}-byte budget, read {per_piece} segments at a time into "
+                         f"{self.strategy}'s pass, which carries its sums between pieces")
         return PeakResult(out.bins, out.power.astype(src.dtype), out.fbins * p.freq_scale(), self.strategy, info)
 
     def _check_rows(self, rows: Any, bad_rows: np.ndarray, power: Any, lead: tuple, call: CallPlan,
@@ -639,4 +640,4 @@ def _call_for(name: str) -> Callable[[], Any]:
     return lambda: wp(x)
 
 
-calibrate.set_call_timer(_call_for)
+measure.set_call_timer(_call_for)

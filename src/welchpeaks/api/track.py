@@ -227,8 +227,11 @@ class Tracker:
                     if empty.size:
                         self._check_frames(view, empty, lead, r0, t0, first_sample)
         shape = lead + (n_frames, k)
+        info = self.info()
+        if shared is not None:
+            info["execution_mode"] = f"shared frames: {self.strategy} computes each segment once for the frames sharing it"
         return TrackResult(bins.reshape(shape), power.reshape(shape), freqs.reshape(shape),
-                           self.times(n_frames, first_sample), self.strategy, self.info(),
+                           self.times(n_frames, first_sample), self.strategy, info,
                            {n: v.reshape(shape) for n, v in measures.items()})
 
     def part_frames(self, src: SignalSource, part: int) -> Iterator[tuple[int, int, TrackResult]]:

@@ -4,7 +4,7 @@ Each execution lists, in :meth:`welchpeaks.backends.Execution.curves`, the curve
 kernels in its own backend table (not those it inherits from a ``base``: they are the base
 execution's). ``welchpeaks calibrate`` loops over the executions usable on the device and, at
 each point of its grid, times every curve's point round robin with the others
-(:func:`welchpeaks.plan.calibrate.measure_cpu`); the model stores the result as the table
+(:func:`welchpeaks.plan.measure.measure_cpu`); the model stores the result as the table
 ``"<backend>/<curve>"``. The cost model prices a node by the curve of the backend whose kernel
 runs it (:meth:`welchpeaks.ir.Backend.owner`), and a node whose backend measured no such curve
 by a labelled default (:func:`welchpeaks.plan.cost.price_node`): never by another

@@ -56,21 +56,28 @@ class HostFilters:
                         {MEASURE_NAMES[m]: got[m] for m in self.p.filters.measures})
 
 
+def launch_host(x: np.ndarray, cfg: Any, out: tuple) -> None:
+    """Run the host find_peaks kernel (numba) on float64 rows ``x [R, n]`` with the kernel's
+    ``cfg`` into ``out``: the one launch of both this node and :func:`welchpeaks.find_peaks`."""
+    from welchpeaks.backends import _numba_find_peaks as kern
+    from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, kernel_input, numba_threads
+    from welchpeaks.timing import QUIET
+
+    announce_compile(kern.host_find_peaks, "the find_peaks kernel", kern.COMPILE_TIME)
+    with QUIET.work(), KERNEL_LOCK:
+        kern.host_find_peaks(kernel_input(x), cfg, out, max(1, min(x.shape[0], 4 * numba_threads())))
+
+
 def host_rows(p: PeakParams) -> Callable[[np.ndarray], RowPeaks]:
     """The host kernel of ``p``'s filters: PSD rows ``[R, n_bins]`` (any float precision) in,
     :class:`RowPeaks` with the measures asked for out; rows that are not finite left empty and
     reported in ``bad_rows``."""
-    from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, kernel_input, numba_threads
-
     host = HostFilters(p)
-    kern = host.kern
 
     def run(psd: np.ndarray) -> RowPeaks:
         x = np.ascontiguousarray(psd, np.float64)
         out = host.outputs(x.shape[0])
-        announce_compile(kern.host_find_peaks, "the find_peaks kernel", kern.COMPILE_TIME)
-        with KERNEL_LOCK:
-            kern.host_find_peaks(kernel_input(x), host.cfg, out, max(1, min(x.shape[0], 4 * numba_threads())))
+        launch_host(x, host.cfg, out)
         return host.result(out, psd.dtype)
 
     return run

@@ -26,7 +26,7 @@ from numpy.lib.stride_tricks import as_strided
 from welchpeaks.backends import Execution, register
 from welchpeaks.backends.curves import Curve, Point
 from welchpeaks.backends.numpy_exec import BACKEND as NUMPY
-from welchpeaks.ir import Backend, Graph, Node, Op
+from welchpeaks.ir import Backend, Graph, Node, Op, record
 from welchpeaks.numba_base import (KERNEL_LOCK, LANES, announce_compile, bit_reverse, kernel_input, numba_threads,
                                    worker_blocks, worker_rows)
 from welchpeaks.params import DETREND_CODES, PeakFilters, PeakParams, make_params
@@ -287,6 +287,7 @@ class LongRows:
             raise ValueError(f"a piece of {piece.shape} does not hold {self.rows} rows of {n_seg} segments")
         if self.pivot is None:  # each row's first sample shifts all its pieces
             self.pivot = piece[:, 0].copy()
+        record("fused-cpu", "welch_peaks[long rows]")
         seg0 = self.fed
         self.fed += n_seg
         if last and self.fed != self.plan.n_seg:
@@ -329,6 +330,7 @@ class SharedFrames:
         n_rows, n_seg = rows.shape[0], (n_frames - 1) * fh + fs
         if rows.shape[1] < start + p.frame_length(n_seg):
             raise ValueError(f"rows of {rows.shape[1]} samples hold no {n_frames} frames from sample {start}")
+        record("fused-cpu", "welch_peaks[shared frames]")
         row_stride, item = rows.strides
         segs = np.ascontiguousarray(as_strided(rows[:, start:], shape=(n_rows, n_seg, p.n_fft),
                                                strides=(row_stride, p.hop * item, item), writeable=False))

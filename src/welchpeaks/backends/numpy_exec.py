@@ -213,7 +213,7 @@ class NumpyExecution(Execution):
         and scipy's filters on PSD rows (the find_peaks kernel: a full calibration only, as it
         compiles a kernel a first run may never need). The elementwise steps are priced by
         their traffic times factors measured on this backend's kernels
-        (:func:`welchpeaks.plan.calibrate.measure_cpu`)."""
+        (:func:`welchpeaks.plan.measure.measure_cpu`)."""
         out = [Curve(f"fft:{dt}", ("n_fft", "rows"), _fft_point, dt, width=lambda pt, t: min(t, pt.rows))
                for dt in ("float32", "float64")]
         for mode in ("peaks", "bins"):

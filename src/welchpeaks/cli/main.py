@@ -413,7 +413,7 @@ def calibrate(
 
 def _measure(device: str, quick: bool, progress: Any) -> Any:
     """The measurement of ``welchpeaks calibrate``, with a progress bar."""
-    from welchpeaks.plan import calibrate as cal
+    from welchpeaks.plan import measure
 
     with progress(console=err, transient=True) as bar:
         if device == "cuda":
@@ -422,8 +422,8 @@ def _measure(device: str, quick: bool, progress: Any) -> Any:
             task = bar.add_task("calibrating cuda", total=calibrate_cuda.steps(quick))
             return calibrate_cuda.measure_cuda(
                 quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
-        task = bar.add_task("calibrating cpu", total=cal.steps(quick))
-        return cal.measure_cpu(quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
+        task = bar.add_task("calibrating cpu", total=measure.steps(quick))
+        return measure.measure_cpu(quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
 
 
 @app.command()

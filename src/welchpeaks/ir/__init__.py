@@ -2,10 +2,10 @@
 
 from welchpeaks.ir.graph import METADATA_OPS, PEAK_OPS, DType, Graph, Node, Op, welch_chain_graph
 from welchpeaks.ir.passes import welch_chain_fusions
-from welchpeaks.ir.run import Backend, Program, compile, run, tracing
+from welchpeaks.ir.run import Backend, Program, compile, record, run, tracing
 
 __all__ = [
     "DType", "Graph", "Node", "Op", "METADATA_OPS", "PEAK_OPS", "welch_chain_graph",
     "welch_chain_fusions",
-    "Backend", "Program", "compile", "run", "tracing",
+    "Backend", "Program", "compile", "record", "run", "tracing",
 ]

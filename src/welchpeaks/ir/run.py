@@ -84,6 +84,15 @@ def tracing() -> Iterator[list[tuple[str, str, int]]]:
         _TRACE.log = outer
 
 
+def record(backend: str, op: str, node_id: int = -1) -> None:
+    """Log one kernel call in the enclosing :func:`tracing` block (a no-op outside one). Programs
+    log each step; a backend's mode that runs a node's kernel outside a program (rows fed in
+    pieces, frames sharing segments) logs itself as ``"<op>[<mode>]"``."""
+    log = getattr(_TRACE, "log", None)
+    if log is not None:
+        log.append((backend, op, node_id))
+
+
 class Program:
     """A graph compiled for one backend: an ordered list of kernel calls.
 
@@ -105,6 +114,7 @@ class Program:
             free = tuple(i for i in set(n.inputs) if last_use.get(i) == n.id and i not in keep)
             self.steps.append((n, fn, n.inputs, free))
         self._outputs = tuple(graph.outputs)
+        self._frames: dict[int, Callable[..., Any]] = {}  # frames kernels of pieces, by segment count
 
     def __call__(self, *args: Any, **named: Any) -> tuple:
         if args:
@@ -117,9 +127,7 @@ class Program:
     def _step(self, step: tuple, values: list[Any], named: Mapping[str, Any], fn: Callable[..., Any] | None = None,
               args: list[Any] | None = None) -> None:
         node, bound, ins, free = step
-        log = getattr(_TRACE, "log", None)
-        if log is not None:
-            log.append((self.backend.name, node.op.value, node.id))
+        record(self.backend.name, node.op.value, node.id)
         if node.op is Op.input:
             values[node.id] = bound(named[node.attrs["name"]])
         else:
@@ -144,43 +152,74 @@ class Program:
         return (f, m) if f < m else None
 
     def segments_in_pieces(self, x: Any, per_piece: int) -> tuple:
-        """The outputs for rows ``x`` with each row's segments taken ``per_piece`` at a time:
-        the steps from ``frames`` to ``segment_mean`` run on each piece (``frames`` bound for that
-        piece's count of segments), the pieces' means are combined weighted by their counts (in float64), and
-        the steps after run once. Working memory is one piece's; the values are the graph's, the
-        mean summed in another order (to roundoff). Needs :meth:`segment_span`."""
+        """The outputs for rows ``x`` with each row's segments taken ``per_piece`` at a time
+        (:meth:`segment_sum` of each piece, then :meth:`from_sum`). Working memory is one
+        piece's; the values are the graph's, the mean summed in another order (to roundoff)."""
+        f, _ = self._span()
+        frames = self.steps[f][0]
+        n_seg, hop = frames.attrs["n_segments"], frames.attrs["hop"]
+        total, like = None, None
+        for s0 in range(0, n_seg, per_piece):
+            cnt = min(per_piece, n_seg - s0)
+            part, like = self._sum(x[:, s0 * hop:], cnt)
+            total = part if total is None else total + part
+        return self.from_sum(total, like)
+
+    def segment_sum(self, x: Any, n_segments: int) -> Any:
+        """float64 sum, over the first ``n_segments`` segments of rows ``x`` (each row starting
+        at a segment's first sample), of what the per-segment chain from ``frames`` to
+        ``segment_mean`` gives each segment (the PSD before its mean). Adding the sums of a
+        row's pieces and passing the total to :meth:`from_sum` gives the graph's outputs: each
+        piece may be computed apart (a chunk of a dask array in time). Needs :meth:`segment_span`."""
+        return self._sum(x, n_segments)[0]
+
+    def from_sum(self, total: Any, like: Any = None) -> tuple:
+        """The graph's outputs from the float64 ``total`` of the :meth:`segment_sum` of all of a
+        row's segments: the mean, in the precision of the graph's ``segment_mean`` (cast like
+        ``like``, a value of the backend's kind, when given), through the steps after it."""
+        f, m = self._span()
+        node = self.steps[m][0]
+        n_seg = self.steps[f][0].attrs["n_segments"]
+        mean = total / n_seg
+        values: list[Any] = [None] * len(self.steps)
+        values[node.id] = (_cast_like(mean, like) if like is not None else
+                           np.asarray(mean).astype(node.dtype.real_numpy))
+        for step in self.steps[m + 1:]:
+            if any(i < node.id for i in step[2]):
+                raise ValueError(f"graph {self.graph.name!r}: step {step[0].id} reads a value from before the "
+                                 "segments' mean, so it cannot run from their sum")
+            self._step(step, values, {})
+        return tuple(values[o] for o in self._outputs)
+
+    def _span(self) -> tuple[int, int]:
         span = self.segment_span()
         if span is None:
             raise ValueError(f"graph {self.graph.name!r} has no per-segment chain from frames to segment_mean")
-        f, m = span
+        return span
+
+    def _sum(self, x: Any, cnt: int) -> tuple[Any, Any]:
+        """(float64 sum of the per-segment chain over ``cnt`` segments of ``x``, the mean as the
+        chain gave it)."""
+        f, m = self._span()
         frames = self.steps[f][0]
-        n_seg, n_fft, hop = frames.attrs["n_segments"], frames.attrs["n_fft"], frames.attrs["hop"]
+        n_fft, hop = frames.attrs["n_fft"], frames.attrs["hop"]
         values: list[Any] = [None] * len(self.steps)
         named = {self._input_names[0]: x}
         for step in self.steps[:f]:
             self._step(step, values, named)
         source = values[frames.inputs[0]]
-        bound: dict[int, Callable[..., Any]] = {}
-        total = None
-        for s0 in range(0, n_seg, per_piece):
-            cnt = min(per_piece, n_seg - s0)
-            if cnt not in bound:  # the frames kernel of a piece of cnt segments
-                need = n_fft + (cnt - 1) * hop
-                node = dataclasses.replace(frames, shape=frames.shape[:-2] + (cnt, n_fft),
-                                           attrs=dict(frames.attrs, n_segments=cnt, frame=need))
-                bound[cnt] = self.backend.factory(Op.frames)(node, self.graph)
-            piece = source[:, s0 * hop: s0 * hop + n_fft + (cnt - 1) * hop]
-            self._step(self.steps[f], values, named, bound[cnt], [piece])
-            for step in self.steps[f + 1:m + 1]:
-                self._step(step, values, named)
-            mean = values[self.steps[m][0].id]
-            part = _float64(mean) * cnt  # the pieces' sums are added in float64
-            total = part if total is None else total + part
-        values[frames.inputs[0]] = None
-        values[self.steps[m][0].id] = _cast_like(total / n_seg, mean)
-        for step in self.steps[m + 1:]:
+        need = n_fft + (cnt - 1) * hop
+        if source.shape[-1] < need:
+            raise ValueError(f"rows of {source.shape[-1]} samples hold fewer than {cnt} segments ({need} samples)")
+        if cnt not in self._frames:  # the frames kernel of a piece of cnt segments
+            node = dataclasses.replace(frames, shape=frames.shape[:-2] + (cnt, n_fft),
+                                       attrs=dict(frames.attrs, n_segments=cnt, frame=need))
+            self._frames[cnt] = self.backend.factory(Op.frames)(node, self.graph)
+        self._step(self.steps[f], values, named, self._frames[cnt], [source[:, :need]])
+        for step in self.steps[f + 1:m + 1]:
             self._step(step, values, named)
-        return tuple(values[o] for o in self._outputs)
+        mean = values[self.steps[m][0].id]
+        return _float64(mean) * cnt, mean
 
 
 def _float64(v: Any) -> Any:

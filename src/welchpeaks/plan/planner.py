@@ -270,16 +270,62 @@ class Planner:
             why += f"; the learned model does not race: {reason}"
         return backends.get(name), why, info
 
+    def _with_segment_chain(self, n_seg: int, length: int, compute: np.dtype, device: str) -> str | None:
+        """The fastest execution of ``device`` whose graph keeps the per-segment chain (its
+        segments can be summed in pieces: :meth:`Program.segment_sum`), or None."""
+        _, info, _ = pick_for(self.params, n_seg, 1, length, compute, device)
+        for name in sorted((n for n, b in info.items() if math.isfinite(b["total_ns"])),
+                           key=lambda n: info[n]["total_ns"]):
+            ex = backends.get(name)
+            if ex.device == device and self.program(ex, n_seg, 1, length, compute)[0].segment_span() is not None:
+                return name
+        return None
+
+    def plan_time_chunks(self, length: int, input_dtype: np.dtype) -> CallPlan:
+        """How rows whose samples lie in several chunks in time (a dask array) are computed:
+        each chunk's segments through the per-segment chain of a planned graph
+        (:meth:`Program.segment_sum`, one task per chunk), the float64 sums added in a tree,
+        and the rest of the graph run on the total (:meth:`Program.from_sum`). Tasks hand NumPy
+        arrays to each other, so the execution is a CPU one: the one asked for when its graph
+        keeps that chain, else the fastest whose graph does. Remembered per length and dtype."""
+        key = ("time chunks", length, np.dtype(input_dtype))
+        call = self._calls.get(key)
+        if call is not None:
+            return call
+        n_seg = self.params.n_segments_for(length)
+        compute = self.compute_dtype(input_dtype)
+        forced = self.forced
+        if (forced is not None and forced.device == "cpu"
+                and self.program(forced, n_seg, 1, length, compute)[0].segment_span() is not None):
+            name, why = forced.name, "requested"
+        else:
+            name = self._with_segment_chain(n_seg, length, compute, "cpu")
+            if name is None:
+                raise ValueError("no CPU execution here computes the PSD segment by segment, which rows split "
+                                 "across chunks in time need; rechunk x to whole rows: x.rechunk({-1: -1})")
+            asked = "auto"
+            if forced is not None:
+                asked = (f"{forced.name} was requested, but it "
+                         f"{'runs on the GPU' if forced.device != 'cpu' else 'fuses the segments into one kernel'}")
+            why = (f"{asked}: the rows lie in several chunks in time, so each chunk's segments are summed apart and "
+                   f"the sums added in a tree; {name}, the fastest CPU execution whose graph computes the segments "
+                   "one by one, runs so")
+        ex = backends.get(name)
+        graph, fusion = self.graph(ex, n_seg, 1, length, compute)
+        program = self._compiled(ex, graph, n_seg, compute)
+        call = CallPlan(name, program, n_seg, self.params.frame_length(n_seg), compute, why, fusion, None, False,
+                        peak_working_bytes(graph), None, None, graph, None, (), key, None)
+        self._calls.put(key, call)
+        return call
+
     def _in_segment_pieces(self, n_seg: int, length: int, compute: np.dtype, budget: int) -> tuple[str, str]:
         """Not even one signal fits ``budget`` in any execution: the fastest whose per-segment
         steps can run on pieces of segments (:meth:`Program.segments_in_pieces`), so that its
         memory scales with the piece; OverBudget when none can."""
-        _, info, _ = pick_for(self.params, n_seg, 1, length, compute, self.device)
-        for name in sorted((n for n, b in info.items() if math.isfinite(b["total_ns"])),
-                           key=lambda n: info[n]["total_ns"]):
-            if self.program(backends.get(name), n_seg, 1, length, compute)[0].segment_span() is not None:
-                return name, (f"auto: not even one signal fits the {size_text(budget)} memory budget at once in any "
-                              f"execution; {name}, the fastest whose segments can be taken in pieces, runs so")
+        name = self._with_segment_chain(n_seg, length, compute, self.device)
+        if name is not None:
+            return name, (f"auto: not even one signal fits the {size_text(budget)} memory budget at once in any "
+                          f"execution; {name}, the fastest whose segments can be taken in pieces, runs so")
         raise OverBudget(f"one signal needs more than the {size_text(budget)} memory budget in every execution, and "
                          "none can take its segments in pieces; pass a larger max_memory= (bytes) or fewer segments")
 

@@ -1,17 +1,18 @@
-"""Per-call time of a reused WelchPeaks, this tree against the code at cc6b438, in one process.
+"""Per-call time of a reused WelchPeaks, this tree against the code at another commit, in one process.
 
-The old tree is exported beside this one as the package ``welchpeaks_cc6b438`` by
-``bash docs/bench/export_tree.sh cc6b438 /tmp/oldwp`` (imports renamed). Both executors are built with the same
+The old tree is exported beside this one as the package ``welchpeaks_<rev>`` by
+``bash docs/bench/export_tree.sh <rev> /tmp/oldwp`` (imports renamed). Both executors are built with the same
 parameters, warmed up, then timed round robin, cell by cell (each round calls both once; half
 the rounds call the old one first, and the executors are built twice, each tree first once),
 for ``--repeats`` rounds in all; medians with min-max, and the ratio new / old per cell.
 
-    PYTHONPATH=/tmp/oldwp python docs/bench/overhead_vs_cc6b438.py --json docs/bench/overhead-vs-cc6b438.json
+    PYTHONPATH=/tmp/oldwp python docs/bench/overhead_vs.py --rev cc6b438 --json docs/bench/overhead-vs-cc6b438.json
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import tempfile
@@ -20,17 +21,19 @@ import warnings
 import numpy as np
 
 import welchpeaks
-import welchpeaks_cc6b438 as old
 from welchpeaks.machine import machine_info
 from welchpeaks.timing import round_robin, summary
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--rev", required=True, help="the commit exported by docs/bench/export_tree.sh")
     ap.add_argument("--repeats", type=int, default=201)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     warnings.simplefilter("ignore")
+    rev = args.rev
+    old = importlib.import_module(f"welchpeaks_{rev}")
     cells = []
     for strategy in ("auto", "fused-cpu"):
         for batch in (32, 8192):
@@ -40,12 +43,12 @@ def main() -> None:
     for strategy, batch, mode in cells:
         x = np.random.default_rng(batch).standard_normal((batch, 384)).astype(np.float32)
         opts = dict(n_fft=256, k=16, segments=2, mode=mode, strategy=strategy)
-        samples: dict[str, list[float]] = {"new": [], "cc6b438": []}
+        samples: dict[str, list[float]] = {"new": [], rev: []}
         runs = {}
         # Twice, with fresh executors built in the other order: where an executor's scratch lands
         # in memory moves its time by a few percent (the one built second ran faster here), so
         # each tree is built first once. Within a pass the two alternate which is called first.
-        for order in ((("new", welchpeaks), ("cc6b438", old)), (("cc6b438", old), ("new", welchpeaks))):
+        for order in ((("new", welchpeaks), (rev, old)), ((rev, old), ("new", welchpeaks))):
             rows = {}
             for tag, mod in order:
                 os.environ["WELCHPEAKS_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"wp-cache-{tag}")
@@ -57,17 +60,17 @@ def main() -> None:
             for timed in (round_robin(rows, n, warmup=5), round_robin(dict(reversed(list(rows.items()))), n, warmup=5)):
                 for tag in samples:
                     samples[tag] += timed[tag]
-        new, ref = summary(samples["new"]), summary(samples["cc6b438"])
+        new, ref = summary(samples["new"]), summary(samples[rev])
         base = f"{strategy} b{batch} {mode}"
         out.append({"strategy": strategy, "batch": batch, "mode": mode, "runs": runs["new"],
-                    "runs_cc6b438": runs["cc6b438"], "new": new, "cc6b438": ref,
+                    "runs_old": runs[rev], "new": new, "old": ref,
                     "ratio_new_over_old": new["median_ms"] / ref["median_ms"]})
         print(f"{base:28s} new {new['median_ms']:8.4f} ms ({new['min_ms']:.4f}-{new['max_ms']:.4f})  "
-              f"cc6b438 {ref['median_ms']:8.4f} ms ({ref['min_ms']:.4f}-{ref['max_ms']:.4f})  "
+              f"{rev} {ref['median_ms']:8.4f} ms ({ref['min_ms']:.4f}-{ref['max_ms']:.4f})  "
               f"ratio {new['median_ms'] / ref['median_ms']:.3f}  [{runs['new']}]")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"machine": machine_info(), "repeats": args.repeats, "cells": out}, fh, indent=1)
+            json.dump({"machine": machine_info(), "old": rev, "repeats": args.repeats, "cells": out}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,13 @@ def _kernels():
     return _numba_kernels
 
 
+def _select(params: PeakParams, scale: np.ndarray):
+    """What the kernels select for ``params`` (a ``_numba_kernels.Select``), ``scale`` the
+    per-bin factor from their sums to the PSD."""
+    return _kernels().Select(scale, params.k, params.mode_code, params.min_distance, params.interp_code,
+                             params.interp_alpha, params.n_fft, params.edge_sentinel)
+
+
 def is_pow2(n: int) -> bool:
     return n >= 2 and n & (n - 1) == 0
 
@@ -127,6 +134,10 @@ class FusedCpuPlan:
         self.trend = np.stack([spec[0].real, spec[0].imag, spec[1].real, spec[1].imag]).astype(self.compute)
         frame = params.frame_length(n_seg)
         self.whole = frame * LANES * self.compute.itemsize <= _WHOLE_FRAME_BYTES
+        # the constants of the power sums and what to select, as the kernel takes them
+        self.welch = _kernels().Welch(n, params.hop, self.window, self.ramp, self.consts, params.detrend_code, self.rev,
+                                      self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend, self.whole)
+        self.sel = _select(params, self.scale)
         self._allocate(numba_threads())
         self._bad = np.zeros(0, np.bool_)
 
@@ -143,7 +154,7 @@ class FusedCpuPlan:
         # of its block's completed chunks (rows nb+2 .. 2nb+1)
         self.acc = worker_blocks(w, 2 * nb + 2, compute)
         self.work = np.zeros(w, np.int64)  # blocks or chunks each worker computed in the last call
-        self.select = _kernels().select_scratch(w, p.k, nb, compute)  # psd, vals, idx, cand, top
+        self.select = _kernels().select_scratch(w, p.k, nb, compute)  # a SelectScratch
         # the chunk sums of a round of a call split by chunks, and their non-finite lanes:
         # allocated on the first such call
         self.parts = np.zeros((0, nb + 1, LANES), compute)
@@ -151,8 +162,9 @@ class FusedCpuPlan:
         self._views: tuple = (0, None)
 
     def _workers(self, w: int, split: bool) -> tuple:
-        """The scratch of the first ``w`` workers, grown when numba's thread count rose since
-        the plan was made, and the chunk buffers of a split call (under ``KERNEL_LOCK``)."""
+        """The scratch of the first ``w`` workers (``PassScratch``, ``SelectScratch``), grown when
+        numba's thread count rose since the plan was made, and the chunk buffers of a split call
+        (under ``KERNEL_LOCK``)."""
         if self.buf_re.shape[0] < w:
             self._allocate(w)
         if split and self.parts.shape[0] < w:
@@ -163,14 +175,16 @@ class FusedCpuPlan:
             self.flags = np.zeros((w * depth, LANES), np.bool_)
             self._views = (0, None)
         if self._views[0] != w:  # views made once per worker count (a call costs tens of microseconds)
-            self._views = (w, (*(a[:w] for a in (self.tile, self.stats, self.sums, self.buf_re, self.buf_im, self.acc,
-                                                 *self.select)), self.parts, self.flags, self.work[:w]))
+            kern = _kernels()
+            scr = kern.PassScratch(*(a[:w] for a in (self.tile, self.stats, self.sums, self.buf_re, self.buf_im,
+                                                     self.acc)), self.parts, self.flags, self.work[:w])
+            self._views = (w, (scr, kern.SelectScratch(*(a[:w] for a in self.select))))
         return self._views[1]
 
     @property
     def last_workers(self) -> int:
         """How many workers computed power sums in the last call (:func:`split_workers`)."""
-        return int(np.count_nonzero(self._views[1][-1])) if self._views[1] is not None else 0
+        return int(np.count_nonzero(self._views[1][0].work)) if self._views[1] is not None else 0
 
     def _announce(self) -> None:
         announce_compile(_kernels().fused_pow2, "the fused-cpu kernel", "about a minute on 2 cores")
@@ -191,7 +205,7 @@ class FusedCpuPlan:
               finish: bool, pivot: np.ndarray, seg0: int = 0) -> np.ndarray:
         """One kernel call over ``n_seg`` segments of ``x2d``, whose first sample starts the rows'
         segment ``seg0``; the rows left empty (non-finite). ``carry``, ``done``, ``use_carry``,
-        ``finish`` and ``pivot`` are ``fused_pow2``'s."""
+        ``finish``, ``pivot`` and ``seg0`` are the fields of ``fused_pow2``'s ``Pieces``."""
         p, rows = self.params, x2d.shape[0]
         kern = _kernels()
         if not finish and done.shape[0] == 0 and seg0 + n_seg >= kern.CHUNK:
@@ -203,14 +217,9 @@ class FusedCpuPlan:
         split = blocks < threads and split_workers(rows, n_seg, threads) > blocks
         with KERNEL_LOCK:
             bad = self._bad_rows(rows)
-            tile, stats, sums, buf_re, buf_im, acc, *select, parts, flags, work = self._workers(threads, split)
-            kern.fused_pow2(
-                kernel_input(x2d), rows, p.n_fft, p.hop, n_seg, self.window, self.ramp, self.consts,
-                p.detrend_code, self.rev, self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend,
-                self.scale, p.k, p.mode_code, p.min_distance, p.interp_code, p.interp_alpha,
-                p.edge_sentinel, self.whole, tile, stats, sums, buf_re, buf_im, acc, *select, bad, *outs,
-                carry, done, use_carry, finish, pivot, seg0, split, parts, flags, work,
-            )
+            scr, sel_scr = self._workers(threads, split)
+            kern.fused_pow2(kernel_input(x2d), rows, n_seg, split, self.welch, self.sel, scr, sel_scr,
+                            kern.Pieces(carry, done, use_carry, finish, pivot, seg0), kern.Outputs(*outs, bad))
             return np.flatnonzero(bad[:rows])
 
     def _bad_rows(self, rows: int) -> np.ndarray:
@@ -317,8 +326,9 @@ class SharedFrames:
         self.scale = sum_scale(params, frame_segments, self.compute)
         w, nb = numba_threads(), params.n_bins
         # frames_select sums a frame's chunks in the psd scratch: 2 n_bins + 2 values a worker
-        self.select = (worker_rows(w, 2 * nb + 2, self.compute),
-                       *_kernels().select_scratch(w, params.k, nb, self.compute)[1:])
+        self.select = _kernels().select_scratch(w, params.k, nb, self.compute)._replace(
+            psd=worker_rows(w, 2 * nb + 2, self.compute))
+        self.sel = _select(params, self.scale)
         self._none = (np.empty((0, params.k), np.int32), np.empty((0, params.k), self.compute),
                       np.empty((0, params.k), np.float64))
         announce_compile(_kernels().frames_select, "the fused-cpu frames kernel", "a few seconds")
@@ -345,9 +355,9 @@ class SharedFrames:
         fbin = np.empty((jobs, p.k), np.float64)
         bad = np.empty(jobs, np.bool_)
         with KERNEL_LOCK:
-            _kernels().frames_select(power.reshape(n_rows, n_seg, p.n_bins), seg_bad.reshape(n_rows, n_seg), fs, fh,
-                                     n_frames, self.scale, p.k, p.mode_code, p.min_distance, p.interp_code,
-                                     p.interp_alpha, p.n_fft, p.edge_sentinel, *self.select, bad, bins, out, fbin)
+            kern = _kernels()
+            kern.frames_select(power.reshape(n_rows, n_seg, p.n_bins), seg_bad.reshape(n_rows, n_seg), fs, fh, n_frames,
+                               self.sel, self.select, kern.Outputs(bins, out, fbin, bad))
         return RowPeaks(bins, out, fbin, np.flatnonzero(bad))
 
 
@@ -368,9 +378,9 @@ class SpectrumSelect:
         fbin = np.empty((rows, p.k), np.float64)
         bad = np.empty(rows, np.bool_)
         with KERNEL_LOCK:
-            _kernels().power_select_spectrum(kernel_input(spec), rows, self.scale[: spec.shape[2]], p.k, p.mode_code,
-                                             p.min_distance, p.interp_code, p.interp_alpha, p.n_fft,
-                                             p.edge_sentinel, *self.select, bad, bins, power, fbin)
+            kern = _kernels()
+            kern.power_select_spectrum(kernel_input(spec), rows, _select(p, self.scale[: spec.shape[2]]), self.select,
+                                       kern.Outputs(bins, power, fbin, bad))
         return RowPeaks(bins, power, fbin, np.flatnonzero(bad))
 
 

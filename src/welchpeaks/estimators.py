@@ -32,6 +32,48 @@ def exact_estimator(window: np.ndarray) -> str | None:
     return None
 
 
+#: a bin counts as changed by detrending where the detrend's windowed basis (the window for
+#: ``'constant'``; also the window times a ramp for ``'linear'``) exceeds this share of its
+#: largest magnitude there
+DETREND_TOUCH = 1e-3
+
+
+def detrend_clean_bin(window: np.ndarray, detrend: str | bool) -> int:
+    """The first bin from which detrending changes no bin of a segment's spectrum (to
+    :data:`DETREND_TOUCH`): 0 without detrending.
+
+    Detrending subtracts ``a + b t`` (``b = 0`` for ``'constant'``) from each segment before the
+    window, so it subtracts ``a W(k) + b R(k)`` from bin ``k``, where ``W`` and ``R`` are the
+    spectra of the window and of the window times a centred ramp. The periodic Hann window's
+    ``W`` is zero past bin 1, so a constant detrend changes bins 0 and 1 only (clean from 2;
+    boxcar: from 1; Blackman: from 3). ``R`` decays as ``k**-3`` for Hann, so a linear detrend
+    changes every bin a little: clean from 12 at this tolerance (the error it causes there is
+    under 2e-6 bins; docs/accuracy.md)."""
+    if detrend is False:
+        return 0
+    w = np.asarray(window, np.float64)
+    n = len(w)
+    spectra = [np.abs(np.fft.rfft(w))]
+    if detrend == "linear":
+        spectra.append(np.abs(np.fft.rfft(w * (np.arange(n) - (n - 1) / 2.0))))
+    clean = 0
+    for mag in spectra:
+        touched = np.flatnonzero(mag > DETREND_TOUCH * mag.max())
+        clean = max(clean, int(touched[-1]) + 1 if touched.size else 0)
+    return clean
+
+
+def one_sided_bin(method: str, window: np.ndarray, detrend: str | bool) -> int:
+    """The bin whose peak the Hann estimator refines from its right neighbour alone
+    (:func:`interp_offset`), or -1: under a constant detrend, the first bin the detrend leaves
+    unchanged, whose left neighbour it changes. Only there is the one-sided ratio exact (one
+    bin further the three-point ratio is clean; one bin nearer both sides are changed), and only
+    for ``'constant'``, which changes the bins below it and no other."""
+    if method != "hann" or detrend != "constant":
+        return -1
+    return detrend_clean_bin(window, detrend)
+
+
 def window_response(window: np.ndarray, nu: np.ndarray) -> np.ndarray:
     """``|W(nu)|^2``: the power of one complex tone ``nu`` bins from a bin, through ``window``
     (its DTFT at fractional bins)."""
@@ -41,8 +83,9 @@ def window_response(window: np.ndarray, nu: np.ndarray) -> np.ndarray:
 
 
 #: a resolved estimator as the executions pass it: ``(method, alpha)``, or ``(method, alpha,
-#: n_fft)`` for the Hann estimator's real-tone correction (``PeakParams.interp_spec``)
-InterpSpec = tuple[str, float] | tuple[str, float, int]
+#: n_fft, one_sided)`` for the Hann estimator's real-tone correction and its one-sided bin
+#: near DC (``PeakParams.interp_spec``)
+InterpSpec = tuple[str, float] | tuple[str, float, int, int]
 
 #: the real-tone correction of the Hann estimator (:func:`real_tone_hann`) is tried only where
 #: the two one-sided ratios disagree by less than ``IMAGE_GATE / (pi D (D^2 - 1))``: ten times what
@@ -115,7 +158,7 @@ def _real_tone_hann(sa, sb, sc, d, j, n_fft, xp):
 
 
 def interp_offset(a: np.ndarray, b: np.ndarray, c: np.ndarray, method: str, alpha: float = 0.5,
-                  n_fft: int | None = None, *, j: np.ndarray | None = None) -> np.ndarray:
+                  n_fft: int | None = None, one_sided: int = -1, *, j: np.ndarray | None = None) -> np.ndarray:
     """Offset of the peak from its bin, in bins (within [-0.5, 0.5] where defined), from the PSD
     ``a, b, c`` at bins j-1, j, j+1 (arrays of any shape; ``b`` the peak, ``b >= a, c``).
 
@@ -124,7 +167,10 @@ def interp_offset(a: np.ndarray, b: np.ndarray, c: np.ndarray, method: str, alph
     ``sqrt(p)``, exact for one complex tone through the periodic Hann window, and given
     ``n_fft`` and the bins ``j`` corrected for a real tone's image (:func:`real_tone_hann`: every
     execution passes them; the Triton kernels, float32 only, leave the image, under 1e-5 bins,
-    uncorrected); ``'boxcar'``: the
+    uncorrected), and at the bin ``one_sided`` (:func:`one_sided_bin`: the first bin a constant
+    detrend leaves unchanged) the one-sided ratio ``(2 C - B) / (B + C)``, exact for one complex
+    tone through the periodic Hann window at offsets in (-1, 1), from the peak and its right
+    neighbour only (its left one holds part of the subtracted mean); ``'boxcar'``: the
     larger neighbour's magnitude over its sum with the peak's, for the rectangular window (exact
     for its continuous-time sinc; 2.4e-6 bins at n_fft 256 from the Dirichlet kernel);
     ``'none'``: 0.
@@ -153,6 +199,9 @@ def interp_offset(a: np.ndarray, b: np.ndarray, c: np.ndarray, method: str, alph
             d = np.where(den > 0, 2 * (sc - sa) / den, 0.0)
             if j is not None and n_fft is not None:
                 d = real_tone_hann(sa, sb, sc, d, np.asarray(j, np.float64), n_fft)
+            if j is not None and one_sided >= 1:
+                left_changed = (np.asarray(j) == one_sided) & (sb + sc > 0)
+                d = np.where(left_changed, (2 * sc - sb) / np.where(sb + sc > 0, sb + sc, 1.0), d)
         elif method == "boxcar":  # the larger neighbour's magnitude over its sum with the peak's
             sa, sb, sc = np.sqrt(a), np.sqrt(b), np.sqrt(c)
             with_c = np.where(sb + sc > 0, sc / (sb + sc), 0.0)

@@ -208,6 +208,10 @@ class PeakParams:
     # what ``interp`` resolves to for this window (estimators.resolve_interp): derived, so not compared
     interp_method: str = field(default="log-parabola", compare=False)
     interp_alpha: float = field(default=0.5, compare=False)
+    #: the first bin detrending leaves unchanged (estimators.detrend_clean_bin), and the bin the
+    #: Hann estimator refines from its right neighbour alone (estimators.one_sided_bin, -1: none)
+    clean_bin: int = field(default=0, compare=False)
+    one_sided: int = field(default=-1, compare=False)
     #: scipy's filters, the SNR minimum and the measures asked for (None: the fast paths)
     filters: PeakFilters | None = None
 
@@ -230,10 +234,18 @@ class PeakParams:
         return float("-inf") if self.edges else float("inf")
 
     @property
-    def interp_spec(self) -> tuple[str, float, int]:
+    def interp_spec(self) -> tuple[str, float, int, int]:
         """The resolved estimator as :func:`welchpeaks.estimators.interp_offset` takes it:
-        ``(method, alpha, n_fft)``."""
-        return self.interp_method, self.interp_alpha, self.n_fft
+        ``(method, alpha, n_fft, one_sided)``."""
+        return self.interp_method, self.interp_alpha, self.n_fft, self.one_sided
+
+    @property
+    def approximate_below(self) -> int:
+        """Peaks at bins under this one are refined from bins detrending changed (approximate:
+        docs/accuracy.md has the error); 0 when none are."""
+        if self.interp_method == "none" or self.clean_bin == 0:
+            return 0
+        return self.clean_bin if self.one_sided == self.clean_bin else self.clean_bin + 1
 
     @property
     def interp_code(self) -> int:
@@ -312,6 +324,7 @@ class PeakParams:
             "edges": self.edges,
             "interp_method": self.interp_method,
             "interp_alpha": self.interp_alpha,
+            "approximate_below_bin": self.approximate_below,
             **(self.filters.describe() if self.filters is not None else {}),
         }
 
@@ -397,10 +410,11 @@ def make_params(
     precision = check_choice("precision", precision)
     window_array = resolve_window(window, n_fft)
     _check_scale(window_array, n_fft, fs, scaling)
-    from welchpeaks.estimators import resolve_interp
+    from welchpeaks.estimators import detrend_clean_bin, one_sided_bin, resolve_interp
 
     interp = check_choice("interp", interp)
     interp_method, interp_alpha = resolve_interp(interp, window_array)
+    clean_bin = detrend_clean_bin(window_array, detrend)
     if not isinstance(edges, (bool, np.bool_)):
         raise TypeError(f"edges={edges!r} must be True (DC and Nyquist may be peaks) or False (default: never)")
     if filters is not None and mode != "peaks":
@@ -426,6 +440,8 @@ def make_params(
         edges=bool(edges),
         interp_method=interp_method,
         interp_alpha=interp_alpha,
+        clean_bin=clean_bin,
+        one_sided=one_sided_bin(interp_method, window_array, detrend),
         filters=filters,
     )
 

@@ -150,19 +150,20 @@ def thin(p: np.ndarray, candidates: list[int], min_distance: int, limit: int | N
     return kept
 
 
-def refine(p: np.ndarray, j: int, method: str = "log-parabola", alpha: float = 0.5, n_fft: int | None = None) -> float:
+def refine(p: np.ndarray, j: int, method: str = "log-parabola", alpha: float = 0.5, n_fft: int | None = None,
+           one_sided: int = -1) -> float:
     """Fractional bin of the peak at ``j`` by the estimator ``method`` (:func:`interp_offset`)
     from the power at ``j-1, j, j+1``. Returns ``j`` at the edges (a neighbour is missing)."""
     if j <= 0 or j >= len(p) - 1:
         return float(j)
-    return j + float(interp_offset(p[j - 1], p[j], p[j + 1], method, alpha, n_fft, j=j))
+    return j + float(interp_offset(p[j - 1], p[j], p[j + 1], method, alpha, n_fft, one_sided, j=j))
 
 
 def select_row(p: np.ndarray, k: int, mode: str, min_distance: int = 1,
                interp: InterpSpec = ("log-parabola", 0.5), edges: bool = True
                ) -> tuple[list[int], list[float]]:
     """Selected bins (strongest first, at most ``k``) and their fractional bins for one PSD row
-    (``interp``: the resolved estimator, ``(method, alpha, n_fft)``; ``edges``: DC and Nyquist may be
+    (``interp``: the resolved estimator, ``(method, alpha, n_fft, one_sided)``; ``edges``: DC and Nyquist may be
     peaks)."""
     if mode == "bins":
         chosen = strongest_first(p, list(range(len(p))))[:k]

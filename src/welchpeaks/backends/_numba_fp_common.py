@@ -57,7 +57,7 @@ LAST_THRESHOLD, LAST_LO, LAST_HI, LAST_HIT = 0, 1, 2, 3
 
 Config = namedtuple("Config", ("edges", "h_lim", "t_lim", "distance", "p_lim", "w_lim", "wlen", "rel_height",
                                "need_prom", "need_width", "k", "snr_min", "noise_bins", "need_snr", "interp", "alpha",
-                               "n_fft"))
+                               "n_fft", "one_sided"))
 Config.__doc__ = """What the kernel finds (``cfg``), each field in the one type it is compiled for, so one
 signature serves every caller (build it with ``_numba_find_peaks.config``).
 
@@ -68,7 +68,8 @@ width bounds; ``distance`` (int, <= 1: none): the least distance between kept pe
 measured; ``need_prom``, ``need_width`` (bool): measure those; ``k`` (int): slots per row;
 ``snr_min`` (float dB, NaN: none); ``noise_bins`` (int, < 1: the noise floor is the row's
 median, else the median over +-``noise_bins`` samples); ``need_snr`` (bool): report the SNR;
-``interp`` (int, an ``INTERP_CODES`` code, -1: none), ``alpha`` (float) and ``n_fft`` (int):
+``interp`` (int, an ``INTERP_CODES`` code, -1: none), ``alpha`` (float), ``n_fft`` (int) and
+``one_sided`` (int, -1: none; the bin the Hann estimator reads from its right neighbour alone):
 the sub-bin refinement."""
 
 Outputs = namedtuple("Outputs", ("idx", "h", "prom", "base", "width", "ips", "snr", "fbin", "counts"))

@@ -120,7 +120,8 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
         if not finite:
             out.counts[r] = -1
     if cfg.interp == INTERP_HANN:
-        _refine_hann_rows(x, first, last, at, out.idx, out.counts, out.fbin, scr.tmp, scr.keep, cfg.n_fft)
+        _refine_hann_rows(x, first, last, at, out.idx, out.counts, out.fbin, scr.tmp, scr.keep, cfg.n_fft,
+                          cfg.one_sided)
 
 
 @njit(inline="always", **_OPTS)
@@ -211,9 +212,9 @@ def _write(row, r, cfg, out, cand, hts, prom, base, wid, order, tmp, kept, floor
     here, for the written peaks only. SNRs over the row's median are written as ratios and
     then turned to dB all at once (:func:`_ten_log10_each`, a loop that vectorises).
     Writes ``k`` slots of each output asked for; outputs of shape ``(0, ...)`` are skipped."""
-    need_prom, need_width, k, snr_min, noise_bins, need_snr, interp, alpha, n_fft = (
+    need_prom, need_width, k, snr_min, noise_bins, need_snr, interp, alpha, n_fft, one_sided = (
         cfg.need_prom, cfg.need_width, cfg.k, cfg.snr_min, cfg.noise_bins, cfg.need_snr, cfg.interp, cfg.alpha,
-        cfg.n_fft)
+        cfg.n_fft, cfg.one_sided)
     out_idx, out_h, out_prom, out_base, out_width, out_ips, out_snr, out_fbin, counts = (
         out.idx, out.h, out.prom, out.base, out.width, out.ips, out.snr, out.fbin, out.counts)
     extents = out_base.shape[0] > 0 or out_ips.shape[0] > 0  # the bases, the width's line and positions
@@ -245,7 +246,7 @@ def _write(row, r, cfg, out, cand, hts, prom, base, wid, order, tmp, kept, floor
                     out_snr[r, s] = _snr_db(row, p, floor, noise_bins, tmp)
             if interp >= 0 and interp != INTERP_HANN:  # (Hann: all of the run's rows after, _refine_hann_rows)
                 if 0 < p < n - 1:
-                    out_fbin[r, s] = p + _offset(row[p - 1], row[p], row[p + 1], interp, alpha, p, n_fft)
+                    out_fbin[r, s] = p + _offset(row[p - 1], row[p], row[p + 1], interp, alpha, p, n_fft, one_sided)
                 else:  # DC and Nyquist are not refined
                     out_fbin[r, s] = float(p)
         else:
@@ -275,7 +276,7 @@ def _write(row, r, cfg, out, cand, hts, prom, base, wid, order, tmp, kept, floor
 
 
 @njit(error_model="numpy", **_OPTS)
-def _refine_hann_rows(x, first, last, at, out_idx, counts, out_fbin, abc, flag, n_fft):
+def _refine_hann_rows(x, first, last, at, out_idx, counts, out_fbin, abc, flag, n_fft, one_sided):
     """The Hann estimator's refined positions of the peaks of a run of rows: ``out_fbin[r,
     :counts[r]]`` for the rows ``r = at + i``, ``i`` in ``first .. last - 1`` of ``x`` (rows not
     finite, ``counts`` -1, have none), the same bits as one peak at a time.
@@ -298,4 +299,4 @@ def _refine_hann_rows(x, first, last, at, out_idx, counts, out_fbin, abc, flag, 
                 abc[3 * s] = x[i, p - 1]
                 abc[3 * s + 1] = x[i, p]
                 abc[3 * s + 2] = x[i, p + 1]
-        hann_gathered(idx, kept, n, out_fbin, r, abc, flag, n_fft)
+        hann_gathered(idx, kept, n, out_fbin, r, abc, flag, n_fft, one_sided)

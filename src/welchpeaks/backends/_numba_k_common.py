@@ -93,7 +93,8 @@ half-length complex one; ``trend`` ``[4, n_bins]``: the real and imaginary parts
 rfft(window)`` and of ``2 rfft(window * ramp)`` (the trend removed in the spectrum); ``whole``
 (bool): a worker's ``tile`` holds a block's whole frame (transposed once), else one segment."""
 
-Select = namedtuple("Select", ("scale", "k", "mode", "min_distance", "interp", "alpha", "n_fft", "edge"))
+Select = namedtuple("Select", ("scale", "k", "mode", "min_distance", "interp", "alpha", "n_fft", "one_sided",
+                               "edge"))
 Select.__doc__ = """What to select from each PSD row and how (``sel``).
 
 ``scale`` ``[n_bins]`` (compute dtype): the per-bin factor from the kernel's power sums to the
@@ -101,7 +102,9 @@ PSD; ``k`` (int): slots per row (``n_bins`` with ``MODE_PSD``); ``mode`` (int): 
 ``MODE_CODES`` code (every bin, the local maxima, or the PSD row itself); ``min_distance``
 (int, <= 1: none): the least distance in bins between selected peaks; ``interp`` (int): an
 ``INTERP_CODES`` code, the sub-bin estimator; ``alpha`` (float): the power parabola's exponent;
-``n_fft`` (int): the segment length (the Hann estimator's image correction); ``edge`` (float):
+``n_fft`` (int): the segment length (the Hann estimator's image correction); ``one_sided``
+(int, -1: none): the bin the Hann estimator refines from its right neighbour alone
+(:func:`welchpeaks.estimators.one_sided_bin`); ``edge`` (float):
 the sentinel beside the first and last bins (-inf: DC and Nyquist may be peaks, +inf: never)."""
 
 SelectScratch = namedtuple("SelectScratch", ("psd", "vals", "idx", "cand", "top"))

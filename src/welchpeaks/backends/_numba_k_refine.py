@@ -155,27 +155,31 @@ def _refine_f32(prow, idx, count, n_bins, out_fbin, r, abd):
 
 
 @njit(**_HELPER)
-def _refine_hann(prow, idx, count, n_bins, out_fbin, r, abd, flag, n_fft):
+def _refine_hann(prow, idx, count, n_bins, out_fbin, r, abd, flag, n_fft, one_sided):
     """The Hann estimator (:func:`_offset`) of the ``count`` peaks at bins ``idx[:count]``: one
     branch-free pass (SIMD where LLVM can) for the offsets and :func:`_image_gate`, then the
     real-tone correction for the few peaks that pass it (noiseless tones; ``flag``: scratch)."""
     _gather3(prow, idx, count, abd)
-    hann_gathered(idx, count, n_bins, out_fbin, r, abd, flag, n_fft)
+    hann_gathered(idx, count, n_bins, out_fbin, r, abd, flag, n_fft, one_sided)
 
 
 @njit(**_INL)
-def hann_gathered(idx, count, n_bins, out_fbin, r, abd, flag, n_fft):
+def hann_gathered(idx, count, n_bins, out_fbin, r, abd, flag, n_fft, one_sided):
     """``out_fbin[r, :count]``: the Hann estimator's refined positions (clipped to half a bin;
     DC and Nyquist not refined) of the peaks at bins ``idx[:count]`` of ``n_bins``, from their
     three powers side by side in ``abd``: one branch-free pass for the offsets and
     :func:`_image_gate`, then :func:`_real_tone_hann` for the few that pass (``flag``:
-    scratch). Inline: the caller's flags apply (the find_peaks kernel's: no fast-math)."""
+    scratch); a peak at bin ``one_sided`` (-1: none) from its right neighbour alone
+    (:func:`_hann_one_sided`). Inline: the caller's flags apply (the find_peaks kernel's: no
+    fast-math)."""
     gated = False
     for c in range(count):
         j = idx[c]
         sa, sb, sc, d = _hann_ratio(abd[3 * c], abd[3 * c + 1], abd[3 * c + 2])
+        left_changed = j == one_sided
+        d = _hann_one_sided(sb, sc) if left_changed else d
         inner = (j > 0) & (j < n_bins - 1)
-        g = inner & _image_gate(sa, sb, sc, d, j, n_fft)
+        g = inner & (not left_changed) & _image_gate(sa, sb, sc, d, j, n_fft)
         flag[c] = g
         gated |= g
         out_fbin[r, c] = j + min(0.5, max(-0.5, d)) if inner else float(j)
@@ -206,6 +210,16 @@ def _hann_ratio(a, b, c):
     sa, sb, sc = math.sqrt(a), math.sqrt(float(b)), math.sqrt(c)
     den = sa + 2.0 * sb + sc
     return sa, sb, sc, (2.0 * (sc - sa) / den if den > 0.0 else 0.0)
+
+
+@njit(**_INL)
+def _hann_one_sided(sb, sc):
+    """The Hann estimator's one-sided offset ``(2 C - B) / (B + C)`` (not clipped) from the
+    magnitudes of a peak and its right neighbour: exact for one complex tone at offsets in
+    (-1, 1), used where the left neighbour holds part of a detrended mean
+    (:func:`welchpeaks.estimators.one_sided_bin`)."""
+    den = sb + sc
+    return (2.0 * sc - sb) / den if den > 0.0 else 0.0
 
 
 @njit(**_INL)
@@ -266,11 +280,12 @@ def _hann_offset(a, b, c, j, n_fft):
 
 
 @njit(**_INL)
-def _offset(a, b, c, interp, alpha, j, n_fft):
+def _offset(a, b, c, interp, alpha, j, n_fft, one_sided):
     """:func:`welchpeaks.estimators.interp_offset` of one peak, in float64: the offset in bins
     from the power ``a, b, c`` at bins j-1, j, j+1 by the estimator ``interp``
     (:data:`~welchpeaks.params.INTERP_CODES`; ``alpha``: the power parabola's exponent; ``j``
-    and ``n_fft``: the Hann estimator's correction for a real tone's image)."""
+    and ``n_fft``: the Hann estimator's correction for a real tone's image; ``one_sided``: the
+    bin it reads from its right neighbour alone, -1 for none)."""
     a, b, c = float(a), float(b), float(c)
     a = a if a > b * ZERO_BELOW else 0.0  # rounding, not power
     c = c if c > b * ZERO_BELOW else 0.0
@@ -287,7 +302,10 @@ def _offset(a, b, c, interp, alpha, j, n_fft):
         if den < 0.0:
             d = 0.5 * (pa - pc) / den
     elif interp == INTERP_HANN:
-        d = _hann_offset(a, b, c, j, n_fft)
+        if j == one_sided:
+            d = _hann_one_sided(math.sqrt(b), math.sqrt(c))
+        else:
+            d = _hann_offset(a, b, c, j, n_fft)
     elif interp == INTERP_BOXCAR:
         sa, sb, sc = math.sqrt(a), math.sqrt(b), math.sqrt(c)
         if sc >= sa:
@@ -298,9 +316,9 @@ def _offset(a, b, c, interp, alpha, j, n_fft):
 
 
 @njit(**_INL)
-def _refine(a, b, c, j, n_bins, interp, alpha, n_fft):
+def _refine(a, b, c, j, n_bins, interp, alpha, n_fft, one_sided):
     """Fractional bin of the peak at bin ``j`` of power ``b`` between ``a`` and ``c``
     (:func:`_offset`; unrefined at the edges)."""
     if j <= 0 or j >= n_bins - 1:
         return float(j)
-    return j + _offset(a, b, c, interp, alpha, j, n_fft)
+    return j + _offset(a, b, c, interp, alpha, j, n_fft, one_sided)

@@ -165,6 +165,7 @@ def select_into(prow, n_bins, sel, vals, idx, cand, top, out, r):
     interp = sel.interp
     alpha = sel.alpha
     n_fft = sel.n_fft
+    one_sided = sel.one_sided
     out_bins = out.bins
     out_power = out.power
     out_fbin = out.fbin
@@ -190,11 +191,11 @@ def select_into(prow, n_bins, sel, vals, idx, cand, top, out, r):
     elif _is_float32_array(prow) and interp == INTERP_POWER:
         _refine_power_f32(prow, idx, count, n_bins, out_fbin, r, vals, alpha)
     elif interp == INTERP_HANN:
-        _refine_hann(prow, idx, count, n_bins, out_fbin, r, vals, top, n_fft)
+        _refine_hann(prow, idx, count, n_bins, out_fbin, r, vals, top, n_fft, one_sided)
     else:
         for c in range(count):
             j = idx[c]
-            out_fbin[r, c] = _refine(prow[j], prow[j + 1], prow[j + 2], j, n_bins, interp, alpha, n_fft)
+            out_fbin[r, c] = _refine(prow[j], prow[j + 1], prow[j + 2], j, n_bins, interp, alpha, n_fft, one_sided)
 
 
 @njit(**_INL)

@@ -244,6 +244,20 @@ def _offset(a, b, c, INTERP: tl.constexpr, ALPHA: tl.constexpr):
 
 
 @triton.jit
+def _one_sided_hann(b, c):
+    """The Hann estimator's one-sided ratio ``(2 C - B) / (B + C)`` on the magnitudes of a peak of
+    power ``b`` and its right neighbour ``c`` (:func:`welchpeaks.estimators.interp_offset` at its
+    ``one_sided`` bin), clipped to half a bin."""
+    zero = tl.zeros_like(b)
+    b = tl.maximum(b, zero)
+    c = tl.where(c > b * 1e-12, tl.minimum(c, b), zero)
+    sb = tl.sqrt(b)
+    sc = tl.sqrt(c)
+    d = tl.where(sb + sc > 0, (2.0 * sc - sb) / tl.where(sb + sc > 0, sb + sc, 1.0), zero)
+    return tl.minimum(tl.maximum(d, -0.5), 0.5)
+
+
+@triton.jit
 def _halve(x, odd):
     """``x [BR, L]`` as ``[BR, L/2]``: of each pair of lanes (2j, 2j + 1), lane 2j + 1 where
     ``odd`` else lane 2j."""
@@ -254,7 +268,8 @@ def _halve(x, odd):
 @triton.jit
 def select_store(psd, last, rows, rmask, NB: tl.constexpr, L: tl.constexpr, HAS_LAST: tl.constexpr, K,
                  KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr,
-                 INTERP: tl.constexpr, ALPHA: tl.constexpr, EDGES: tl.constexpr, bad, bins_ptr, pow_ptr, fb_ptr):
+                 INTERP: tl.constexpr, ALPHA: tl.constexpr, ONE_SIDED: tl.constexpr,
+                 EDGES: tl.constexpr, bad, bins_ptr, pow_ptr, fb_ptr):
     """The reference's selection on a tile of ``L`` bins ``psd [BR, L]`` (lanes past ``NB``
     ignored) and, when ``HAS_LAST``, one more bin ``last [BR]`` (bin ``L = NB - 1``: the fused
     kernel keeps the Nyquist bin out of the lanes so that they are ``N/2``, not ``N``); then
@@ -296,7 +311,10 @@ def select_store(psd, last, rows, rmask, NB: tl.constexpr, L: tl.constexpr, HAS_
         right = _halve(right, odd)
         f = _halve(f, odd)
         inner = ok & (f > 0) & (f < NB - 1)  # unrefined at the edges
-        key = _key(psd, f, tl.where(inner, _offset(left, psd, right, INTERP, ALPHA), 0.0), ok, IB)
+        off = _offset(left, psd, right, INTERP, ALPHA)
+        if INTERP == 3 and ONE_SIDED > 0:  # Hann at the first bin a constant detrend leaves: its right side only
+            off = tl.where(f == ONE_SIDED, _one_sided_hann(psd, right), off)
+        key = _key(psd, f, tl.where(inner, off, 0.0), ok, IB)
         if HAS_LAST:
             last_key = _key(last, tl.full(last.shape, L, tl.int32), tl.zeros_like(last),
                             (last > before_last) & (last > 0) & EDGES, IB)
@@ -349,7 +367,8 @@ def _store_keys(top, mask, bad, out, IB: tl.constexpr, bins_ptr, pow_ptr, fb_ptr
 def fused(x_ptr, stride, B, S, hop, zero, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw2_ptr, scale_ptr, bins_ptr,
           pow_ptr, fb_ptr, bad_ptr, K, N1: tl.constexpr, N2: tl.constexpr, N3: tl.constexpr, BR: tl.constexpr,
           HALF: tl.constexpr, DETREND: tl.constexpr, KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr,
-          IB: tl.constexpr, INTERP: tl.constexpr, ALPHA: tl.constexpr, EDGES: tl.constexpr,
+          IB: tl.constexpr, INTERP: tl.constexpr, ALPHA: tl.constexpr, ONE_SIDED: tl.constexpr,
+                 EDGES: tl.constexpr,
           PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
     """Raw rows in, peaks out: the ``S`` Welch segments of ``BR`` rows (``hop`` apart, ``N =
     N1 N2 N3`` samples each), the mean of their power spectra, the top ``K`` peaks per row.
@@ -417,13 +436,14 @@ def fused(x_ptr, stride, B, S, hop, zero, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_p
     bad = tl.sum(_nonfinite(acc).to(tl.int32), 1)
     tl.store(bad_ptr + rows, bad, mask=rmask)
     select_store((lo + mirrored) * scale[None, :], last, rows, rmask, N // 2 + 1, N // 2, True, K, KT, PEAKS,
-                 MIN_DIST, IB, INTERP, ALPHA, EDGES, bad, bins_ptr, pow_ptr, fb_ptr)
+                 MIN_DIST, IB, INTERP, ALPHA, ONE_SIDED, EDGES, bad, bins_ptr, pow_ptr, fb_ptr)
 
 
 @triton.jit(do_not_specialize=["B"])
 def block(spec_ptr, B, scale_ptr, bins_ptr, pow_ptr, fb_ptr, bad_ptr, S, K, NB: tl.constexpr, NBP: tl.constexpr,
           BR: tl.constexpr, KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr,
-          INTERP: tl.constexpr, ALPHA: tl.constexpr, EDGES: tl.constexpr):
+          INTERP: tl.constexpr, ALPHA: tl.constexpr, ONE_SIDED: tl.constexpr,
+                 EDGES: tl.constexpr):
     """Power, segment mean and selection of a spectrum ``[B, S, NB]`` (complex64 as float
     pairs): reads the spectrum once, writes ``K`` results per row and one flag (non-finite
     sums: a NaN or infinite value in the spectrum, or a power past fp32's range; the row's
@@ -443,4 +463,4 @@ def block(spec_ptr, B, scale_ptr, bins_ptr, pow_ptr, fb_ptr, bad_ptr, S, K, NB: 
     tl.store(bad_ptr + rows, bad, mask=rmask)
     # no separate last bin here (HAS_LAST is False): the ``last`` argument is a placeholder
     select_store(acc * scale[None, :], bad.to(tl.float32), rows, rmask, NB, NBP, False, K, KT, PEAKS, MIN_DIST, IB,
-                 INTERP, ALPHA, EDGES, bad, bins_ptr, pow_ptr, fb_ptr)
+                 INTERP, ALPHA, ONE_SIDED, EDGES, bad, bins_ptr, pow_ptr, fb_ptr)

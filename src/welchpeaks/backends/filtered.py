@@ -42,7 +42,7 @@ class HostFilters:
         self.need_snr = "snr" in f.measures
         self.cfg = kern.config(**self.lim, edges=p.edges, k=p.k, snr_min=np.nan if f.snr_db is None else f.snr_db,
                                noise_bins=f.noise_bins or 0, need_snr=self.need_snr, interp=p.interp_code,
-                               alpha=p.interp_alpha, n_fft=p.n_fft)
+                               alpha=p.interp_alpha, n_fft=p.n_fft, one_sided=p.one_sided)
 
     def outputs(self, rows: int) -> tuple:
         return self.kern.outputs(rows, self.p.k, self.lim["need_prom"], self.lim["need_width"], self.need_snr, True,

@@ -55,7 +55,7 @@ def _select(params: PeakParams, scale: np.ndarray):
     """What the kernels select for ``params`` (a ``_numba_kernels.Select``), ``scale`` the
     per-bin factor from their sums to the PSD."""
     return _kernels().Select(scale, params.k, params.mode_code, params.min_distance, params.interp_code,
-                             params.interp_alpha, params.n_fft, params.edge_sentinel)
+                             params.interp_alpha, params.n_fft, params.one_sided, params.edge_sentinel)
 
 
 def is_pow2(n: int) -> bool:

@@ -62,7 +62,7 @@ def _thin(p: np.ndarray, cand: np.ndarray, min_distance: int) -> np.ndarray:
 
 def _refine(p: np.ndarray, bins: np.ndarray, valid: np.ndarray, interp: InterpSpec) -> np.ndarray:
     """Fractional bins of the peaks at ``bins``: the reference's estimator ``interp`` (``(method,
-    alpha, n_fft)``, in float64) from the power around each, unrefined at the edges."""
+    alpha, n_fft, one_sided)``, in float64) from the power around each, unrefined at the edges."""
     nb = p.shape[1]
     j = np.clip(bins, 1, nb - 2)
     a, b, c = (np.take_along_axis(p, j + d, -1) for d in (-1, 0, 1))

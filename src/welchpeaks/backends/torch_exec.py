@@ -38,10 +38,11 @@ def as_tensor(x: Any, dtype: Any):
     return t.to(torch_dtype(dtype))
 
 
-def offset_t(a, b, c, method: str, alpha: float, n_fft: int | None = None, *, j=None):
+def offset_t(a, b, c, method: str, alpha: float, n_fft: int | None = None, one_sided: int = -1, *, j=None):
     """:func:`welchpeaks.estimators.interp_offset` on float64 tensors (the same formulas, the same
     treatment of neighbours under :data:`~welchpeaks.estimators.ZERO_BELOW` and of zeros, the
-    same real-tone correction of the Hann estimator given ``n_fft`` and the bins ``j``)."""
+    same real-tone correction of the Hann estimator given ``n_fft`` and the bins ``j``, and its
+    one-sided ratio at the bin ``one_sided``)."""
     torch = import_torch()
     zero = torch.zeros_like(b)
     a, c = (torch.where(v > b * ZERO_BELOW, v, zero) for v in (a, c))
@@ -65,6 +66,9 @@ def offset_t(a, b, c, method: str, alpha: float, n_fft: int | None = None, *, j=
             d = torch.where(den > 0, 2.0 * (sc - sa) / torch.where(den > 0, den, one), zero)
             if n_fft is not None and j is not None:
                 d = real_tone_hann(sa, sb, sc, d, j.double(), n_fft, xp=torch)
+            if j is not None and one_sided >= 1:
+                ok = (j == one_sided) & (sb + sc > 0)
+                d = torch.where(ok, (2.0 * sc - sb) / torch.where(ok, sb + sc, one), d)
         else:  # boxcar
             with_c = torch.where(sb + sc > 0, sc / torch.where(sb + sc > 0, sb + sc, one), zero)
             with_a = torch.where(sb + sa > 0, -sa / torch.where(sb + sa > 0, sb + sa, one), zero)
@@ -74,7 +78,7 @@ def offset_t(a, b, c, method: str, alpha: float, n_fft: int | None = None, *, j=
 
 def refine_t(psd, bins, valid, interp: InterpSpec):
     """Fractional bins of the peaks at ``bins`` by the resolved estimator ``interp`` (``(method,
-    alpha, n_fft)``), unrefined at the edges."""
+    alpha, n_fft, one_sided)``), unrefined at the edges."""
     torch = import_torch()
     nb = psd.shape[1]
     j = bins.clamp(1, nb - 2)

@@ -66,11 +66,11 @@ def block_tile(nbp: int, kt: int) -> tuple[int, int]:
 def select_constants(p: PeakParams, lanes: int, least: int = 2) -> dict:
     """The selection's constexprs: ``KT`` slots computed (a power of two, at least ``least``, at
     most the lanes it ranks: half of them in peaks mode, one candidate per pair), ``IB`` bits
-    for a bin index in a sort key, the sub-bin estimator (``INTERP``, ``ALPHA``) and whether DC
-    and Nyquist may be peaks (``EDGES``)."""
+    for a bin index in a sort key, the sub-bin estimator (``INTERP``, ``ALPHA``, and the bin it
+    refines from one side, ``ONE_SIDED``) and whether DC and Nyquist may be peaks (``EDGES``)."""
     ranked = lanes // 2 if p.mode == "peaks" else lanes
     return {"KT": min(_next_pow2(p.k, least), ranked), "IB": max(1, (p.n_bins - 1).bit_length()),
-            "INTERP": p.interp_code, "ALPHA": float(p.interp_alpha), "EDGES": p.edges}
+            "INTERP": p.interp_code, "ALPHA": float(p.interp_alpha), "ONE_SIDED": p.one_sided, "EDGES": p.edges}
 
 
 def _unavailable() -> str | None:

@@ -171,3 +171,49 @@ def markdown(res64: dict[str, Any], res32: dict[str, Any] | None, checks: list[d
     lines += [f"| {c['target']} | {c['measured']:.3g} | {'met' if c['met'] else 'NOT met'} | "
               f"{'' if c.get('reference') is None else format(c['reference'], '.3g')} |" for c in checks]
     return "\n".join(lines) + "\n"
+
+
+#: tones of the near-DC table, in bins from DC
+NEAR_DC_BINS = (1.5, 1.8, 2.2, 2.35, 2.5, 2.8, 3.3, 4.5, 6.3, 8.3, 10.3)
+#: record lengths of the near-DC table: 2 segments, and one second at 48 kHz
+NEAR_DC_RECORDS = {"2 segments": 384, "1 s at 48 kHz": 48000}
+
+
+def near_dc(n_fft: int = 256, fs: float = 48_000.0, executions: tuple[str, ...] = ("numpy", "fused-cpu"),
+            phases: int = 8) -> dict[str, Any]:
+    """The worst error (bins) of ``welchpeaks.welch_peaks`` (default options, k 1) on a noiseless
+    real tone near DC, over ``phases`` starting phases, per tone, record length, detrend and
+    execution; with the bin under which the result says a peak's refinement is approximate
+    (``approximate_below_bin``: it read bins that detrending changed)."""
+    import welchpeaks
+
+    cells = []
+    for record, samples in NEAR_DC_RECORDS.items():
+        t = np.arange(samples * n_fft // 256) / fs  # the lengths are for n_fft 256
+        for detrend in ("constant", "linear", False):
+            for name in executions:
+                for tone in NEAR_DC_BINS:
+                    f0 = tone * fs / n_fft
+                    x = np.stack([np.sin(2 * np.pi * f0 * t + ph) for ph in np.linspace(0, np.pi, phases, endpoint=False)])
+                    r = welchpeaks.welch_peaks(x, fs=fs, n_fft=n_fft, k=1, detrend=detrend, strategy=name)
+                    err = np.abs(r.freqs[:, 0] * n_fft / fs - tone)
+                    cells.append({"record": record, "detrend": str(detrend), "execution": name, "tone_bins": tone,
+                                  "peak_bin": int(r.bins[0, 0]), "worst_error_bins": float(err.max()),
+                                  "approximate": int(r.bins[0, 0]) < r.params["approximate_below_bin"]})
+    return {"n_fft": n_fft, "fs": fs, "phases": phases, "cells": cells}
+
+
+def near_dc_markdown(res: dict[str, Any]) -> str:
+    """The near-DC table as Markdown: worst error in bins per tone (rows) and record and detrend
+    (columns), the worst over the executions; ``*`` marks peaks whose refinement is approximate."""
+    cols = [(rec, det) for rec in NEAR_DC_RECORDS for det in ("constant", "linear", "False")]
+    head = "| tone (bins) | " + " | ".join(f"{rec}, detrend {det}" for rec, det in cols) + " |"
+    lines = [head, "|---:|" + "---:|" * len(cols)]
+    for tone in NEAR_DC_BINS:
+        row = []
+        for rec, det in cols:
+            got = [c for c in res["cells"] if c["tone_bins"] == tone and c["record"] == rec and c["detrend"] == det]
+            worst = max(c["worst_error_bins"] for c in got)
+            row.append(f"{worst:.1e}{'*' if any(c['approximate'] for c in got) else ''}")
+        lines.append(f"| {tone:g} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"

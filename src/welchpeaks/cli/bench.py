@@ -207,6 +207,31 @@ def bench_accuracy(
     write_output(md_path, markdown(res, res32, checks), "--md")
 
 
+@bench_app.command("near-dc")
+def bench_near_dc(
+    n_fft: int = typer.Option(256, "--n-fft", help="Segment length (the tones are 1.5 to 10.3 bins from DC)."),
+    phases: int = typer.Option(8, "--phases", help="Starting phases per tone (the worst error is reported)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write every cell and machine info."),
+    md_path: Optional[Path] = typer.Option(None, "--md", help="Write the table as Markdown."),
+) -> None:
+    """The worst error (bins) of welch_peaks with default options on noiseless real tones 1.5 to
+    10.3 bins from DC, per detrend, record length (2 segments; one second at 48 kHz) and CPU
+    execution; * marks peaks whose refinement read bins detrending changed (the result's
+    approximate_below_bin)."""
+    from welchpeaks.bench.accuracy import near_dc, near_dc_markdown
+    from welchpeaks.machine import machine_info
+
+    if n_fft < 32 or phases < 1:
+        _fail("--n-fft must be >= 32 and --phases >= 1")
+    check_output(json_path, "--json")
+    check_output(md_path, "--md")
+    res = near_dc(n_fft=n_fft, phases=phases)
+    table_md = near_dc_markdown(res)
+    console.print(table_md)
+    _write_json(json_path, {"machine": machine_info(), **res})
+    write_output(md_path, table_md, "--md")
+
+
 def _accuracy_rows(res: dict) -> dict:
     rows: dict = {}
     for c in res["cells"]:

@@ -537,3 +537,43 @@ def test_track_link_column_is_the_apis_tracks_across_time_units(tmp_path, monkey
     assert df["track"].max() >= 2
     res = runner.invoke(app, ["track", str(tmp_path / "x.npy"), "--out", str(tmp_path / "u.csv"), "--link", "0"])
     assert res.exit_code != 0 and "--link=0" in res.output
+
+
+def test_track_plot_draws_the_jobs_first_signal_thinned_and_bounded(tmp_path, monkeypatch):
+    """--plot: the first signal's peaks over time as the job wrote them (the CSV is the
+    oracle), frames thinned to every step-th so that at most MAX_FRAMES are held, each track a
+    line; seconds and Hz on the axes."""
+    plot_mod = importlib.import_module("welchpeaks.plot")
+    jobplot = importlib.import_module("welchpeaks.cli.jobplot")
+    monkeypatch.setattr(job_mod, "UNIT_BYTES", 64 << 10)  # many time units
+    monkeypatch.setattr(jobplot, "MAX_FRAMES", 100)
+    drawn = []
+    real = plot_mod.draw_peaks_over_time
+    monkeypatch.setattr(plot_mod, "draw_peaks_over_time", lambda ax, *a, **kw: drawn.append(ax) or real(ax, *a, **kw))
+    fs = 8000.0
+    t = np.arange(int(10 * fs)) / fs
+    x = np.stack([np.sin(2 * np.pi * (500 * t + 60 * t ** 2)) + np.sin(2 * np.pi * 3000 * t),
+                  np.sin(2 * np.pi * 1500 * t)]).astype(np.float32)
+    x += 0.05 * np.random.default_rng(3).standard_normal(x.shape).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out, png = tmp_path / "t.csv", tmp_path / "t.png"
+    res = runner.invoke(app, ["track", str(tmp_path / "x.npy"), "--out", str(out), "--fs", "8000", "--n-fft", "256",
+                              "--k", "2", "--frame-segments", "2", "--link", "30", "--plot", str(png), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (ax,) = drawn
+    df = pd.read_csv(out)
+    first = df[df["signal"] == 0]
+    times = np.unique(first["time"])
+    step = 1
+    while len(times[::step]) > 100:
+        step *= 2
+    kept = first[np.isin(first["time"], times[::step])]
+    assert step > 1 and f"every {step}th frame" in ax.get_title()
+    assert ax.get_xlabel() == "time (s)" and ax.get_ylabel() == "frequency (Hz)"
+    (dots,) = ax.collections
+    np.testing.assert_allclose(np.sort(dots.get_offsets()[:, 1]), np.sort(kept["freq"].to_numpy()))
+    assert len(ax.lines) == kept["track"][kept["track"] >= 0].nunique() >= 2
+    res = runner.invoke(app, ["track", str(tmp_path / "x.npy"), "--out", str(tmp_path / "u.csv"), "--plot",
+                              str(tmp_path / "no" / "p.png")])
+    assert res.exit_code != 0 and "--plot" in res.output and not (tmp_path / "u.csv").exists()

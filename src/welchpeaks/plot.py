@@ -131,23 +131,31 @@ def plot_track(result: Any, signal: Any = None, ax: Any = None, spectrogram: boo
         _spectrogram(ax, signal, result.params, lead, index, fs)
     step = max(1, -(-freqs.size // MAX_POINTS))  # every step-th frame: at most MAX_POINTS markers
     frames = np.arange(0, freqs.shape[0], step)
-    f, p = freqs[frames], power[frames]
-    ok = np.isfinite(f) & np.isfinite(p)
-    tt = np.broadcast_to(times[frames, None], f.shape)
-    dots = ax.scatter(tt[ok], f[ok], c=_db(p[ok]), s=6, cmap="viridis", label="peaks")
+    ids = None if tracks is None else _row(tracks.ids, lead, index, 2)[frames]
+    draw_peaks_over_time(ax, times[frames], freqs[frames], power[frames], ids, xlabel, ylabel,
+                         f"signal {index}: peaks over time", step)
+    return ax
+
+
+def draw_peaks_over_time(ax: Any, times: np.ndarray, freqs: np.ndarray, power: np.ndarray, ids: np.ndarray | None,
+                         xlabel: str, ylabel: str, title: str, step: int = 1) -> None:
+    """Peaks ``freqs [T, k]`` at ``times [T]`` as dots coloured by ``power`` (dB), and with
+    ``ids [T, k]`` (-1: no track) each track as a line; ``step``: the frames were thinned to
+    every ``step``-th (said in the title)."""
+    ok = np.isfinite(freqs) & np.isfinite(power)
+    tt = np.broadcast_to(np.asarray(times, np.float64)[:, None], freqs.shape)
+    dots = ax.scatter(tt[ok], freqs[ok], c=_db(power[ok]), s=6, cmap="viridis", label="peaks")
     ax.figure.colorbar(dots, ax=ax, label="peak power (dB)")
     drawn = 0
-    if tracks is not None:
-        ids = _row(tracks.ids, lead, index, 2)[frames]
+    if ids is not None:
         for tid in np.unique(ids[ids >= 0]):
             t_i, s_i = np.nonzero(ids == tid)
-            ax.plot(times[frames][t_i], f[t_i, s_i], lw=1.0, label=None if drawn else "tracks")
+            ax.plot(tt[t_i, s_i], freqs[t_i, s_i], lw=1.0, label=None if drawn else "tracks")
             drawn += 1
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(f"signal {index}: peaks over time" + (f", {drawn} track(s)" if tracks is not None else "")
+    ax.set_title(title + (f", {drawn} track(s)" if ids is not None else "")
                  + (f" (every {step}th frame)" if step > 1 else ""))
-    return ax
 
 
 def _spectrogram(ax: Any, signal: Any, params: dict, lead: tuple[int, ...], index: Any, fs: float | None) -> None:

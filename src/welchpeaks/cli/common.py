@@ -42,6 +42,22 @@ def check_output(path: Optional[Path], option: str) -> Optional[Path]:
     return path
 
 
+def pyplot_for(path: Optional[Path]) -> Any:
+    """``matplotlib.pyplot`` (Agg) when ``path`` is given, checked before any work: a missing
+    extra or an unwritable path must not cost the run; None without a path."""
+    if path is None:
+        return None
+    check_output(path, "--plot")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        fail("--plot needs matplotlib: pip install 'welchpeaks[plot]'")
+    return plt
+
+
 def write_output(path: Optional[Path], data: str | bytes | Callable[[Path], None], option: str) -> None:
     """Write an output file atomically (a full disk or an interruption leaves the old file);
     an OS error is a one-line error naming ``option``."""

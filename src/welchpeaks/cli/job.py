@@ -322,6 +322,8 @@ class Job:
         self.pins: list[dict[str, Any]] = []
         self._done: dict[int, str] = {}
         self._lock: int | None = None
+        #: called with each unit's columns as the output is written (``track --plot``)
+        self.watch: Callable[[dict[str, np.ndarray]], None] | None = None
 
     # ------------------------------------------------------------------ staging
     def _unit_path(self, i: int) -> Path:
@@ -527,7 +529,10 @@ class Job:
             if cols is None:
                 raise JobError(f"{self._unit_path(i)} went missing or changed while the output was written; rerun "
                                "the command")
-            yield cols if linker is None else linker(self.units[i], cols)
+            cols = cols if linker is None else linker(self.units[i], cols)
+            if self.watch is not None:
+                self.watch(cols)
+            yield cols
 
     def assemble(self) -> None:
         """Write the output from the saved units (atomically), then remove the staging folder."""

@@ -17,7 +17,7 @@ from rich.table import Table
 from welchpeaks.cli import gpu, scale
 from welchpeaks.cli.common import (app_options, check_output, check_parameters, console, err, filter_options,
                                    finish_background_calibration, option, parse_choice, parse_segments, parse_window,
-                                   write_output)
+                                   pyplot_for, write_output)
 from welchpeaks.cli.common import fail as _fail
 
 app = typer.Typer(**app_options("The strongest spectral peaks of batches of signals (Welch PSD + top-K)."))
@@ -104,7 +104,7 @@ def peaks(
         return
     check_output(json_path, "--json")
     check_output(csv_path, "--csv")
-    plt = _pyplot_for(plot)
+    plt = pyplot_for(plot)
     net = None
     if model is not None:
         from welchpeaks.backends.learned_exec import load_model
@@ -173,22 +173,6 @@ def peaks(
     finish_background_calibration()
 
 
-def _pyplot_for(path: Optional[Path]) -> Any:
-    """``matplotlib.pyplot`` (Agg) when ``path`` is given, checked before any work: a missing
-    extra or an unwritable path must not cost the run; None without a path."""
-    if path is None:
-        return None
-    check_output(path, "--plot")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        _fail("--plot needs matplotlib: pip install 'welchpeaks[plot]'")
-    return plt
-
-
 def _plot_peaks(plt: Any, path: Path, results: dict, signals: dict) -> None:
     """One panel per signal, the first 4 of each file: its PSD and peaks (PeakResult.plot)."""
     panels = [(name, i) for name, res in results.items() for i in range(min(4, int(np.prod(res.shape[:-1]))))]
@@ -244,7 +228,7 @@ def demo(
     fs, n_fft = 8000.0, 256
     if batch < 1 or tones < 1:
         _fail("--batch and --tones must be >= 1")
-    plt = _pyplot_for(plot)  # before the work: a missing extra or a bad path must not cost the run
+    plt = pyplot_for(plot)  # before the work: a missing extra or a bad path must not cost the run
     x, true = tones_in_noise(batch=batch, n_tones=tones, fs=fs, n_fft=n_fft, seed=seed)
     wp = welchpeaks.WelchPeaks(n_fft=n_fft, k=tones, segments=None, fs=fs)
     wp(x[:1])  # first call compiles or loads the cached kernel

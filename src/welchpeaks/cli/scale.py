@@ -13,7 +13,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from welchpeaks.cli.common import (check_output, check_parameters, console, err, filter_options,
-                                   finish_background_calibration, option, parse_choice, parse_window)
+                                   finish_background_calibration, option, parse_choice, parse_window, pyplot_for)
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.spec import MEASURES
 from welchpeaks.cli.job import Job, JobError, Unit, bytes_of, staging_dir
@@ -77,8 +77,10 @@ def _client(workers: Optional[int], scheduler: Optional[str]) -> Any:
 
 def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float], out: Path, memory: str,
             workers: Optional[int], scheduler: Optional[str], quiet: bool = False,
-            link: Optional[dict[str, Any]] = None) -> None:
-    """Run (or resume) the job and report it; every failure is a one-line error."""
+            link: Optional[dict[str, Any]] = None, plot: Optional[Path] = None) -> None:
+    """Run (or resume) the job and report it; every failure is a one-line error. ``plot``
+    (track): a PNG of the first signal's peaks over time, drawn as the output is written."""
+    plt = pyplot_for(plot)  # a missing extra or an unwritable path: before any work
     # a .zarr output is a folder: check that its parent can take it (a file check refuses folders)
     check_output(out if out.suffix.lower() != ".zarr" else out.with_suffix(".check"), "--out")
     if out.suffix.lower() == ".zarr" and (out.is_symlink() or (out.exists() and not out.is_dir())):
@@ -98,10 +100,17 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
         _fail(str(exc))
     except OSError as exc:
         _fail(_os_error(exc, out))
+    points = None
+    if plt is not None:
+        from welchpeaks.cli.jobplot import PeaksOverTime
+
+        points = job.watch = PeaksOverTime(job.spec["time"])
     try:
         run_prepared(job, todo, kind, sources, out, workers, scheduler, quiet)
     finally:
         job.close()
+    if points is not None:
+        points.draw(plt, plot, job.names[0], job.spec["time"] == "time", link is not None)
     finish_background_calibration()
 
 
@@ -209,6 +218,9 @@ def track(
                                                               "without a rate), a peak may be from its track's "
                                                               "predicted frequency (TrackResult.link's max_jump_hz)."),
     max_gap: int = typer.Option(1, "--max-gap", help="With --link: frames a track may miss and go on."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of the first signal's peaks over time "
+                                                             "(its tracks with --link; frames thinned to at most "
+                                                             "20,000; the plot extra)."),
     memory: str = typer.Option("1GB", "--memory", help="Memory bound of the run (chunks of 4 MiB of samples in "
                                                        "flight, the rest for the computation)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Run on a local dask cluster of N processes."),
@@ -234,4 +246,4 @@ def track(
         except ValueError as exc:
             _fail(str(exc).replace("max_jump_hz", "--link").replace("max_gap", "--max-gap"))
         linking = {"max_jump_hz": link, "max_gap": max_gap}
-    run_job("track", files, kw, fs, out, memory, workers, scheduler, quiet, linking)
+    run_job("track", files, kw, fs, out, memory, workers, scheduler, quiet, linking, plot)

@@ -157,3 +157,27 @@ def test_distributed_workers_fit_numba_threads(cluster_client):
     t = welchpeaks.track(dx, frame_segments=4, strategy="fused-cpu")
     _same(t, welchpeaks.track(X, frame_segments=4, strategy="fused-cpu"))
     assert lazy.fit_numba_threads() is None  # not on a worker: nothing changed
+
+
+def test_long_rows_that_overflow_are_errors_naming_the_signal(monkeypatch):
+    """Rows split across chunks in time, whose power overflows float32: an error under any
+    nan_policy (it is not a NaN), naming the signal and the fix, as in memory; computed in
+    float64 but not fitting x's float32, the in-memory error too. A NaN under 'raise' names its
+    signal; under 'propagate' only its row is empty."""
+    monkeypatch.setattr(welchpeaks.memory, "TASK_BYTES", 4096)
+    x = (X[:3] * 1e30).astype(np.float32)
+    for policy in ("raise", "propagate"):
+        r = welchpeaks.welch_peaks(da.from_array(x, chunks=(1, 1000)), k=3, n_fft=128, segments=None,
+                                   nan_policy=policy)
+        with pytest.raises(ValueError, match=r"signal \(\d,\) overflows float32.*dtype='float64'"):
+            r.compute()
+    r = welchpeaks.welch_peaks(da.from_array(x, chunks=(1, 1000)), k=3, n_fft=128, segments=None, dtype="float64")
+    with pytest.raises(ValueError, match="computed in float64 but does not fit float32"):
+        r.compute()
+    y = X[:3].copy()
+    y[2, 4000] = np.nan
+    with pytest.raises(ValueError, match=r"NaN or infinity in signal \(2,\)"):
+        welchpeaks.welch_peaks(da.from_array(y, chunks=(1, 1000)), k=3, n_fft=128, segments=None).compute()
+    got = welchpeaks.welch_peaks(da.from_array(y, chunks=(1, 1000)), k=3, n_fft=128, segments=None,
+                                 nan_policy="propagate").compute()
+    assert np.all(got.bins[2] == -1) and np.all(got.bins[:2] >= 0)

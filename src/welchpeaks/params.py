@@ -6,6 +6,7 @@ Everything a user passes is checked here, once, at the door; code below the API 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import numbers
@@ -137,7 +138,7 @@ def _check_scale(window: np.ndarray, n_fft: int, fs: float | None, scaling: str)
 
 
 #: a result's name of each measure (``measures``' keys)
-MEASURE_NAMES = {"snr": "snr_db", "prominence": "prominence", "width": "width"}
+MEASURE_NAMES = {"snr": "snr_db", "prominence": "prominence", "width": "width", "pvalue": "pvalue"}
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,16 @@ class PeakFilters:
     snr_db: float | None = None
     noise_bins: int | None = None
     measures: tuple[str, ...] = ()
+    max_pvalue: float | None = None
+
+    @property
+    def kernel_measures(self) -> tuple[str, ...]:
+        """The measures the kernels compute: those asked for, the p-value's SNR in its place
+        (the p-value is derived from it: :meth:`PeakParams.with_derived`)."""
+        names = tuple(m for m in self.measures if m != "pvalue")
+        if "pvalue" in self.measures and "snr" not in names:
+            names += ("snr",)
+        return names
 
     @property
     def need_prom(self) -> bool:
@@ -178,8 +189,10 @@ class PeakFilters:
         return dict(filters={n: (list(v) if isinstance(v, tuple) else v) for n, v in (
                         ("height", self.height), ("threshold", self.threshold), ("prominence", self.prominence),
                         ("width", self.width), ("wlen", None if self.wlen < 0 else self.wlen)) if v is not None},
-                    rel_height=self.rel_height, snr_db=self.snr_db, measures=list(self.measures),
-                    noise_floor=None if self.snr_db is None and "snr" not in self.measures else (
+                    rel_height=self.rel_height, snr_db=self.snr_db, max_pvalue=self.max_pvalue,
+                    measures=list(self.measures),
+                    noise_floor=None if self.snr_db is None and "snr" not in self.kernel_measures
+                    and self.max_pvalue is None else (
                         "median of the row's PSD" if self.noise_bins is None
                         else f"median of the PSD over +-{self.noise_bins} bins"))
 
@@ -245,7 +258,7 @@ class PeakParams:
         docs/accuracy.md has the error); 0 when none are."""
         if self.interp_method == "none" or self.clean_bin == 0:
             return 0
-        return self.clean_bin if self.one_sided == self.clean_bin else self.clean_bin + 1
+        return min(self.n_bins, self.clean_bin if self.one_sided == self.clean_bin else self.clean_bin + 1)
 
     @property
     def interp_code(self) -> int:
@@ -297,12 +310,36 @@ class PeakParams:
         names = [MEASURE_NAMES[m] for m in self.filters.measures]
         return names + ["width_hz"] if "width" in names and self.fs is not None else names
 
-    def with_derived(self, measures: dict[str, Any]) -> dict[str, Any]:
-        """``measures`` as the kernels give them (:data:`MEASURE_NAMES`' values), with those
-        derived from them: ``width_hz`` from ``width`` when ``fs`` is given."""
-        if "width" in measures and self.fs is not None:
-            return dict(measures, width_hz=measures["width"] * self.freq_scale())
-        return measures
+    def with_derived(self, measures: dict[str, Any], n_segments: int) -> dict[str, Any]:
+        """``measures`` as the kernels give them (:data:`MEASURE_NAMES`' values, for
+        ``PeakFilters.kernel_measures``), with those derived from them: ``width_hz`` from
+        ``width`` when ``fs`` is given; ``pvalue`` from the SNR and the degrees of freedom of
+        ``n_segments`` segments (:mod:`welchpeaks.significance`), the SNR then kept only if
+        asked for."""
+        out = dict(measures)
+        if "width" in out and self.fs is not None:
+            out["width_hz"] = out["width"] * self.freq_scale()
+        if self.filters is not None and "pvalue" in self.filters.measures:
+            from welchpeaks.significance import pvalue_from_snr, welch_edof
+
+            snr = out["snr_db"] if "snr" in self.filters.measures else out.pop("snr_db")
+            edof = welch_edof(self.window_array, self.hop, n_segments)
+            out["pvalue"] = (pvalue_from_snr(snr, edof) if isinstance(snr, np.ndarray)
+                             else snr.new_tensor(pvalue_from_snr(snr.cpu().numpy(), edof)))
+        return out
+
+    def for_segments(self, n_segments: int) -> "PeakParams":
+        """These parameters as the find_peaks kernels of ``n_segments`` segments take them:
+        ``max_pvalue`` as the SNR minimum it amounts to at their degrees of freedom (the
+        stricter of it and ``snr_db``); the same object without ``max_pvalue``."""
+        f = self.filters
+        if f is None or f.max_pvalue is None:
+            return self
+        from welchpeaks.significance import snr_db_for_pvalue, welch_edof
+
+        least = snr_db_for_pvalue(f.max_pvalue, welch_edof(self.window_array, self.hop, n_segments))
+        return dataclasses.replace(self, filters=dataclasses.replace(
+            f, snr_db=least if f.snr_db is None else max(least, f.snr_db)))
 
     def to_dict(self) -> dict[str, Any]:
         window = self.window if isinstance(self.window, (str, tuple)) else "array"

@@ -45,7 +45,7 @@ def _cli_value(value: Any) -> str:
 
 
 #: what ``measures=`` may ask for
-MEASURES = ("snr", "prominence", "width")
+MEASURES = ("snr", "prominence", "width", "pvalue")
 
 _PARAMS = (
     # ---- the Welch PSD
@@ -88,6 +88,8 @@ _PARAMS = (
     Param("wlen", None, "Window in bins of the prominence (scipy's wlen) [default: the whole row]."),
     Param("rel_height", 0.5, "Height at which a peak's width is measured, relative to its prominence (scipy's)."),
     Param("snr_db", None, "Least SNR in dB over the row's noise floor.", "--snr-db"),
+    Param("max_pvalue", None, "Greatest p-value: the chance that noise alone gives a bin this far above the noise "
+                              "floor (chi-squared with the Welch estimate's degrees of freedom).", "--max-pvalue"),
     Param("measures", None, f"Per-peak measures returned: some of {', '.join(MEASURES)} (comma-separated on the "
                             "command line).", "--measures"),
     Param("noise_bins", None, "The noise floor is the median PSD within this many bins of the peak [default: the "
@@ -118,8 +120,8 @@ _PARAMS = (
 #: every user parameter by name
 PARAMS: dict[str, Param] = {p.name: p for p in _PARAMS}
 
-_FILTERS = ("height", "threshold", "distance", "prominence", "width", "wlen", "rel_height", "snr_db", "measures",
-            "noise_bins")
+_FILTERS = ("height", "threshold", "distance", "prominence", "width", "wlen", "rel_height", "snr_db", "max_pvalue",
+            "measures", "noise_bins")
 _SHARED = ("n_fft", "resolution_hz", "k", "hop", "fs", "mode", "strategy", "window", "detrend", "scaling", "min_distance",
            "nan_policy", "dtype", "max_memory", "interp", "edges", *_FILTERS)
 

@@ -61,7 +61,7 @@ def merge_distance(distance: Any, min_distance: Any) -> Any:
 
 def make_filters(*, height: Any = None, threshold: Any = None, prominence: Any = None, width: Any = None,
                  wlen: Any = None, rel_height: Any = 0.5, snr_db: Any = None, measures: Any = None,
-                 noise_bins: Any = None) -> PeakFilters | None:
+                 noise_bins: Any = None, max_pvalue: Any = None) -> PeakFilters | None:
     """The checked filters and measures of a ``welch_peaks`` call, or None when it asks for none
     (the fast paths)."""
     names = check_measures(measures)
@@ -69,12 +69,17 @@ def make_filters(*, height: Any = None, threshold: Any = None, prominence: Any =
     if snr_db is not None and (isinstance(snr_db, bool) or not isinstance(snr_db, numbers.Real)
                                or not math.isfinite(float(snr_db))):
         raise ValueError(f"snr_db={snr_db!r} must be a finite number of dB (the least SNR a peak may have)")
+    if max_pvalue is not None and (isinstance(max_pvalue, bool) or not isinstance(max_pvalue, numbers.Real)
+                                   or not 0.0 < float(max_pvalue) <= 1.0):
+        raise ValueError(f"max_pvalue={max_pvalue!r} must be a probability in (0, 1] (for example 0.01: peaks that "
+                         "noise alone gives one bin in a hundred)")
     f = filter_config(height=height, threshold=threshold, prominence=prominence, width=width, wlen=wlen,
                       rel_height=rel_height)
-    if all(v is None for v in (height, threshold, prominence, width, snr_db)) and not names:
+    if all(v is None for v in (height, threshold, prominence, width, snr_db, max_pvalue)) and not names:
         return None
     pair = lambda lim, asked: None if not asked else tuple(None if math.isnan(v) else float(v) for v in lim)  # noqa: E731
     return PeakFilters(height=pair(f["h_lim"], height is not None), threshold=pair(f["t_lim"], threshold is not None),
                        prominence=pair(f["p_lim"], prominence is not None), width=pair(f["w_lim"], width is not None),
                        wlen=f["wlen"], rel_height=f["rel_height"], snr_db=None if snr_db is None else float(snr_db),
-                       noise_bins=noise, measures=names)
+                       noise_bins=noise, measures=names,
+                       max_pvalue=None if max_pvalue is None else float(max_pvalue))

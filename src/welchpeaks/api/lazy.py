@@ -109,19 +109,43 @@ def _psd_sum_task(block: np.ndarray, cls: type, kw: dict[str, Any], length: int,
     return np.asarray(call.program.segment_sum(block, n_seg))
 
 
-def _select_task(total: np.ndarray, cls: type, kw: dict[str, Any], length: int, dtype: np.dtype) -> np.ndarray:
-    """Peaks, packed, from the rows' float64 PSD sums: the rest of the planned graph."""
+def _select_task(total: np.ndarray, cls: type, kw: dict[str, Any], length: int, dtype: np.dtype,
+                 lead: tuple[int, ...], block_info: Any = None) -> np.ndarray:
+    """Peaks, packed, from the rows' float64 PSD sums: the rest of the planned graph. Errors
+    name the signal (``lead``: the batch shape; ``block_info``: where these rows start, from
+    dask): a NaN in the sums comes from NaN or infinity in the samples (an error under
+    ``nan_policy='raise'``, else empty slots); an infinite sum without NaN is a power past the
+    compute precision, and a power past ``dtype`` (the results' precision) does not fit: both
+    errors under any policy, as in memory."""
+    from welchpeaks.api.coerce import signal_index
+
     p = _executor(cls, kw).params
-    out = _split_plan(cls, kw, length, dtype).program.from_sum(total)[0]
-    bad = out.bad_rows
-    inf = np.flatnonzero(np.isinf(out.power).any(axis=1))
-    if p.nan_policy == "raise" and (bad.size or inf.size):
-        raise ValueError(f"x has NaN or infinity in {int(np.union1d(bad, inf).size)} row(s) of this block, or their "
-                         f"power overflows {dtype.name}; clean or scale the data, or pass nan_policy='propagate'")
-    measures = p.with_derived(dict(out.measures or {}))
-    packed = _pack(out.bins, out.power, out.fbins * p.freq_scale(), *(measures[n] for n in p.measure_names()))
-    packed[inf, :, 0], packed[inf, :, 1:] = -1, np.nan
-    return packed
+    call = _split_plan(cls, kw, length, dtype)
+    first = block_info[0]["array-location"][0][0] if block_info else 0
+
+    def which(row: int) -> str:
+        return f"signal {signal_index(first + int(row), lead)}"
+
+    nan_rows = np.flatnonzero(np.isnan(total).any(axis=1))
+    over = np.flatnonzero(np.isinf(total).any(axis=1) & ~np.isnan(total).any(axis=1))
+    out = call.program.from_sum(total)[0]
+    with np.errstate(over="ignore"):
+        over = np.union1d(over, np.flatnonzero(np.isinf(out.power).any(axis=1) & np.isfinite(total).all(axis=1)))
+        wide = np.flatnonzero(np.isinf(out.power.astype(dtype)).any(axis=1) & np.isfinite(out.power).all(axis=1))
+    if over.size:
+        fix = "scale the data down" + (", or pass dtype='float64'" if call.compute == np.float32 else "")
+        raise ValueError(f"the power spectrum of {which(over[0])} overflows {call.compute.name} (its samples are "
+                         f"split across chunks in time); {fix}")
+    if wide.size:
+        raise ValueError(f"the power of {which(wide[0])} is computed in {call.compute.name} but does not fit "
+                         f"{dtype.name}, the precision of x (results come back in it); pass x as float64 or scale it "
+                         "down")
+    if nan_rows.size and p.nan_policy == "raise":
+        raise ValueError(f"x has NaN or infinity in {which(nan_rows[0])} ({nan_rows.size} signal(s) in all in this "
+                         "block); clean the data or pass nan_policy='propagate' to get empty slots (-1/NaN) for those "
+                         "signals")
+    measures = p.with_derived(dict(out.measures or {}), p.n_segments_for(length))
+    return _pack(out.bins, out.power, out.fbins * p.freq_scale(), *(measures[n] for n in p.measure_names()))
 
 
 def _as_rows(x: Any, what: str) -> tuple[Any, tuple[int, ...], np.dtype]:
@@ -184,8 +208,9 @@ def welch_peaks(x: Any, cls: type, kw: dict[str, Any]) -> PeakResult:
         whole = _bounded_rows(rows[:, :frame], frame, item)
         out = whole.map_blocks(_peaks_task, cls, kw, new_axis=2, chunks=(whole.chunks[0], (p.k,), (fields,)),
                                meta=_meta(3))
-        name = ex.requested
-        info = dict(p.to_dict(), segments=p.n_segments_for(length), frame=frame, lazy="dask")
+        name = kw.get("strategy", "auto")
+        info = dict(p.to_dict(), segments=p.n_segments_for(length), frame=frame, lazy="dask",
+                    compute_dtype=_executor(cls, kw).planner.compute_dtype(dtype).name)
     else:  # long rows across time chunks: the planned graph's segment sums per chunk, added in a tree
         call = _split_plan(cls, kw, length, dtype)
         n_seg = p.n_segments_for(length)
@@ -195,7 +220,7 @@ def welch_peaks(x: Any, cls: type, kw: dict[str, Any]) -> PeakResult:
             parts.append(piece.map_blocks(_psd_sum_task, cls, kw, length, s1 - s0,
                                           chunks=(piece.chunks[0], (p.n_bins,)), meta=_meta(2)))
         total = da.stack(parts).sum(axis=0, split_every=8)
-        out = total.map_blocks(_select_task, cls, kw, length, dtype, new_axis=2,
+        out = total.map_blocks(_select_task, cls, kw, length, dtype, lead, new_axis=2,
                                chunks=(total.chunks[0], (p.k,), (fields,)), meta=_meta(3))
         name = call.execution
         info = dict(p.to_dict(), segments=n_seg, frame=frame, lazy="dask", compute_dtype=call.compute.name,

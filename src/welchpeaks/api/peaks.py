@@ -185,11 +185,13 @@ class WelchPeaks:
         measures: Any = None,
         noise_bins: int | None = None,
         resolution_hz: float | None = None,
+        max_pvalue: float | None = None,
     ):
         self._init = {name: value for name, value in spec.pick(locals(), "WelchPeaks").items() if name != "strategy"}
         min_distance = merge_distance(distance, min_distance)
         filters = make_filters(height=height, threshold=threshold, prominence=prominence, width=width, wlen=wlen,
-                               rel_height=rel_height, snr_db=snr_db, measures=measures, noise_bins=noise_bins)
+                               rel_height=rel_height, snr_db=snr_db, measures=measures, noise_bins=noise_bins,
+                               max_pvalue=max_pvalue)
         self._pinned: dict[tuple[str, str], WelchPeaks] = {}
         self._piece_plans: dict[tuple[str, int, str], Any] = {}
         self.layout = _check_layout(layout, segments)
@@ -437,7 +439,7 @@ class WelchPeaks:
                                  f"is computed in {call.compute.name} but does not fit {in_dtype.name}, the precision "
                                  f"of x (results come back in it); pass x as float64 or scale it down")
         shape = lead + (p.k,)
-        measures = p.with_derived({n: v.reshape(shape) for n, v in measures.items()})
+        measures = p.with_derived({n: v.reshape(shape) for n, v in measures.items()}, call.n_seg)
         info = p.to_dict()
         info.update(segments=call.n_seg, frame=call.frame, compute_dtype=call.compute.name)
         if call.layout is not None:
@@ -494,6 +496,7 @@ def welch_peaks(
     snr_db: float | None = None,
     measures: Any = None,
     noise_bins: int | None = None,
+    max_pvalue: float | None = None,
 ) -> PeakResult:
     """The ``k`` strongest spectral peaks of every signal in a batch.
 
@@ -589,10 +592,18 @@ def welch_peaks(
     snr_db : float, optional
         Keep only peaks at least this many dB over their row's noise floor (after scipy's
         filters, before the ``k`` strongest).
-    measures : sequence of {'snr', 'prominence', 'width'}, optional
+    max_pvalue : float, optional
+        Keep only peaks whose ``pvalue`` (below) is at most this: the SNR minimum it amounts to
+        at the call's degrees of freedom (the stricter of it and ``snr_db``).
+    measures : sequence of {'snr', 'prominence', 'width', 'pvalue'}, optional
         Per-peak measures returned in ``result.measures``: ``snr_db`` (power over the noise
         floor), ``prominence`` (scipy's, with ``wlen``), ``width`` in bins at ``rel_height``
-        (scipy's ``peak_widths``) and ``width_hz`` when ``fs`` is given.
+        (scipy's ``peak_widths``) and ``width_hz`` when ``fs`` is given, ``pvalue``: the
+        probability that noise alone gives a bin at least this far over the noise floor, from
+        the chi-squared law of the Welch estimate with its equivalent degrees of freedom
+        (window, segments, overlap; :mod:`welchpeaks.significance` states the formula, its
+        assumptions and references). A per-bin probability: about ``n_bins * alpha`` noise bins
+        of a row fall under ``alpha``.
     noise_bins : int, optional
         The noise floor of ``snr_db``: the median PSD over the bins within ``noise_bins`` of the
         peak; default the median of the row's whole PSD.
@@ -626,8 +637,9 @@ def welch_peaks(
         fs = x.fs
     kw = spec.pick(locals(), "welch_peaks")
     if lazy.is_dask(x):
-        if model is not None or device != "cpu":
-            raise ValueError("dask arrays run on the CPU executions in this version; drop model= and device=")
+        if model is not None or device != "cpu" or strategy == "learned":
+            raise ValueError("dask arrays run on the CPU executions in this version (not the learned one); drop "
+                             "model=, device= and strategy='learned'")
         return lazy.welch_peaks(x, WelchPeaks, kw)
     return WelchPeaks(**kw)(x)
 

@@ -59,7 +59,7 @@ class Tracker:
                  edges: bool = False, height: Any = None, threshold: Any = None, distance: float | None = None,
                  prominence: Any = None, width: Any = None, wlen: float | None = None, rel_height: float = 0.5,
                  snr_db: float | None = None, measures: Any = None, noise_bins: int | None = None,
-                 resolution_hz: float | None = None):
+                 resolution_hz: float | None = None, max_pvalue: float | None = None):
         self.frame_segments = _check_count("frame_segments", frame_segments,
                                            "pass the number of Welch segments per frame (8 by default)")
         self.frame_hop = self.frame_segments if frame_hop is None else _check_count(
@@ -340,7 +340,7 @@ def track(x: Any, *, fs: float | None = None, n_fft: int | None = None, resoluti
           max_memory: int | None = None, interp: str = "auto", edges: bool = False, height: Any = None,
           threshold: Any = None, distance: float | None = None, prominence: Any = None, width: Any = None,
           wlen: float | None = None, rel_height: float = 0.5, snr_db: float | None = None, measures: Any = None,
-          noise_bins: int | None = None) -> TrackResult:
+          noise_bins: int | None = None, max_pvalue: float | None = None) -> TrackResult:
     """Peaks over time: the ``k`` strongest peaks of every frame of every signal.
 
     A frame is ``frame_segments`` Welch segments of ``n_fft`` samples, ``hop`` apart; frames
@@ -359,7 +359,7 @@ def track(x: Any, *, fs: float | None = None, n_fft: int | None = None, resoluti
     fs, n_fft, resolution_hz, hop, k, mode, window, detrend, scaling, min_distance, strategy, dtype, max_memory,
     interp, edges
         As in :func:`welch_peaks`.
-    height, threshold, distance, prominence, width, wlen, rel_height, snr_db, measures, noise_bins
+    height, threshold, distance, prominence, width, wlen, rel_height, snr_db, max_pvalue, measures, noise_bins
         scipy's filters, the SNR minimum and the per-peak measures, as in :func:`welch_peaks`,
         on each frame's PSD (a frame whose peaks are all filtered out has empty slots).
     frame_segments : int

@@ -39,7 +39,7 @@ class HostFilters:
 
         f = p.filters
         self.p, self.kern, self.lim = p, kern, filter_limits(p)
-        self.need_snr = "snr" in f.measures
+        self.need_snr = "snr" in f.kernel_measures
         self.cfg = kern.config(**self.lim, edges=p.edges, k=p.k, snr_min=np.nan if f.snr_db is None else f.snr_db,
                                noise_bins=f.noise_bins or 0, need_snr=self.need_snr, interp=p.interp_code,
                                alpha=p.interp_alpha, n_fft=p.n_fft, one_sided=p.one_sided)
@@ -53,7 +53,7 @@ class HostFilters:
         idx, hts, prom, _, wid, _, snr, fbin, counts = out
         got = {"snr": snr, "prominence": prom, "width": wid}
         return RowPeaks(idx.astype(np.int32), hts.astype(dtype), fbin, np.flatnonzero(counts < 0),
-                        {MEASURE_NAMES[m]: got[m] for m in self.p.filters.measures})
+                        {MEASURE_NAMES[m]: got[m] for m in self.p.filters.kernel_measures})
 
 
 def launch_host(x: np.ndarray, cfg: Any, out: tuple) -> None:

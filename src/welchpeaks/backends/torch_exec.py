@@ -257,7 +257,7 @@ def device_rows(p: PeakParams) -> Callable[[Any], RowPeaks]:
         at = at.clamp_min(0)
         out = {"prominence": got["prom"] if lim["need_prom"] else None,
                "width": got["wid"] if lim["need_width"] else None, "snr": None}
-        if f.snr_db is not None or "snr" in f.measures:
+        if f.snr_db is not None or "snr" in f.kernel_measures:
             out["snr"] = _snr_db_t(psd, at, f.noise_bins)
         if f.snr_db is not None:  # keep the order (highest first), drop the peaks under snr_db, then the k first
             keep = ok & (out["snr"] >= f.snr_db)
@@ -269,7 +269,7 @@ def device_rows(p: PeakParams) -> Callable[[Any], RowPeaks]:
         fb = torch.where(ok, refine_t(psd, at, ok, p.interp_spec), nan)
         return RowPeaks(torch.where(ok, at, torch.full_like(at, -1)).to(torch.int32),
                         torch.where(ok, torch.gather(psd, 1, at), nan), fb, bad.nonzero()[:, 0].cpu().numpy(),
-                        {MEASURE_NAMES[m]: torch.where(ok, out[m], nan) for m in f.measures})
+                        {MEASURE_NAMES[m]: torch.where(ok, out[m], nan) for m in f.kernel_measures})
 
     return run
 

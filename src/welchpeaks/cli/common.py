@@ -155,11 +155,11 @@ def check_parameters(kw: dict[str, Any], fs: Optional[float]) -> None:
 
 
 def filter_options(height: Optional[float], prominence: Optional[float], snr_db: Optional[float],
-                   measures: Optional[str]) -> dict:
+                   measures: Optional[str], max_pvalue: Optional[float] = None) -> dict:
     """The filter and measure options given (``--measures`` a comma-separated list), as
     ``welch_peaks``' keywords; those not given are left out."""
     names = [m.strip() for m in measures.split(",") if m.strip()] if measures else None
-    given = dict(height=height, prominence=prominence, snr_db=snr_db, measures=names)
+    given = dict(height=height, prominence=prominence, snr_db=snr_db, measures=names, max_pvalue=max_pvalue)
     return {name: v for name, v in given.items() if v is not None}
 
 

@@ -60,6 +60,7 @@ def peaks(
     height: Optional[float] = option("height"),
     prominence: Optional[float] = option("prominence"),
     snr_db: Optional[float] = option("snr_db", help="Least SNR in dB over the row's median PSD."),
+    max_pvalue: Optional[float] = option("max_pvalue"),
     measures: Optional[str] = option("measures"),
     strategy: str = option("strategy"),
     device: str = option("device"),
@@ -94,7 +95,7 @@ def peaks(
               mode=parse_choice("mode", mode), min_distance=min_distance, strategy=strategy,
               nan_policy=parse_choice("nan_policy", nan_policy), precision=parse_choice("precision", precision),
               dtype=parse_choice("dtype", dtype), interp=parse_choice("interp", interp), edges=edges,
-              **filter_options(height, prominence, snr_db, measures))
+              **filter_options(height, prominence, snr_db, measures, max_pvalue))
     check_parameters(kw, fs)
     if out is not None:
         if json_path is not None or csv_path is not None or model is not None or device != "cpu" or layout is not None \

@@ -208,6 +208,7 @@ def track(
     height: Optional[float] = option("height"),
     prominence: Optional[float] = option("prominence"),
     snr_db: Optional[float] = option("snr_db", help="Least SNR in dB over the frame's median PSD."),
+    max_pvalue: Optional[float] = option("max_pvalue"),
     measures: Optional[str] = option("measures", help=f"Per-peak measures, written as columns: some of "
                                                       f"{','.join(MEASURES)}."),
     strategy: str = option("strategy"),
@@ -235,7 +236,8 @@ def track(
               window=parse_window(window), detrend=parse_choice("detrend", detrend),
               scaling=parse_choice("scaling", scaling), mode=parse_choice("mode", mode), min_distance=min_distance,
               strategy=strategy, nan_policy=parse_choice("nan_policy", nan_policy), dtype=parse_choice("dtype", dtype),
-              interp=parse_choice("interp", interp), edges=edges, **filter_options(height, prominence, snr_db, measures))
+              interp=parse_choice("interp", interp), edges=edges,
+              **filter_options(height, prominence, snr_db, measures, max_pvalue))
     check_parameters(kw, fs)
     linking = None
     if link is not None:

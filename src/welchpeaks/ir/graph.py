@@ -317,8 +317,8 @@ def welch_chain_graph(params: Any, rows: int, length: int, n_segments: int, dtyp
     fusion pass rewrites it for backends with fused kernels.
     """
     g, psd = _psd_nodes(params, rows, length, n_segments, dtype, name)
-    if params.filters is not None:  # scipy's filters: the find_peaks selection
-        return g.set_outputs([g.find_peaks(psd, params)])
+    if params.filters is not None:  # scipy's filters (max_pvalue as the SNR minimum of these segments)
+        return g.set_outputs([g.find_peaks(psd, params.for_segments(n_segments))])
     return g.set_outputs([g.topk(psd, params.k, params.mode, params.min_distance,
                                  interp=params.interp_spec, edges=params.edges,
                                  params=params)])

@@ -306,7 +306,8 @@ class Planner:
             asked = "auto"
             if forced is not None:
                 asked = (f"{forced.name} was requested, but it "
-                         f"{'runs on the GPU' if forced.device != 'cpu' else 'fuses the segments into one kernel'}")
+                         + ("computes on tensors, and dask's tasks hand NumPy arrays to each other"
+                            if forced.device != "cpu" else "fuses the segments into one kernel"))
             why = (f"{asked}: the rows lie in several chunks in time, so each chunk's segments are summed apart and "
                    f"the sums added in a tree; {name}, the fastest CPU execution whose graph computes the segments "
                    "one by one, runs so")

@@ -270,14 +270,17 @@ class Planner:
             why += f"; the learned model does not race: {reason}"
         return backends.get(name), why, info
 
-    def _with_segment_chain(self, n_seg: int, length: int, compute: np.dtype, device: str) -> str | None:
-        """The fastest execution of ``device`` whose graph keeps the per-segment chain (its
-        segments can be summed in pieces: :meth:`Program.segment_sum`), or None."""
+    def _with_segment_chain(self, n_seg: int, length: int, compute: np.dtype, device: str,
+                            on: str | None = None) -> str | None:
+        """The fastest execution ``device``'s picker offers (only those computing on ``on``,
+        when given) whose graph keeps the per-segment chain (its segments can be summed in
+        pieces: :meth:`Program.segment_sum`), or None."""
         _, info, _ = pick_for(self.params, n_seg, 1, length, compute, device)
         for name in sorted((n for n, b in info.items() if math.isfinite(b["total_ns"])),
                            key=lambda n: info[n]["total_ns"]):
             ex = backends.get(name)
-            if ex.device == device and self.program(ex, n_seg, 1, length, compute)[0].segment_span() is not None:
+            if (on is None or ex.device == on) and \
+                    self.program(ex, n_seg, 1, length, compute)[0].segment_span() is not None:
                 return name
         return None
 
@@ -299,7 +302,7 @@ class Planner:
                 and self.program(forced, n_seg, 1, length, compute)[0].segment_span() is not None):
             name, why = forced.name, "requested"
         else:
-            name = self._with_segment_chain(n_seg, length, compute, "cpu")
+            name = self._with_segment_chain(n_seg, length, compute, "cpu", on="cpu")
             if name is None:
                 raise ValueError("no CPU execution here computes the PSD segment by segment, which rows split "
                                  "across chunks in time need; rechunk x to whole rows: x.rechunk({-1: -1})")

@@ -508,6 +508,18 @@ def test_a_job_mixing_sources_with_and_without_a_sample_rate_writes_every_time_i
         np.testing.assert_allclose(got, centres)  # the .wav's seconds times its rate
 
 
+def _chirp_and_tones(path):
+    """Ten seconds at 8 kHz, saved at ``path``: a chirp crossing a steady 3 kHz tone, and a
+    1.5 kHz tone (the recording of the linking tests); returns the samples and the rate."""
+    fs = 8000.0
+    t = np.arange(int(10 * fs)) / fs
+    x = np.stack([np.sin(2 * np.pi * (500 * t + 60 * t ** 2)) + np.sin(2 * np.pi * 3000 * t),
+                  np.sin(2 * np.pi * 1500 * t)]).astype(np.float32)
+    x += 0.05 * np.random.default_rng(3).standard_normal(x.shape).astype(np.float32)
+    np.save(path, x)
+    return x, fs
+
+
 def test_track_link_column_is_the_apis_tracks_across_time_units(tmp_path, monkeypatch):
     """--link: each peak's track, linked across the job's time units (many, with small units) as
     TrackResult.link links the whole recording (one block of rows, so the very same numbers)."""
@@ -516,12 +528,7 @@ def test_track_link_column_is_the_apis_tracks_across_time_units(tmp_path, monkey
     real = job_mod._BlockLinker.__call__
     monkeypatch.setattr(job_mod._BlockLinker, "__call__", lambda self, unit, cols: calls.append(unit) or
                         real(self, unit, cols))
-    fs = 8000.0
-    t = np.arange(int(10 * fs)) / fs
-    x = np.stack([np.sin(2 * np.pi * (500 * t + 60 * t ** 2)) + np.sin(2 * np.pi * 3000 * t),
-                  np.sin(2 * np.pi * 1500 * t)]).astype(np.float32)
-    x += 0.05 * np.random.default_rng(3).standard_normal(x.shape).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
+    x, fs = _chirp_and_tones(tmp_path / "x.npy")
     out = tmp_path / "t.csv"
     res = runner.invoke(app, ["track", str(tmp_path / "x.npy"), "--out", str(out), "--fs", "8000", "--n-fft", "256",
                               "--k", "2", "--frame-segments", "2", "--link", "30", "--max-gap", "3", "--quiet"])
@@ -550,12 +557,7 @@ def test_track_plot_draws_the_jobs_first_signal_thinned_and_bounded(tmp_path, mo
     drawn = []
     real = plot_mod.draw_peaks_over_time
     monkeypatch.setattr(plot_mod, "draw_peaks_over_time", lambda ax, *a, **kw: drawn.append(ax) or real(ax, *a, **kw))
-    fs = 8000.0
-    t = np.arange(int(10 * fs)) / fs
-    x = np.stack([np.sin(2 * np.pi * (500 * t + 60 * t ** 2)) + np.sin(2 * np.pi * 3000 * t),
-                  np.sin(2 * np.pi * 1500 * t)]).astype(np.float32)
-    x += 0.05 * np.random.default_rng(3).standard_normal(x.shape).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
+    x, fs = _chirp_and_tones(tmp_path / "x.npy")
     out, png = tmp_path / "t.csv", tmp_path / "t.png"
     res = runner.invoke(app, ["track", str(tmp_path / "x.npy"), "--out", str(out), "--fs", "8000", "--n-fft", "256",
                               "--k", "2", "--frame-segments", "2", "--link", "30", "--plot", str(png), "--quiet"])

@@ -8,13 +8,13 @@
 """
 
 from welchpeaks._version import __version__
-from welchpeaks.api import (Tracker, WelchPeakStream, WelchPeaks, available_strategies, find_peaks, track, welch,
-                            welch_peaks)
+from welchpeaks.api import (Tracker, WelchPeakStream, WelchPeaks, available_strategies, find_peaks, peak_prominences,
+                            peak_widths, track, welch, welch_peaks)
 from welchpeaks.params import PRESETS
 from welchpeaks.result import FoundPeaks, PeakResult, TrackResult
 from welchpeaks.sources import SignalSource, open_signals
 from welchpeaks.tracks import Tracks
 
 __all__ = ["PRESETS", "FoundPeaks", "PeakResult", "SignalSource", "TrackResult", "Tracker", "Tracks", "WelchPeakStream",
-           "WelchPeaks", "available_strategies", "find_peaks", "open_signals", "track", "welch", "welch_peaks",
-           "__version__"]
+           "WelchPeaks", "available_strategies", "find_peaks", "open_signals", "peak_prominences", "peak_widths",
+           "track", "welch", "welch_peaks", "__version__"]

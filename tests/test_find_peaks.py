@@ -40,6 +40,8 @@ def _random_filters(rng, quantized):
         kw["rel_height"] = _pick(rng, [0.5, rng.uniform(0, 1.5)])
     if rng.random() < 0.3 and ("prominence" in kw or "width" in kw):
         kw["wlen"] = _pick(rng, [rng.integers(2, 50), rng.uniform(1.5, 80)])
+    if rng.random() < 0.3:
+        kw["plateau_size"] = _pick(rng, [(None, None), 1, 2, (None, 1), (2, 4), (1.5, None)])
     return kw
 
 
@@ -71,8 +73,8 @@ def _tied_under_distance(row, kw):
 
 def _check_rows(x, got, kw, k):
     """Every row equals scipy's peaks, then the top k by height (ties to the lower index)."""
-    props_kw = {f: kw[f] for f in ("height", "threshold", "distance", "prominence", "width", "wlen", "rel_height")
-                if f in kw}
+    props_kw = {f: kw[f] for f in ("height", "threshold", "distance", "prominence", "width", "wlen", "rel_height",
+                                   "plateau_size") if f in kw}
     rows = got.to_list()
     for r in range(x.shape[0]):
         assert not _tied_under_distance(x[r], kw), "equal peak heights under distance: scipy's answer is its sort's"
@@ -84,17 +86,13 @@ def _check_rows(x, got, kw, k):
         mine_peaks, mine = rows[r]
         np.testing.assert_array_equal(mine_peaks, np.sort(peaks[order]))
         keep = np.sort(order)
+        assert list(mine) == list(props)  # scipy's properties, in its order
         for name, v in props.items():
-            if name in ("plateau_sizes", "left_thresholds", "right_thresholds"):
-                continue
             want = v[keep]
-            if name in ("left_bases", "right_bases"):
+            if name in ("left_bases", "right_bases", "plateau_sizes", "left_edges", "right_edges"):
                 np.testing.assert_array_equal(mine[name], want)
             else:
                 np.testing.assert_allclose(mine[name], want, rtol=1e-9, atol=0)
-        np.testing.assert_array_equal(mine["peak_heights"], x[r][np.sort(peaks[order])])
-        assert set(mine) - {"peak_heights"} == set(props) - {"peak_heights", "plateau_sizes", "left_thresholds",
-                                                              "right_thresholds"}
 
 
 @pytest.mark.filterwarnings("ignore:some peaks have")
@@ -153,6 +151,12 @@ def test_errors():
         welchpeaks.find_peaks(bad)
     with pytest.raises(ValueError, match="distance=0.5 must be >= 1"):
         welchpeaks.find_peaks(x, distance=0.5)
+    with pytest.raises(ValueError, match="distance=-1 must be >= 1"):
+        welchpeaks.find_peaks(x, distance=-1)
+    with pytest.raises(ValueError, match="rows is a scalar"):
+        welchpeaks.find_peaks(np.array(1.0))
+    with pytest.raises(TypeError, match="plateau_size='x' must be a number"):
+        welchpeaks.find_peaks(x, plateau_size="x")
     with pytest.raises(ValueError, match="wlen=1 must be larger than 1"):
         welchpeaks.find_peaks(x, prominence=1, wlen=1)
     with pytest.raises(ValueError, match="rel_height=-1 must be >= 0"):
@@ -294,12 +298,12 @@ def test_tier_ranking_in_lanes_and_loops():
     from welchpeaks.backends import _numba_find_peaks as kern
 
     rng = np.random.default_rng(11)
-    for size in list(range(1, 40)) + [64, 65, 90]:
+    for size in list(range(1, 40)) + [64, 65, 90, 300]:
         for levels in (3, 1000):
             m0 = int(rng.integers(0, 20))
             hts = rng.integers(0, levels, m0 + size + 40).astype(float)
             order = np.full(hts.size, -5, np.int64)
-            kern._rank_tier(hts, m0, m0 + size, order)
+            kern._rank_tier(hts, m0, m0 + size, order, np.empty(4 * size + 2048, np.int64))
             want = m0 + np.argsort(-hts[m0:m0 + size], kind="stable")
             np.testing.assert_array_equal(order[m0:m0 + size], want)
             assert (order[:m0] == -5).all() and (order[m0 + size:] == -5).all()
@@ -450,7 +454,7 @@ def test_every_kernel_helper_states_whether_it_has_numba_runtime():
                     unstated.append(f"{mod.__name__}.{name}")
     assert unstated == []
     assert _numba_find_peaks._rows.targetoptions["_nrt"] is False
-    assert _numba_find_peaks._sorted_order.targetoptions["_nrt"] is True  # it allocates
+    assert _numba_find_peaks._sorted_order.targetoptions["_nrt"] is False  # it sorts in its scratch
 
 
 def _lower_index_rule(row, k, distance, height=None, prominence=None):
@@ -553,3 +557,70 @@ def test_read_only_rows_run_the_compiled_kernel(tmp_path):
         for name, v in want.properties.items():
             np.testing.assert_array_equal(got.properties[name], v)
     assert not any(getattr(t, "readonly", False) for sig in kern.host_find_peaks.signatures for t in sig)
+
+
+class _ScipyFindPeaksThroughOneRow:
+    """``scipy.signal.find_peaks`` for scipy's tests: one row through the batched
+    ``welchpeaks.find_peaks`` (``x[None]``, row 0 of ``to_list()``), counting its calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, x, **kw):
+        self.calls += 1
+        return welchpeaks.find_peaks(np.asarray(x)[None], **kw).to_list()[0]
+
+
+scipy_tests = pytest.importorskip("scipy.signal.tests.test_peak_finding")
+
+
+class TestScipyFindPeaks(scipy_tests.TestFindPeaks):
+    """SciPy's own ``TestFindPeaks`` (the installed scipy's ``test_peak_finding.py``) with its
+    ``find_peaks`` replaced by :class:`_ScipyFindPeaksThroughOneRow`. Not run: ``test_raises``
+    (a 2-D ``x`` is a batch of rows here, not an error; its other checks, a 0-D ``x`` and
+    ``distance=-1``, are in :func:`test_errors`)."""
+
+    @pytest.fixture(autouse=True)
+    def _through_welchpeaks(self, monkeypatch):
+        adapter = _ScipyFindPeaksThroughOneRow()
+        monkeypatch.setattr(scipy_tests, "find_peaks", adapter)
+        yield
+        assert adapter.calls > 0  # the test ran welchpeaks, not scipy
+
+    test_raises = None
+
+
+def test_every_peak_runs_in_blocks_of_rows(monkeypatch):
+    """k=None runs the kernel on blocks of rows (one reused buffer, the filled slots copied
+    out, widened when a later row holds more peaks): the same peaks and properties as one
+    launch with every slot, whatever the block size."""
+    import importlib
+
+    fp = importlib.import_module("welchpeaks.api.find_peaks")
+    launches = []
+    real = fp._host_peaks
+
+    def counted(x, cfg, *args, **kw):
+        got = real(x, cfg, *args, **kw)
+        launches.append((x.shape[0], cfg.k, got["indices"].shape))
+        return got
+
+    rng = np.random.default_rng(40)
+    x = _rows(rng, 37, 200)
+    x[::5] = np.round(x[::5] * 2) / 2  # plateaus and ties in some rows
+    kw = dict(distance=2, prominence=0.2, width=(None, None), threshold=(None, None), plateau_size=(1, None))
+    x = x[np.argsort(welchpeaks.find_peaks(x, **kw).counts, kind="stable")]  # fuller rows later: the copy widens
+    whole = welchpeaks.find_peaks(x, k=x.shape[1], **kw)  # one launch, every slot
+    monkeypatch.setattr(fp, "_host_peaks", counted)
+    for block in (1, 3, 10, 1 << 30):
+        monkeypatch.setattr(fp, "EVERY_PEAK_BYTES", block * (x.shape[1] // 2 + 2) * (16 + 24 + 32))
+        got = welchpeaks.find_peaks(x, **kw)
+        width = int(whole.counts.max())
+        slots = x.shape[1] // 2 + 2
+        assert launches[-1] == (37, slots, (37, width if block < 37 else slots))  # (one launch: every slot)
+        np.testing.assert_array_equal(got.counts, whole.counts)
+        np.testing.assert_array_equal(got.indices, whole.indices[:, :width])
+        assert list(got.properties) == list(whole.properties)
+        for name, v in whole.properties.items():
+            np.testing.assert_array_equal(got.properties[name], v[:, :width])
+    assert int(whole.counts[-1]) > int(whole.counts[0])

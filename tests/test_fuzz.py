@@ -278,9 +278,13 @@ def _greedy_distance(row, f):
             gone |= near
     peaks = peaks[~gone]
     props = {}
+    if f.get("height") is not None:
+        props["peak_heights"] = row[peaks]
+    if f.get("threshold") is not None:
+        props.update(left_thresholds=row[peaks] - row[peaks - 1], right_thresholds=row[peaks] - row[peaks + 1])
     if f.get("prominence") is not None or f.get("width") is not None:
         prom, left, right = ss.peak_prominences(row, peaks, wlen=f.get("wlen"))
-        props = dict(prominences=prom, left_bases=left, right_bases=right)
+        props.update(prominences=prom, left_bases=left, right_bases=right)
         if f.get("prominence") is not None:
             keep = _within(prom, f["prominence"])
             peaks, props = peaks[keep], {name: v[keep] for name, v in props.items()}
@@ -306,8 +310,6 @@ def _expected_peaks(row, kw):
         peaks, props = _greedy_distance(row, f)
     else:
         peaks, props = ss.find_peaks(row, **f)
-        props = {name: v for name, v in props.items() if name not in ("peak_heights", "plateau_sizes",
-                                                                       "left_thresholds", "right_thresholds")}
     order = np.lexsort((peaks, -row[peaks]))[:kw.get("k") or row.size]
     return peaks[order], {name: v[order] for name, v in props.items()}
 
@@ -362,6 +364,10 @@ def test_find_peaks_is_scipy_row_by_row(call):
     props = {name: np.asarray(v).reshape(len(rows), slots) for name, v in res.properties.items()}
     assert slots == (int(k) if k is not None else int(counts.max()))
     asked = set()
+    if kw.get("height") is not None:
+        asked |= {"peak_heights"}
+    if kw.get("threshold") is not None:
+        asked |= {"left_thresholds", "right_thresholds"}
     if kw.get("prominence") is not None or kw.get("width") is not None:
         asked |= {"prominences", "left_bases", "right_bases"}
     if kw.get("width") is not None:

@@ -324,10 +324,13 @@ class FoundPeaks:
     counts : int64 array ``[...]``
         Peaks per row (the filled slots come first).
     properties : dict
-        Padded ``[..., k]`` arrays, as ``scipy.signal.find_peaks`` names them, present when
-        asked for (like scipy: ``prominence=`` or ``width=`` given, even as ``(None, None)``):
-        ``prominences``, ``left_bases``, ``right_bases``; ``widths``, ``width_heights``,
-        ``left_ips``, ``right_ips``.
+        Padded ``[..., k]`` arrays (-1 or NaN in empty slots), exactly those
+        ``scipy.signal.find_peaks`` returns for the same call, with its names, in its order:
+        ``plateau_sizes``, ``left_edges``, ``right_edges`` (``plateau_size=`` given, even as
+        ``(None, None)``); ``peak_heights`` (``height=``); ``left_thresholds``,
+        ``right_thresholds`` (``threshold=``); ``prominences``, ``left_bases``, ``right_bases``
+        (``prominence=`` or ``width=``); ``widths``, ``width_heights``, ``left_ips``,
+        ``right_ips`` (``width=``).
     """
 
     indices: Any
@@ -341,14 +344,13 @@ class FoundPeaks:
 
     def to_list(self) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
         """scipy's ragged form: one ``(peaks, properties)`` per row (rows in C order, as
-        ``x.reshape(-1, n)``), peaks in ascending index order with ``peak_heights`` and the
-        other properties, exactly the layout ``scipy.signal.find_peaks`` returns."""
+        ``x.reshape(-1, n)``), peaks in ascending index order with the properties asked for,
+        exactly the layout ``scipy.signal.find_peaks`` returns."""
         host = lambda a: a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)  # noqa: E731
         counts = host(self.counts).reshape(-1)
         shape = (counts.size, self.indices.shape[-1])
         idx = host(self.indices).reshape(shape)
-        props = {"peak_heights": host(self.heights).reshape(shape)}
-        props.update({name: host(v).reshape(shape) for name, v in self.properties.items()})
+        props = {name: host(v).reshape(shape) for name, v in self.properties.items()}
         out = []
         for r in range(idx.shape[0]):
             order = np.argsort(idx[r, :counts[r]], kind="stable")

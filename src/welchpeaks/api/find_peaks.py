@@ -52,10 +52,12 @@ MAX_SAMPLES = (1 << 31) - 1
 
 
 def filter_config(*, height: Any = None, threshold: Any = None, distance: float | None = None, prominence: Any = None,
-                  width: Any = None, wlen: float | None = None, rel_height: float = 0.5) -> dict[str, Any]:
+                  width: Any = None, wlen: float | None = None, rel_height: float = 0.5,
+                  plateau_size: Any = None) -> dict[str, Any]:
     """scipy's filter arguments, checked, as the kernels take them: ``*_lim`` ``[min, max]``
     (NaN where open), ``distance`` (rounded up; 0: none), ``wlen`` (rounded up; -1: none),
     ``rel_height``, ``need_prom`` and ``need_width`` (a width needs the prominence)."""
+    s_lim, _ = _interval("plateau_size", plateau_size)
     h_lim, _ = _interval("height", height)
     t_lim, _ = _interval("threshold", threshold)
     p_lim, need_prom = _interval("prominence", prominence)
@@ -75,19 +77,19 @@ def filter_config(*, height: Any = None, threshold: Any = None, distance: float 
     rh = _number("rel_height", rel_height)
     if rh < 0:
         raise ValueError(f"rel_height={rel_height!r} must be >= 0")
-    return dict(h_lim=h_lim, t_lim=t_lim, distance=dist, p_lim=p_lim, w_lim=w_lim, wlen=wl, rel_height=rh,
-                need_prom=need_prom or need_width, need_width=need_width)
+    return dict(s_lim=s_lim, h_lim=h_lim, t_lim=t_lim, distance=dist, p_lim=p_lim, w_lim=w_lim, wlen=wl,
+                rel_height=rh, need_prom=need_prom or need_width, need_width=need_width)
 
 
 def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance: float | None = None,
                prominence: Any = None, width: Any = None, wlen: float | None = None, rel_height: float = 0.5,
-               k: int | None = None, edges: bool = False) -> FoundPeaks:
+               plateau_size: Any = None, k: int | None = None, edges: bool = False) -> FoundPeaks:
     """Peaks of every row of ``rows [..., n]``: ``scipy.signal.find_peaks`` batched.
 
     Each row gets exactly what ``scipy.signal.find_peaks(row, height=..., threshold=...,
-    distance=..., prominence=..., width=..., wlen=..., rel_height=...)`` returns (the filters
-    in scipy's order: height, threshold, distance, prominence, width), then the ``k`` highest
-    of those peaks, ties to the lower index. Under ``distance`` a tie of heights also goes to
+    distance=..., prominence=..., width=..., wlen=..., rel_height=..., plateau_size=...)``
+    returns (the filters in scipy's order: plateau size, height, threshold, distance,
+    prominence, width), then the ``k`` highest of those peaks, ties to the lower index. Under ``distance`` a tie of heights also goes to
     the lower index (scipy's answer there depends on its sort; see ``distance``).
 
     Parameters
@@ -98,9 +100,14 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
         (the Triton kernel; ``pip install 'welchpeaks[gpu]'``), up to 8192 samples per row;
         longer rows, or a machine without triton, go through the host's numba kernel. Tensors
         in, tensors out, on their device.
-    height, threshold, prominence, width : number, (min, max) or None
-        As in scipy: a number is the minimum, either end of a pair may be None. ``prominence``
-        or ``width`` given (even ``(None, None)``) returns those properties.
+    height, threshold, prominence, width, plateau_size : number, (min, max) or None
+        As in scipy: a number is the minimum, either end of a pair may be None. Each one given
+        (even ``(None, None)``) returns its properties, as scipy does: ``plateau_size``:
+        ``plateau_sizes``, ``left_edges``, ``right_edges`` (the flat top a peak is the middle
+        of); ``height``: ``peak_heights``; ``threshold``: ``left_thresholds``,
+        ``right_thresholds`` (the drops to each neighbour); ``prominence`` or ``width``:
+        ``prominences``, ``left_bases``, ``right_bases``; ``width``: ``widths``,
+        ``width_heights``, ``left_ips``, ``right_ips``.
     distance : number >= 1, optional
         Minimal distance between peaks in samples; the higher peak stays. Of peaks of equal
         height the LOWER INDEX stays (greedy by height descending, ties by index ascending, each
@@ -115,13 +122,15 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
         Peaks kept per row (default: as many as the row with most has).
     edges : bool
         When True the first and last samples are peaks when they exceed their neighbour (scipy
-        never reports them).
+        never reports them). Such a peak has one neighbour: its threshold filter and its
+        prominence use that side, and its threshold property on the missing side is NaN.
 
     Returns
     -------
     FoundPeaks
-        ``indices``, ``heights``, ``counts`` and ``properties``, padded to ``[..., k]``, highest
-        first; ``to_list()`` gives scipy's ``(peaks, properties)`` per row.
+        ``indices``, ``heights``, ``counts`` and ``properties``, padded to ``[..., k]`` (-1 or
+        NaN in empty slots), highest first; ``to_list()`` gives scipy's ``(peaks,
+        properties)`` per row, in index order.
 
     Examples
     --------
@@ -132,7 +141,6 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     [[3, 1, 5], [3, 5, -1]]
     """
     from welchpeaks.backends import _numba_find_peaks as kern
-    from welchpeaks.backends.filtered import launch_host
 
     t = tensor_input(rows, "rows")
     if t is None:
@@ -143,8 +151,12 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
         lead, n = tuple(t.shape[:-1]), t.shape[-1]
         x = t.reshape(-1, n)
     f = filter_config(height=height, threshold=threshold, distance=distance, prominence=prominence, width=width,
-                      wlen=wlen, rel_height=rel_height)
+                      wlen=wlen, rel_height=rel_height, plateau_size=plateau_size)
     need_prom, need_width = f["need_prom"], f["need_width"]
+    # the properties scipy returns, in its order: those of each filter given
+    asked = [name for name, given in (("plateaus", plateau_size is not None), ("heights", height is not None),
+                                      ("thresholds", threshold is not None), ("prominences", need_prom),
+                                      ("widths", need_width)) if given]
     if not isinstance(edges, (bool, np.bool_)):
         raise TypeError(f"edges={edges!r} must be True or False")
     cap = n // 2 + 2  # most peaks a row can hold
@@ -164,19 +176,134 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
 
         if find_peaks_available(t, n):  # rows on a GPU stay there: the Triton kernel
             got = device_find_peaks(x, f, slots, bool(edges))
-            return _found(got, lead, k, need_prom, need_width, device=None)
+            got.update(_neighbours(x.to(got["heights"].dtype), got["indices"], asked))
+            return _found(got, lead, k, asked, device=None)
         x = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
-    cfg = kern.config(edges=edges, k=slots, **f)
-    out = kern.outputs(rows_n, slots, need_prom, need_width, False, False)
-    launch_host(x, cfg, out)  # the find_peaks node's own launch
-    got = dict(zip(("indices", "heights", "prom", "base", "wid", "ips"), out[:6]), counts=out[8])
-    return _found(got, lead, k, need_prom, need_width, device=None if t is None else t.device)
+    got = _host_peaks(x, kern.config(edges=edges, k=slots, **f), need_prom, need_width, every=k is None)
+    if rows_n and int(got["counts"].min()) >= 0:  # (rows not finite are an error below)
+        got.update(_neighbours(x, got["indices"], asked))
+    return _found(got, lead, k, asked, device=None if t is None else t.device)
 
 
-def _found(got: dict, lead: tuple, k: int | None, need_prom: bool, need_width: bool, device: Any) -> FoundPeaks:
+#: bytes of kernel outputs per launch when every peak is kept (``k=None``): small enough to
+#: stay in cache until copied out
+EVERY_PEAK_BYTES = 4 << 20
+
+
+def _host_peaks(x: np.ndarray, cfg: Any, need_prom: bool, need_width: bool, every: bool) -> dict[str, np.ndarray]:
+    """The host kernel's outputs for rows ``x [rows, n]`` (float64), by name, ``[rows, cfg.k]``
+    or, with ``every`` (all peaks of each row: ``cfg.k`` is the most a row holds), ``[rows,
+    fullest row's count]``. Then the kernel, which writes each row's every slot, runs on
+    blocks of rows whose outputs fit :data:`EVERY_PEAK_BYTES` (one buffer, reused), and each
+    block's slots up to the fullest row seen are copied out once: memory and traffic in the
+    peaks found, not in the row's length."""
+    from welchpeaks.backends import _numba_find_peaks as kern
+    from welchpeaks.backends.filtered import launch_host
+
+    names = ("indices", "heights", "prom", "base", "wid", "ips")
+    rows_n, slots = x.shape[0], cfg.k
+    step = rows_n if not every else max(1, EVERY_PEAK_BYTES // (slots * (16 + 24 * need_prom + 32 * need_width)))
+    buf = kern.outputs(min(step, rows_n), slots, need_prom, need_width, False, False)
+    if step >= rows_n:
+        launch_host(x, cfg, buf)  # the find_peaks node's own launch
+        return dict(zip(names, buf[:6]), counts=buf.counts)
+    counts = np.empty(rows_n, np.int64)
+    whole = [v[:0, :0] for v in buf[:6]]  # the rows done, as wide as the fullest
+    for a in range(0, rows_n, step):
+        b = min(rows_n, a + step)
+        out = kern.Outputs(*(v[:b - a] if v.shape[0] else v for v in buf))
+        launch_host(x[a:b], cfg, out)
+        counts[a:b] = out.counts
+        width = max(0, int(counts[:b].max()))
+        for i, v in enumerate(out[:6]):
+            if not v.shape[0]:  # not asked for
+                whole[i] = v
+                continue
+            if whole[i].shape[1] < width:  # a fuller row: widen what is done (the kernel filled the slots past it)
+                wider = np.empty((rows_n, width) + v.shape[2:], v.dtype)
+                wider[:a, :whole[i].shape[1]] = whole[i][:a]
+                wider[:a, whole[i].shape[1]:] = -1 if v.dtype.kind == "i" else np.nan
+                whole[i] = wider
+            whole[i][a:b] = v[:, :whole[i].shape[1]]
+    return dict(zip(names, whole), counts=counts)
+
+
+def _neighbours(x: Any, idx: Any, asked: list[str]) -> dict[str, Any]:
+    """The properties read from a peak's neighbourhood after the kernel, for the peaks ``idx``
+    (``[rows, slots]``, -1 in empty slots) of rows ``x`` (NumPy arrays or tensors alike):
+    ``left_edges`` / ``right_edges`` (the first and last sample of the run of samples equal to
+    the peak's) and ``left_thresholds`` / ``right_thresholds`` (the peak's height less its
+    neighbour's; NaN where a peak at an edge has none). Reads ``[rows, n]`` once for the edges,
+    only on rows where a peak has an equal neighbour; gathers 3 values per peak otherwise."""
+    if "plateaus" not in asked and "thresholds" not in asked:
+        return {}
+    host = isinstance(x, np.ndarray)
+    if host:
+        take = lambda a, i: np.take_along_axis(a, i, axis=1)  # noqa: E731
+        where, arange = np.where, np.arange
+    else:
+        import torch
+
+        take = lambda a, i: torch.gather(a, 1, i)  # noqa: E731
+        where = torch.where
+        arange = lambda n: torch.arange(n, device=x.device)  # noqa: E731
+    n = x.shape[1]
+    valid = idx >= 0
+    p = where(valid, idx, 0)
+    h = take(x, p)
+    before = take(x, (p - 1).clip(0, n - 1))
+    after = take(x, (p + 1).clip(0, n - 1))
+    got = {}
+    if "thresholds" in asked:
+        got["left_thresholds"] = where(valid & (p > 0), h - before, float("nan"))
+        got["right_thresholds"] = where(valid & (p < n - 1), h - after, float("nan"))
+    if "plateaus" in asked:
+        left, right = p + 0, p + 0  # a sharp peak is its own plateau
+        flat = (valid & (((p > 0) & (before == h)) | ((p < n - 1) & (after == h)))).any(1)
+        rows = flat.nonzero()[0] if host else flat.nonzero()[:, 0]
+        if len(rows):  # each sample's run of equal samples: where it starts and where it ends
+            xr, pr = x[rows], p[rows]
+            at = arange(n)
+            if host:
+                new = np.empty(xr.shape, bool)
+                new[:, 0] = True
+                new[:, 1:] = xr[:, 1:] != xr[:, :-1]
+                start = np.maximum.accumulate(np.where(new, at, 0), axis=1)
+                last = np.empty(xr.shape, bool)
+                last[:, -1] = True
+                last[:, :-1] = new[:, 1:]
+                end = np.minimum.accumulate(np.where(last, at, n - 1)[:, ::-1], axis=1)[:, ::-1]
+            else:
+                new = torch.ones(xr.shape, dtype=torch.bool, device=x.device)
+                new[:, 1:] = xr[:, 1:] != xr[:, :-1]
+                start = torch.cummax(torch.where(new, at, 0), 1).values
+                last = torch.ones_like(new)
+                last[:, :-1] = new[:, 1:]
+                end = torch.cummin(torch.where(last, at, n - 1).flip(1), 1).values.flip(1)
+            left[rows] = take(start, pr)
+            right[rows] = take(end, pr)
+        got["plateau_sizes"] = where(valid, right - left + 1, -1)
+        got["left_edges"] = where(valid, left, -1)
+        got["right_edges"] = where(valid, right, -1)
+    return got
+
+
+#: the properties of each filter, as scipy names them, in its order: name -> where the kernels'
+#: outputs (or :func:`_neighbours`) hold it
+_PROPERTIES = {
+    "plateaus": {"plateau_sizes": ("plateau_sizes",), "left_edges": ("left_edges",), "right_edges": ("right_edges",)},
+    "heights": {"peak_heights": ("heights",)},
+    "thresholds": {"left_thresholds": ("left_thresholds",), "right_thresholds": ("right_thresholds",)},
+    "prominences": {"prominences": ("prom",), "left_bases": ("base", 0), "right_bases": ("base", 1)},
+    "widths": {"widths": ("wid",), "width_heights": ("ips", 0), "left_ips": ("ips", 1), "right_ips": ("ips", 2)},
+}
+
+
+def _found(got: dict, lead: tuple, k: int | None, asked: list[str], device: Any) -> FoundPeaks:
     """The kernels' outputs (NumPy arrays or tensors, ``[rows, slots]``) as a :class:`FoundPeaks`
-    of ``lead + (k,)`` (``k`` None: as many slots as the fullest row), on ``device`` when given
-    (host results of tensor rows go back to their device)."""
+    of ``lead + (k,)`` (``k`` None: as many slots as the fullest row) with the properties of
+    the filters ``asked`` (``_PROPERTIES``), on ``device`` when given (host results of tensor
+    rows go back to their device)."""
     counts = got["counts"]
     rows_n = counts.shape[0]
     if rows_n and int(counts.min()) < 0:  # the kernels check finiteness as they read each row
@@ -186,11 +313,9 @@ def _found(got: dict, lead: tuple, k: int | None, need_prom: bool, need_width: b
                          "find_peaks gives no meaningful peaks there either)")
     slots = int(counts.max()) if k is None and rows_n else int(k or 0)
     fields = {"indices": got["indices"], "heights": got["heights"]}
-    if need_prom:
-        fields.update(prominences=got["prom"], left_bases=got["base"][..., 0], right_bases=got["base"][..., 1])
-    if need_width:
-        ips = got["ips"]
-        fields.update(widths=got["wid"], width_heights=ips[..., 0], left_ips=ips[..., 1], right_ips=ips[..., 2])
+    for group in asked:
+        for name, (key, *col) in _PROPERTIES[group].items():
+            fields[name] = got[key][..., col[0]] if col else got[key]
     for name, v in fields.items():  # to k slots (k may exceed what a row can hold)
         if v.shape[1] == slots:  # the kernel's own arrays, no copy
             fields[name] = v.reshape(lead + (slots,))
@@ -209,5 +334,6 @@ def _found(got: dict, lead: tuple, k: int | None, need_prom: bool, need_width: b
         conv = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
         fields = {name: conv(v) for name, v in fields.items()}
         counts = conv(counts)
-    indices, heights = fields.pop("indices"), fields.pop("heights")
+    indices, heights = fields.pop("indices"), fields["peak_heights"] if "heights" in asked else fields["heights"]
+    del fields["heights"]
     return FoundPeaks(indices, heights, counts, fields)

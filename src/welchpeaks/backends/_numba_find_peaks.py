@@ -73,14 +73,14 @@ _OPEN = np.array([np.nan, np.nan])
 
 def config(*, edges=False, h_lim=_OPEN, t_lim=_OPEN, distance=0, p_lim=_OPEN, w_lim=_OPEN, wlen=-1, rel_height=0.5,
            need_prom=False, need_width=False, k=1, snr_min=np.nan, noise_bins=0, need_snr=False, interp=-1,
-           alpha=0.5, n_fft=0, one_sided=-1) -> Config:
+           alpha=0.5, n_fft=0, one_sided=-1, s_lim=_OPEN) -> Config:
     """``cfg`` of :func:`host_find_peaks` and :func:`welch_find_peaks`: a :class:`Config` (its
     docstring says what each field means), each field in the one type the kernel is compiled
     for (the bounds as contiguous float64 ``[min, max]`` arrays)."""
     lim = lambda v: np.ascontiguousarray(v, np.float64).reshape(2)  # noqa: E731
     return Config(bool(edges), lim(h_lim), lim(t_lim), int(distance), lim(p_lim), lim(w_lim), int(wlen),
                   float(rel_height), bool(need_prom), bool(need_width), int(k), float(snr_min), int(noise_bins),
-                  bool(need_snr), int(interp), float(alpha), int(n_fft), int(one_sided))
+                  bool(need_snr), int(interp), float(alpha), int(n_fft), int(one_sided), lim(s_lim))
 
 
 def outputs(rows: int, k: int, need_prom: bool, need_width: bool, need_snr: bool, refine: bool,
@@ -106,8 +106,8 @@ def host_find_peaks(x, cfg, out, n_workers):
     x : float64 ``[rows, n]``, C-contiguous
         The rows; only read. A row holding NaN or infinity is left empty, its ``counts`` -1.
     cfg : :class:`Config` (:func:`config`)
-        What to find: ``edges``; ``h_lim``, ``t_lim``, ``p_lim``, ``w_lim``: ``[min, max]`` of
-        height, threshold, prominence and width, NaN where open; ``distance``: the least
+        What to find: ``edges``; ``s_lim``, ``h_lim``, ``t_lim``, ``p_lim``, ``w_lim``: ``[min,
+        max]`` of plateau size, height, threshold, prominence and width, NaN where open; ``distance``: the least
         distance between kept peaks (rounded up; <= 1: none); ``wlen`` (< 2: none) and
         ``rel_height`` as scipy's; ``need_prom``, ``need_width``: compute those; ``k``: slots
         per row. For spectra: ``snr_min`` (dB, NaN: none; applied after scipy's filters,

@@ -57,7 +57,7 @@ LAST_THRESHOLD, LAST_LO, LAST_HI, LAST_HIT = 0, 1, 2, 3
 
 Config = namedtuple("Config", ("edges", "h_lim", "t_lim", "distance", "p_lim", "w_lim", "wlen", "rel_height",
                                "need_prom", "need_width", "k", "snr_min", "noise_bins", "need_snr", "interp", "alpha",
-                               "n_fft", "one_sided"))
+                               "n_fft", "one_sided", "s_lim"))
 Config.__doc__ = """What the kernel finds (``cfg``), each field in the one type it is compiled for, so one
 signature serves every caller (build it with ``_numba_find_peaks.config``).
 
@@ -70,7 +70,9 @@ measured; ``need_prom``, ``need_width`` (bool): measure those; ``k`` (int): slot
 median, else the median over +-``noise_bins`` samples); ``need_snr`` (bool): report the SNR;
 ``interp`` (int, an ``INTERP_CODES`` code, -1: none), ``alpha`` (float), ``n_fft`` (int) and
 ``one_sided`` (int, -1: none; the bin the Hann estimator reads from its right neighbour alone):
-the sub-bin refinement."""
+the sub-bin refinement; ``s_lim`` (``[min, max]`` float64, NaN where open): plateau size
+bounds (scipy's ``plateau_size``: the samples of the flat top a peak is the middle of, 1 for a
+sharp peak)."""
 
 Outputs = namedtuple("Outputs", ("idx", "h", "prom", "base", "width", "ips", "snr", "fbin", "counts"))
 Outputs.__doc__ = """Where the kernel writes (``out``; build it with ``_numba_find_peaks.outputs``): ``[rows, k]``
@@ -82,7 +84,7 @@ line height, left and right positions); ``snr`` (dB); ``fbin``: the refined posi
 ``counts`` (``[rows]`` int64): peaks kept per row, -1 where the row is not finite."""
 
 Scratch = namedtuple("Scratch", ("cand", "hts", "keep", "prom", "base", "wid", "order", "mark", "bmin", "bmax", "tmp",
-                                 "fv", "iv", "sel", "bpk", "bbits", "last_row"))
+                                 "fv", "iv", "sel", "bpk", "bbits", "last_row", "rad"))
 Scratch.__doc__ = """A worker's scratch for rows of ``n`` samples (``cap = n // 2 + 2``, the most maxima a row
 holds; ``nb`` blocks of ``_BLOCK``), built by ``_numba_fp_rows._scratch``; nothing is cleared
 between rows.
@@ -98,7 +100,9 @@ greatest sample), ``bpk`` (highest local maximum), ``bbits`` (int64, the maxima 
 ``tmp`` (``3 max(n, 2 noise_bins + 1)`` floats): the medians' selection, the ranking's, the
 Hann refinement's gathered powers. ``fv`` (``[3, max(cap + 1 + _BLOCK, 4 _BLOCK)]`` floats)
 and ``iv`` (int64 ``[3, cap + 1]``): the valleys (``FV_*``, ``IV_*`` rows). ``last_row``
-(``[4]``, ``LAST_*`` slots): what the last row leaves to the next."""
+(``[4]``, ``LAST_*`` slots): what the last row leaves to the next. ``rad`` (int64
+``[4 cap + 2048]``): the radix sort's keys, positions and counts
+(``_numba_fp_rank._sorted_order``)."""
 
 
 @njit(**_OPTS)

@@ -37,6 +37,21 @@ def _passes_threshold(row, p, t_lim):
                 (t_lim[1] == t_lim[1] and not max(dl, dr) <= t_lim[1]))
 
 
+@njit(inline="always", **_OPTS)
+def _passes_plateau(row, p, s_lim):
+    """scipy's ``plateau_size`` rule for the peak at ``p``: the run of samples equal to ``row[p]``
+    around it (1 for a sharp peak) within ``s_lim``. Reads the run and its two ends."""
+    n = row.shape[0]
+    v = row[p]
+    lo = p
+    while lo > 0 and row[lo - 1] == v:
+        lo -= 1
+    hi = p
+    while hi < n - 1 and row[hi + 1] == v:
+        hi += 1
+    return _passes(float(hi - lo + 1), s_lim)
+
+
 @njit(**_OPTS)
 def _width(row, p, prominence, left_base, right_base, rel_height):
     """The width of the peak at ``p``, as ``scipy.signal.peak_widths`` measures it.

@@ -18,10 +18,11 @@ from welchpeaks.backends._numba_fp_common import (_BIG, _BLOCK, _KERNEL, _LANE_M
                                                   _PROM_LANES, _PROM_WALK, BASE_LEFT, BASE_RIGHT, WID_LEFT, WID_LINE,
                                                   WID_RIGHT, WID_SNR, WID_WIDTH, Scratch)
 from welchpeaks.backends._numba_fp_extrema import _local_maxima, _maxima_and_valleys, _scan_blocks
-from welchpeaks.backends._numba_fp_filters import _bounded, _by_distance, _compact, _passes, _passes_threshold, _width
+from welchpeaks.backends._numba_fp_filters import (_bounded, _by_distance, _compact, _passes, _passes_plateau,
+                                                   _passes_threshold, _width)
 from welchpeaks.backends._numba_fp_median import _median_of
 from welchpeaks.backends._numba_fp_prominence import _all_prominences, _lanes_prominences, _prominence
-from welchpeaks.backends._numba_fp_rank import _first_tier, _lazy_top, _measured_top, _top
+from welchpeaks.backends._numba_fp_rank import _PASSES, _RADIX, _first_tier, _lazy_top, _measured_top, _top
 from welchpeaks.backends._numba_fp_snr import _snr_db, _snr_of, _ten_log10_each
 from welchpeaks.backends._numba_kernels import INTERP_HANN, _offset, hann_gathered
 
@@ -37,7 +38,8 @@ def _scratch(n, noise_bins):
                    np.empty(2 * cap, np.int64), np.zeros(n, np.int64), np.empty(nb, np.float64),
                    np.empty(nb, np.float64), np.empty(3 * max(n, 2 * noise_bins + 1), np.float64),
                    np.empty((3, max(cap + 1 + _BLOCK, 4 * _BLOCK)), np.float64), np.empty((3, cap + 1), np.int64),
-                   np.empty(cap, np.int64), np.empty(nb, np.float64), np.empty(nb, np.int64), np.full(4, np.nan))
+                   np.empty(cap, np.int64), np.empty(nb, np.float64), np.empty(nb, np.int64), np.full(4, np.nan),
+                   np.empty(4 * cap + _PASSES * _RADIX, np.int64))
 
 
 @njit(**_OPTS)
@@ -72,7 +74,7 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
     n = x.shape[1]
     # every prominence from one sweep over the valleys (about 30 ns per maximum), unless k is
     # small against the row: then the few visited peaks' walks are cheaper
-    swept = need_prom and not edges and cfg.wlen < 2 and n < 16 * k
+    swept = need_prom and not edges and cfg.wlen < 2 and n < 16 * k and distance <= 1
     # the k highest from the block index when the first tier's blocks are a small part of the row
     by_blocks = not swept and 2 * _first_tier(k) <= (n + _BLOCK - 1) // _BLOCK
     has_snr = snr_min == snr_min
@@ -83,7 +85,8 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
         flags = 0
         if by_blocks or (need_prom and not swept):  # (the walks need the blocks' extrema)
             flags = _scan_blocks(row, edges, scr.bmin, scr.bmax, scr.bpk, scr.bbits)
-        from_blocks = by_blocks and flags == 0
+        # (flags 0: no two neighbours equal, so every plateau is one sample; else every maximum is listed)
+        from_blocks = by_blocks and flags == 0 and (not _bounded(cfg.s_lim) or _passes(1.0, cfg.s_lim))
         m = 0
         if swept:
             finite = True
@@ -103,13 +106,14 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
             if (has_snr or need_snr) and noise_bins < 1:
                 floor = median if median == median else _median_of(row, scr.tmp, scr.last_row)
             # few maxima and no filter that drops some first: each visited one's prominence in lanes
-            lazy = swept and m <= _LANE_MAXIMA and not (_bounded(cfg.h_lim) or _bounded(cfg.t_lim))
+            lazy = swept and m <= _LANE_MAXIMA and not (_bounded(cfg.s_lim) or _bounded(cfg.h_lim)
+                                                         or _bounded(cfg.t_lim))
             if not from_blocks:
                 m = _prefilter(row, cfg, scr.cand, scr.hts, scr.keep, scr.prom, scr.base, scr.wid, scr.fv, scr.iv, m,
                                swept, lazy)
             if lazy and not _may_drop(cfg):  # the k highest are kept: measure those only
                 kept = _measured_top(row, m, cfg, scr.cand, scr.hts, scr.prom, scr.base, scr.wid, scr.order, scr.sel,
-                                     scr.tmp, scr.fv, scr.iv)
+                                     scr.tmp, scr.rad, scr.fv, scr.iv)
             elif (from_blocks or has_snr or lazy
                   or ((distance > 1 or need_width or (need_prom and not swept)) and k < m)):
                 mode = _PROM_LANES if lazy else _PROM_KNOWN if swept else _PROM_WALK
@@ -130,7 +134,7 @@ def _prefilter(row, cfg, cand, hts, keep, prom, base, wid, fv, iv, m, swept, laz
 
     With ``swept``: their heights into ``hts`` and, unless ``lazy``, all their prominences and
     bases from the valleys ``fv``, ``iv`` (in lanes up to :data:`_LANE_MAXIMA`, else by the
-    sweep). Then the height and threshold filters, and without distance the prominence filter
+    sweep). Then the plateau size, height and threshold filters, and without distance the prominence filter
     when the prominences are known; each filter compacts the lists (:func:`_compact`).
     Returns the count left."""
     h_lim, t_lim, distance, p_lim = cfg.h_lim, cfg.t_lim, cfg.distance, cfg.p_lim
@@ -144,6 +148,10 @@ def _prefilter(row, cfg, cand, hts, keep, prom, base, wid, fv, iv, m, swept, laz
                 _lanes_prominences(m, hts, fv, iv, prom, base)
         else:
             _all_prominences(m, hts, fv, iv, prom, base)
+    if _bounded(cfg.s_lim):
+        for j in range(m):
+            keep[j] = _passes_plateau(row, cand[j], cfg.s_lim)
+        m = _compact(m, keep, cand, hts, prom, base, wid)
     if _bounded(h_lim):
         for j in range(m):
             keep[j] = _passes(hts[j], h_lim)
@@ -188,7 +196,7 @@ def _filter_all(row, cfg, scr, m, swept):
                 keep[j] = _passes(wid[j, WID_WIDTH], w_lim)
             m = _compact(m, keep, cand, hts, prom, base, wid)
     kept = min(k, m)
-    _top(hts, m, kept, order, scr.sel, scr.tmp)
+    _top(hts, m, kept, order, scr.sel, scr.tmp, scr.rad)
     return kept
 
 

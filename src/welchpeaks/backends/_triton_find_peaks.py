@@ -9,7 +9,7 @@ of scipy's loops:
 * visits from the highest candidate, equal heights as a group decided from the lower index
   (the distance rule's tie rule, as in the numba kernel): a plateau start resolves to its
   middle (or is no peak when the plateau ends with a rise or at the row's end), then
-  threshold, then the distance rule against the peaks it kept (a peak that fails a later
+  plateau size and threshold, then the distance rule against the peaks it kept (a peak that fails a later
   filter still keeps its neighbours away, as in scipy, where distance comes before prominence
   and width), then prominence and width, each a handful of reductions over the row (the
   nearest higher sample on each side, the lowest sample between, the crossing of the width
@@ -84,8 +84,8 @@ def find_peaks_kernel(x_ptr, stride, n, lims_ptr, distance, wlen, K, idx_ptr, h_
                     NEED_WIDTH: tl.constexpr):
     """Peaks of row ``program_id`` of ``x [rows, n]`` (float64, row stride ``stride``).
 
-    ``lims``: float64 ``[h_lo, h_hi, t_lo, t_hi, p_lo, p_hi, w_lo, w_hi, rel_height]`` with
-    -inf/+inf for open ends. Outputs ``[rows, K]`` (pre-filled empty by the caller): index,
+    ``lims``: float64 ``[h_lo, h_hi, t_lo, t_hi, p_lo, p_hi, w_lo, w_hi, s_lo, s_hi,
+    rel_height]`` with -inf/+inf for open ends (``s``: the plateau size). Outputs ``[rows, K]`` (pre-filled empty by the caller): index,
     height, with ``NEED_PROM`` prominence and bases ``[rows, K, 2]``, with ``NEED_WIDTH`` width
     and ``[rows, K, 3]`` (line height, left and right positions); ``cnt``: peaks written (-1:
     the row holds NaN or infinity)."""
@@ -109,7 +109,9 @@ def find_peaks_kernel(x_ptr, stride, n, lims_ptr, distance, wlen, K, idx_ptr, h_
     p_hi = tl.load(lims_ptr + 5)
     w_lo = tl.load(lims_ptr + 6)
     w_hi = tl.load(lims_ptr + 7)
-    rel_height = tl.load(lims_ptr + 8)
+    s_lo = tl.load(lims_ptr + 8)
+    s_hi = tl.load(lims_ptr + 9)
+    rel_height = tl.load(lims_ptr + 10)
     cand = (offs >= 1) & (offs < n - 1) & (left < x) & (x >= right)
     if EDGES:
         cand = cand | ((offs == 0) & (n >= 2) & (x > right)) | ((offs == n - 1) & (n >= 2) & (x > left))
@@ -135,6 +137,8 @@ def find_peaks_kernel(x_ptr, stride, n, lims_ptr, distance, wlen, K, idx_ptr, h_
             after = _scalar_at(row, tl.minimum(e, n - 1))
             ok = (~flat) | ((e < n) & (after < h))
             p = tl.where(flat, (s + e - 1) // 2, s)
+            size = tl.where(flat, e - s, 1).to(tl.float64)  # the plateau's samples
+            ok = ok & (s_lo <= size) & (size <= s_hi)
             # threshold: the drop to each neighbour (an edge has one)
             xm = _scalar_at(row, tl.maximum(p - 1, 0))
             xp = _scalar_at(row, tl.minimum(p + 1, n - 1))

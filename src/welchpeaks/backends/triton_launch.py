@@ -80,9 +80,10 @@ def device_find_peaks(x, f: dict, slots: int, edges: bool) -> dict:
     rows, n = x.shape
     dev = x.device
     need_prom, need_width, distance, wlen = f["need_prom"], f["need_width"], f["distance"], f["wlen"]
-    lim = np.concatenate([f["h_lim"], f["t_lim"], f["p_lim"], f["w_lim"], [f["rel_height"]]]).astype(np.float64)
-    lim[0:8:2] = np.where(np.isnan(lim[0:8:2]), -np.inf, lim[0:8:2])  # open lower ends
-    lim[1:8:2] = np.where(np.isnan(lim[1:8:2]), np.inf, lim[1:8:2])  # open upper ends
+    lim = np.concatenate([f["h_lim"], f["t_lim"], f["p_lim"], f["w_lim"], f["s_lim"],
+                          [f["rel_height"]]]).astype(np.float64)
+    lim[0:10:2] = np.where(np.isnan(lim[0:10:2]), -np.inf, lim[0:10:2])  # open lower ends
+    lim[1:10:2] = np.where(np.isnan(lim[1:10:2]), np.inf, lim[1:10:2])  # open upper ends
     full = lambda shape, v, dt: torch.full(shape, v, dtype=dt, device=dev)  # noqa: E731
     out = {"indices": full((rows, slots), -1, torch.int64), "heights": full((rows, slots), float("nan"), torch.float64),
            "prom": full((rows, slots) if need_prom else (1,), float("nan"), torch.float64),

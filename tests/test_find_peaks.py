@@ -187,6 +187,11 @@ def test_bench_find_peaks_cli(tmp_path):
     data = json.loads(out.read_text())
     assert [r["config"] for r in data["results"]][:2] == ["local maxima", "distance"]
     assert all(r["same_peaks"] and r["speedup"] > 0 for r in data["results"])
+    every = CliRunner().invoke(app, ["bench", "find-peaks", "--rows", "40", "--n", "129", "--repeats", "1", "--k",
+                                     "0", "--json", str(out)])
+    assert every.exit_code == 0, every.output
+    data = json.loads(out.read_text())
+    assert data["k"] is None and all(r["same_peaks"] for r in data["results"])
     bad = CliRunner().invoke(app, ["bench", "find-peaks", "--n", "2"])
     assert bad.exit_code != 0 and "--n >= 3" in bad.output
 

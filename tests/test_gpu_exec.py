@@ -247,7 +247,8 @@ def _cuda_model(fused_per_row: float, select_per_row: float, h2d_bw: float = 25.
     """A 'measured' CUDA model with round numbers (time proportional to rows)."""
     from dataclasses import replace
 
-    from welchpeaks.plan.cost import LogLogTable, default_cuda_model
+    from welchpeaks.plan.cost import LogLogTable
+    from welchpeaks.plan.defaults import default_cuda_model
 
     def flat(per_row):
         return LogLogTable([64.0, 65536.0], [1.0, 1e7], [[per_row, per_row * 1e7]] * 2)
@@ -306,7 +307,8 @@ def test_cuda_calibration_runs_end_to_end(tmp_path, monkeypatch):
 
     from welchpeaks.cli import app
     from welchpeaks.plan.calibrate_cuda import measure_cuda, steps
-    from welchpeaks.plan.cost import BackendCostModel, default_cuda_model
+    from welchpeaks.plan.cost import BackendCostModel
+    from welchpeaks.plan.defaults import default_cuda_model
 
     real_block = te.block_runner
 

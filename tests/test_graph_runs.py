@@ -92,7 +92,7 @@ def test_the_gate_decides_fusion(name, n_fft):
     when an injected cost model makes fusing not pay."""
     from dataclasses import replace
 
-    from welchpeaks.plan.cost import default_cuda_model
+    from welchpeaks.plan.defaults import default_cuda_model
 
     p = make_params(n_fft=n_fft, k=6, segments=3)
     ex = backends.get(name)

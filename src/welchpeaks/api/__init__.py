@@ -5,7 +5,8 @@ the planner decides."""
 
 from welchpeaks.api.find_peaks import find_peaks
 from welchpeaks.api.peak_measures import peak_prominences, peak_widths
-from welchpeaks.api.peaks import WelchPeaks, available_strategies, welch_peaks
+from welchpeaks.api.options import available_strategies
+from welchpeaks.api.peaks import WelchPeaks, welch_peaks
 from welchpeaks.api.track import Tracker, WelchPeakStream, track
 from welchpeaks.api.welch import welch
 

@@ -9,7 +9,6 @@ turns its rows into a :class:`PeakResult`.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from typing import Any, Callable
 
 import numpy as np
@@ -18,117 +17,14 @@ from welchpeaks import backends, memory, spec
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
 from welchpeaks.api.detailed import make_filters, merge_distance
-from welchpeaks.params import PeakParams, make_params
+from welchpeaks.api.options import (check_device, check_layout, check_max_memory,
+                                    check_result_size, learned_execution, resolve_strategy)
+from welchpeaks.params import make_params
 from welchpeaks.plan import measure
-from welchpeaks.plan.planner import PROVISIONAL, CallPlan, Planner
+from welchpeaks.plan.call import CallPlan
+from welchpeaks.plan.planner import PROVISIONAL, Planner
 from welchpeaks.result import PeakResult
 from welchpeaks.sources import SignalSource
-
-
-def check_result_size(params: PeakParams, rows: int, frames: int | None, dtype: Any, max_memory: int | None,
-                      fix: str) -> None:
-    """Refuse a whole result (``[rows, k]``, or ``[rows, frames, k]`` of ``track``) before it is
-    allocated: when ``k`` past the bins makes its empty slots over ``memory.MAX_EMPTY_SLOT_BYTES`` (the
-    same limit as one block's), or when it does not fit the memory budget (half the memory
-    available, or ``max_memory`` where larger: ``max_memory`` bounds the working memory beyond
-    the results, so a small one does not shrink the room for them). ``fix``: the way to write
-    such a result to disk instead."""
-    from welchpeaks.plan import planner
-    from welchpeaks.plan.io import size_text
-
-    k = params.k
-    slots = rows * (1 if frames is None else frames) * k
-    shape = f"[{rows:,}, k={k}]" if frames is None else f"[{rows:,} signals, {frames:,} frames, k={k}]"
-    need = slots * (4 + np.dtype(dtype).itemsize + 8 + 8 * len(params.measure_names()))
-    if k > params.n_bins and slots * 16 > memory.MAX_EMPTY_SLOT_BYTES:
-        raise ValueError(f"k={k} asks for {need / 2**30:.1f} GiB of results {shape}, but n_fft={params.n_fft} has only "
-                         f"{params.n_bins} bins, so every slot past {params.n_bins} is empty; pass k <= {params.n_bins}")
-    budget = max(max_memory or 0, planner.default_budget())
-    if need > budget:
-        raise ValueError(f"the result {shape} would take {size_text(need)}, over the {size_text(budget)} it may use "
-                         f"(half the memory available, or max_memory= where larger); pass a smaller k or max_memory= "
-                         f"(bytes) if the memory is there, or {fix}")
-
-
-def available_strategies(device: str = "cpu") -> list[str]:
-    """Executions installed and usable here on ``device`` (for example ``['numpy', 'fused-cpu']``)."""
-    _check_device(device)
-    return backends.available(device)
-
-
-def _check_device(device: str) -> None:
-    spec.check_choice("device", device)
-    if device == "cuda":
-        try:
-            from welchpeaks.backends.torch_exec import import_torch
-
-            torch = import_torch()
-        except ImportError as exc:
-            raise ValueError(f"device='cuda' needs torch: {exc}") from None
-        if backends.upload_device() is None:
-            why = "TRITON_INTERPRET=1 asks for CPU tensors" if torch.cuda.is_available() else "torch sees no CUDA device"
-            raise ValueError(f"device='cuda': {why} here; use device='cpu'")
-
-
-def _resolve_strategy(strategy: str, params: PeakParams) -> backends.Execution | None:
-    """The execution a strategy name asks for; None for 'auto' (the planner picks per call)."""
-    if not isinstance(strategy, str):
-        raise TypeError(f"strategy={strategy!r} must be a string: 'auto' or one of {backends.names()}")
-    if strategy == "auto":
-        return None
-    if strategy not in backends.names():
-        raise ValueError(f"strategy={strategy!r} is unknown; use 'auto' or one of {backends.names()}")
-    ex = backends.get(strategy)
-    why = ex.unavailable_reason()
-    if why is not None:
-        raise ValueError(f"strategy={strategy!r} is unavailable here: {why}")
-    why = ex.unsupported_reason(params)
-    if why is not None:
-        raise ValueError(f"strategy={strategy!r} cannot compute these options: {why}; use strategy='auto'")
-    return ex
-
-
-def _learned_execution(strategy: str, model: Any, min_recall: Any, device: str,
-                       params: PeakParams) -> backends.Execution | None:
-    """The learned execution of ``model`` (None without one), after checking its options."""
-    if isinstance(min_recall, bool) or not isinstance(min_recall, numbers.Real) or not 0 <= min_recall <= 1:
-        raise ValueError(f"min_recall={min_recall!r} must be a fraction in [0, 1] (default 0.99)")
-    if model is None:
-        if strategy == "learned":
-            raise ValueError("strategy='learned' needs model=: a ButterflyFFT or the path of its weights "
-                             "(welchpeaks learn fft / learn prune write them)")
-        return None
-    if device != "cpu":
-        raise ValueError(f"model= runs on the CPU in this version; use device='cpu', not {device!r}")
-    from welchpeaks.backends.learned_exec import LearnedExec
-
-    ex = LearnedExec(model)
-    why = ex.unsupported_reason(params)
-    if why is not None:
-        raise ValueError(f"model= cannot compute these options: {why}; pass a model trained for n_fft={params.n_fft}")
-    return ex
-
-
-def _check_max_memory(max_memory: Any) -> int | None:
-    if max_memory is None:
-        return None
-    if isinstance(max_memory, bool) or not isinstance(max_memory, numbers.Integral):
-        raise TypeError(f"max_memory={max_memory!r} must be a number of bytes (an integer) or None")
-    if max_memory < 1 << 20:
-        raise ValueError(f"max_memory={max_memory} bytes is below 1 MiB; pass a budget in bytes such as 2 * 2**30, "
-                         "or None for half the available memory")
-    return int(max_memory)
-
-
-def _check_layout(layout: str | None, segments: Any) -> str | None:
-    if layout is None:
-        return None
-    if layout != "auto":
-        raise ValueError(f"layout={layout!r} is unknown; use layout='auto' (or choose a layout with "
-                         "segments='ultra', 'fast' or 'reference')")
-    if segments not in (None, 2, "fast"):
-        raise ValueError(f"layout='auto' chooses the number of segments itself; drop segments={segments!r}")
-    return layout
 
 
 class WelchPeaks:
@@ -194,20 +90,20 @@ class WelchPeaks:
                                max_pvalue=max_pvalue)
         self._pinned: dict[tuple[str, str], WelchPeaks] = {}
         self._piece_plans: dict[tuple[str, int, str], Any] = {}
-        self.layout = _check_layout(layout, segments)
+        self.layout = check_layout(layout, segments)
         self.params = make_params(
             k=k, n_fft=n_fft, resolution_hz=resolution_hz, hop=hop, segments=1 if self.layout else segments, fs=fs,
             window=window,
             detrend=detrend, scaling=scaling, mode=mode, min_distance=min_distance, nan_policy=nan_policy,
             dtype=dtype, precision=precision, interp=interp, edges=edges, filters=filters,
         )
-        _check_device(device)
+        check_device(device)
         self.device = device
         self.requested = strategy
-        learned = _learned_execution(strategy, model, min_recall, device, self.params)
-        forced = learned if strategy == "learned" else _resolve_strategy(strategy, self.params)
+        learned = learned_execution(strategy, model, min_recall, device, self.params)
+        forced = learned if strategy == "learned" else resolve_strategy(strategy, self.params)
         self.planner = Planner(self.params, device, forced, learned, min_recall, self.layout,
-                               max_memory=_check_max_memory(max_memory))
+                               max_memory=check_max_memory(max_memory))
         self._last: tuple[int, int, np.dtype] | None = None
         self._last_call: CallPlan | None = None
 

@@ -27,7 +27,8 @@ from numpy.lib.stride_tricks import as_strided
 from welchpeaks import memory, spec
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
-from welchpeaks.api.peaks import WelchPeaks, check_result_size
+from welchpeaks.api.options import check_result_size
+from welchpeaks.api.peaks import WelchPeaks
 from welchpeaks.result import PeakResult, TrackResult
 from welchpeaks.sources import SignalSource
 

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from welchpeaks.backends import _simd
-from welchpeaks.backends._numba_fp_common import (_BLOCK, _KERNEL, _LANE_MAXIMA, _OPTS, _PROM_LANES, _PROM_WALK,
+from welchpeaks.backends._numba_fp_common import (_BLOCK, _LANE_MAXIMA, _OPTS, _PROM_LANES, _PROM_WALK,
                                                   BASE_LEFT, BASE_RIGHT, LAST_THRESHOLD, WID_LEFT, WID_LINE, WID_RIGHT,
                                                   WID_SNR, WID_WIDTH, _higher_bits)
 from welchpeaks.backends._numba_fp_filters import _bounded, _passes, _passes_threshold, _width

@@ -206,7 +206,7 @@ class FusedCpuPlan:
         """One kernel call over ``n_seg`` segments of ``x2d``, whose first sample starts the rows'
         segment ``seg0``; the rows left empty (non-finite). ``carry``, ``done``, ``use_carry``,
         ``finish``, ``pivot`` and ``seg0`` are the fields of ``fused_pow2``'s ``Pieces``."""
-        p, rows = self.params, x2d.shape[0]
+        rows = x2d.shape[0]
         kern = _kernels()
         if not finish and done.shape[0] == 0 and seg0 + n_seg >= kern.CHUNK:
             raise ValueError(f"segments {seg0}..{seg0 + n_seg - 1} complete a chunk of {kern.CHUNK}: an unfinished "

@@ -243,7 +243,7 @@ def _accuracy_rows(res: dict) -> dict:
 def bench_find_peaks(
     rows: int = typer.Option(8192, "--rows", help="Rows per call."),
     n: int = typer.Option(1025, "--n", help="Samples per row (1025: the bins of n_fft 2048)."),
-    k: int = typer.Option(16, "--k", help="Peaks kept per row."),
+    k: int = typer.Option(16, "--k", help="Peaks kept per row; 0: every peak (k=None)."),
     repeats: int = typer.Option(5, "--repeats", help="Timed runs of each (median and min-max)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the figures and machine info as JSON."),
 ) -> None:
@@ -252,11 +252,12 @@ def bench_find_peaks(
     from welchpeaks.bench.find_peaks import run
     from welchpeaks.machine import machine_info
 
-    if rows < 1 or n < 3 or k < 1 or repeats < 1:
-        _fail("--rows, --k and --repeats must be >= 1 and --n >= 3")
+    if rows < 1 or n < 3 or k < 0 or repeats < 1:
+        _fail("--rows and --repeats must be >= 1, --k >= 0 (0: every peak) and --n >= 3")
     check_output(json_path, "--json")
-    res = run(rows, n, k, repeats, progress=lambda s: err.print(s, highlight=False))
-    table = Table(title=f"find_peaks: {rows} rows of {n}, k {k}, medians of {repeats} (min-max)")
+    res = run(rows, n, k or None, repeats, progress=lambda s: err.print(s, highlight=False))
+    table = Table(title=f"find_peaks: {rows} rows of {n}, k {k or 'None (every peak)'}, medians of {repeats} "
+                        "(min-max)")
     for col in ("filters", "welchpeaks ms", "scipy loop ms", "speed-up", "same peaks"):
         table.add_column(col, justify="right")
     for r in res["results"]:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import os
 import shutil
 import stat
@@ -46,6 +45,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from welchpeaks.cli.job_output import JobError, write_output
 from welchpeaks.memory import UNIT_BYTES
 from welchpeaks.result import time_column
 from welchpeaks.files import FileContentError, as_umask_allows, load_json, read_regular, write_atomic
@@ -64,10 +64,6 @@ MANIFEST_VERSION = 2
 #: the most bytes a manifest holds (arguments, sources, pins), and a line of the unit list
 MANIFEST_BYTES = 1 << 20
 DONE_LINE_BYTES = 128
-
-
-class JobError(ValueError):
-    """A job that cannot start or go on; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -536,108 +532,12 @@ class Job:
 
     def assemble(self) -> None:
         """Write the output from the saved units (atomically), then remove the staging folder."""
-        suffix = self.out.suffix.lower()
-        if suffix == ".zarr":
-            self._write_zarr()
-        else:
-            write_atomic(self.out, {".csv": self._write_csv, ".jsonl": self._write_jsonl,
-                                    ".parquet": self._write_parquet}[suffix])
+        write_output(self.out, self.kind, self.names, self.column_names, self.columns)
         # renamed aside first: a run that opens the folder meanwhile finds it whole or not at all
         gone = self.stage.with_name(f".{self.stage.name}.done.{os.getpid()}")
         os.replace(self.stage, gone)
         self.close()
         shutil.rmtree(gone, ignore_errors=True)
-
-    def _rows(self, cols: dict[str, np.ndarray]) -> Iterator[list[Any]]:
-        names = self.names
-        lists = [cols[c].tolist() for c in self.column_names]
-        for row in zip(*lists):
-            yield [names[row[0]], *row[1:]]
-
-    def _write_csv(self, tmp: Path) -> None:
-        with open(tmp, "w", newline="") as fh:
-            fh.write(",".join(self.column_names) + "\n")
-            for cols in self.columns():
-                fh.writelines(",".join(_csv_cell(v) for v in row) + "\n" for row in self._rows(cols))
-
-    def _write_jsonl(self, tmp: Path) -> None:
-        keys = self.column_names
-        finite = lambda v: None if isinstance(v, float) and not math.isfinite(v) else v  # noqa: E731 (JSON has no NaN)
-        with open(tmp, "w") as fh:
-            for cols in self.columns():
-                fh.writelines(json.dumps(dict(zip(keys, map(finite, row)))) + "\n" for row in self._rows(cols))
-
-    def _write_parquet(self, tmp: Path) -> None:
-        try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise JobError("--out .parquet needs pyarrow: pip install 'welchpeaks[io]'") from None
-        writer = None
-        try:
-            for cols in self.columns():
-                arrays = {c: cols[c] for c in self.column_names}
-                arrays["file"] = pa.DictionaryArray.from_arrays(cols["file"], pa.array(self.names))
-                table = pa.table(arrays)
-                if writer is None:
-                    writer = pq.ParquetWriter(str(tmp), table.schema)
-                writer.write_table(table)
-            if writer is None:  # no peak at all: an empty table with the columns
-                writer = pq.ParquetWriter(str(tmp), pa.schema([(c, pa.float64()) for c in self.column_names]))
-        finally:
-            if writer is not None:
-                writer.close()
-
-    def _write_zarr(self) -> None:
-        try:
-            import zarr
-        except ImportError:
-            raise JobError("--out .zarr needs zarr: pip install 'welchpeaks[io]'") from None
-        total = sum(len(c["signal"]) for c in self.columns())
-        tmp = Path(tempfile.mkdtemp(dir=self.out.parent if str(self.out.parent) else ".", prefix=f".{self.out.name}."))
-        try:
-            as_umask_allows(tmp, directory=True)
-            group = zarr.open_group(str(tmp), mode="w")
-            group.attrs.update(files=self.names, kind=self.kind)
-            arrays = {}
-            at = 0
-            for cols in self.columns():
-                for c in self.column_names:
-                    if c not in arrays:
-                        arrays[c] = group.create_array(c, shape=(total,), dtype=cols[c].dtype,
-                                                       chunks=(max(1, min(total, 1 << 20)),))
-                    arrays[c][at:at + len(cols[c])] = cols[c]
-                at += len(cols["signal"])
-            _swap_folder(tmp, self.out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-
-
-def _swap_folder(new: Path, out: Path) -> None:
-    """Put the folder ``new`` at ``out``: an old ``out`` is renamed aside first and removed only
-    once ``new`` is in place, so a kill at any point leaves the old output or the new one (under
-    its own name or, between the two renames, beside it as ``.NAME.old.*``, which the next run
-    removes). ``out`` must not be a link (the command line refuses one before the job runs)."""
-    for stale in out.parent.glob(f".{out.name}.old.*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    aside = None
-    if out.exists() or out.is_symlink():
-        if out.is_symlink() or not out.is_dir():
-            raise JobError(f"--out {str(out)!r} exists and is not a Zarr folder; give another name")
-        aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old."))
-        os.replace(out, aside)  # onto the empty temporary folder: atomic
-    os.replace(new, out)
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)
-
-
-def _csv_cell(v: Any) -> str:
-    if isinstance(v, float):
-        return repr(v)
-    text = str(v)
-    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\n') else text
-
 
 def bytes_of(unit: Unit, job: Job) -> int:
     """Bytes of samples a unit reads (for the progress rate)."""

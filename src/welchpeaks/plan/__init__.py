@@ -13,7 +13,8 @@ from welchpeaks.plan.models import cost_model_for, io_fusion_gate_for
 from welchpeaks.plan.fusion import FusionBenefit, IoFusionGate, fuse, fusion_benefit
 from welchpeaks.plan.io import GraphIoProfile, host_readback_bytes, profile_graph_io
 from welchpeaks.plan.picker import estimate_costs, execution_graph, pick_for, pick_strategy
-from welchpeaks.plan.planner import CallPlan, Planner
+from welchpeaks.plan.call import CallPlan
+from welchpeaks.plan.planner import Planner
 
 __all__ = [
     "GraphIoProfile", "profile_graph_io", "host_readback_bytes", "FusionBenefit", "fusion_benefit", "IoFusionGate",

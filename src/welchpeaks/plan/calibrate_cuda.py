@@ -92,7 +92,7 @@ def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = N
     from welchpeaks.backends import interpreting
     from welchpeaks.backends.torch_exec import select_rows_t
     from welchpeaks.backends.triton_exec import block_runner, fused_runner
-    from welchpeaks.plan.cost import default_cuda_model
+    from welchpeaks.plan.defaults import default_cuda_model
 
     on_gpu = torch.device(device).type == "cuda"
     if not on_gpu and not interpreting():

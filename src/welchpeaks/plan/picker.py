@@ -24,7 +24,8 @@ from welchpeaks import backends
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.cache import LruCache
-from welchpeaks.plan.cost import BackendCostModel, correction, cost_breakdown, default_cuda_model, region
+from welchpeaks.plan.cost import BackendCostModel, correction, cost_breakdown, region
+from welchpeaks.plan.defaults import default_cuda_model
 from welchpeaks.plan.graphs import execution_graph
 from welchpeaks.plan.models import cost_model_for
 from welchpeaks.plan.io import peak_working_bytes, size_text

@@ -34,11 +34,12 @@ from welchpeaks.ir import Graph, Program, compile
 from welchpeaks.params import PeakParams
 from welchpeaks.plan import calibrate
 from welchpeaks.plan.cache import LruCache
-from welchpeaks.plan.cost import BackendCostModel, default_cpu_model, default_cuda_model
+from welchpeaks.plan.call import CallPlan
+from welchpeaks.plan.cost import BackendCostModel
+from welchpeaks.plan.defaults import default_cpu_model, default_cuda_model
 from welchpeaks.plan.models import cost_model_for
 from welchpeaks.plan.io import peak_working_bytes, size_text
 from welchpeaks.plan.picker import OverBudget, execution_graph, pick_for
-from welchpeaks.result import RowPeaks
 from welchpeaks.timing import QUIET
 
 _AVAILABLE: list[float] = [0.0, 0]  # (time read, bytes)
@@ -115,61 +116,6 @@ class _Watch:
     predicted_ns: float
     observed: list[float] = field(default_factory=list)
     check: str | None = None
-
-
-@dataclass(frozen=True)
-class CallPlan:
-    """How one call shape is computed: run ``program`` on the rows."""
-
-    execution: str
-    program: Program
-    n_seg: int
-    frame: int
-    compute: np.dtype
-    why: str
-    fusion: dict[str, Any]  # the gate's decision that shaped the graph
-    layout: tuple[str, str] | None  # (name, why) under layout='auto'
-    upload: bool  # host rows go to the CUDA device first (a GPU execution on host data, with a GPU here)
-    working_bytes: int  # intermediate memory of one run of the whole batch
-    block_rows: int | None  # rows per run when the whole batch would exceed the memory budget
-    segment_piece: int | None = None  # segments per piece when one row would exceed it
-    batch_graph: Graph | None = None  # the graph with this call's shapes (the program is shared across batches)
-    #: under auto on the CPU: the model the pick was priced with, and the executions that can run
-    #: the call by predicted ns, fastest first (what Planner.observe checks real calls against)
-    model: BackendCostModel | None = None
-    ranking: tuple[tuple[str, float], ...] = ()
-    key: tuple | None = None  # the planner's key of this call shape
-    priced: BackendCostModel | None = None  # the CPU model auto decided with: planned again when it changes
-
-    @property
-    def graph(self) -> Graph:
-        return self.batch_graph if self.batch_graph is not None else self.program.graph
-
-    def run(self, rows: Any) -> Any:
-        """The program's :class:`welchpeaks.result.RowPeaks` for ``rows`` (in blocks of
-        ``block_rows`` when set, so the working memory stays within the budget)."""
-        if self.block_rows is None or rows.shape[0] <= self.block_rows:
-            return self._run(rows)
-        parts = [self._run(rows[i : i + self.block_rows]) for i in range(0, rows.shape[0], self.block_rows)]
-        if isinstance(parts[0].bins, np.ndarray):
-            cat = np.concatenate
-        else:
-            import torch
-
-            cat = torch.cat
-        bad = [p.bad_rows + i * self.block_rows for i, p in enumerate(parts)]
-        measures = {n: cat([p.measures[n] for p in parts]) for n in (parts[0].measures or {})}
-        return RowPeaks(*(cat([getattr(p, f) for p in parts]) for f in ("bins", "power", "fbins")),
-                        np.concatenate(bad), measures or None)
-
-    def _run(self, rows: Any) -> Any:
-        if self.upload:
-            import torch
-
-            rows = torch.from_numpy(np.ascontiguousarray(rows)).to(backends.upload_device())
-        if self.segment_piece is not None:
-            return self.program.segments_in_pieces(rows, self.segment_piece)[0]
-        return self.program(x=rows)[0]
 
 
 def cuda_model() -> BackendCostModel:

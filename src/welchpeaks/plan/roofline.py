@@ -3,7 +3,7 @@ figures: the launch constants each configuration compiles with, and an analytic 
 (bytes, tensor-core flops and an estimate of the other instructions per row).
 
 ``welchpeaks gpu-check`` reports it beside the compiled figures, and the default CUDA cost
-model (:func:`welchpeaks.plan.cost.default_cuda_model`) is built from it while no CUDA model is
+model (:func:`welchpeaks.plan.defaults.default_cuda_model`) is built from it while no CUDA model is
 measured. Nothing here needs a GPU or imports triton.
 """
 

@@ -1,0 +1,133 @@
+"""The output of an out-of-core job (:mod:`welchpeaks.cli.job`): its saved units' columns
+written as one CSV, JSON Lines or Parquet file (into a temporary file renamed over the output)
+or one Zarr folder (a temporary folder swapped in), so an output is whole or absent, never
+half-written. ``JobError`` is the jobs' error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from welchpeaks.files import as_umask_allows, write_atomic
+
+#: each saved unit's columns, in order (``Job.columns``)
+Columns = Callable[[], Iterator[dict[str, np.ndarray]]]
+
+
+class JobError(ValueError):
+    """A job that cannot start or go on; the message says why and what to do."""
+
+
+def write_output(out: Path, kind: str, names: list[str], column_names: list[str], columns: Columns) -> None:
+    """Write the job's output ``out`` (its suffix names the format) from ``columns()``: the
+    columns ``column_names``, the ``file`` column (an index into ``names``) as the file's
+    name; a Zarr group also records ``names`` and the job's ``kind``."""
+    suffix = out.suffix.lower()
+    if suffix == ".zarr":
+        _write_zarr(out, kind, names, column_names, columns)
+        return
+    write = {".csv": _write_csv, ".jsonl": _write_jsonl, ".parquet": _write_parquet}[suffix]
+    write_atomic(out, lambda tmp: write(tmp, names, column_names, columns))
+
+
+def _rows(cols: dict[str, np.ndarray], names: list[str], column_names: list[str]) -> Iterator[list[Any]]:
+    """A unit's columns as table rows, the file's index replaced by its name."""
+    lists = [cols[c].tolist() for c in column_names]
+    for row in zip(*lists):
+        yield [names[row[0]], *row[1:]]
+
+
+def _write_csv(tmp: Path, names: list[str], column_names: list[str], columns: Columns) -> None:
+    with open(tmp, "w", newline="") as fh:
+        fh.write(",".join(column_names) + "\n")
+        for cols in columns():
+            fh.writelines(",".join(_csv_cell(v) for v in row) + "\n" for row in _rows(cols, names, column_names))
+
+
+def _write_jsonl(tmp: Path, names: list[str], column_names: list[str], columns: Columns) -> None:
+    finite = lambda v: None if isinstance(v, float) and not math.isfinite(v) else v  # noqa: E731 (JSON has no NaN)
+    with open(tmp, "w") as fh:
+        for cols in columns():
+            fh.writelines(json.dumps(dict(zip(column_names, map(finite, row)))) + "\n"
+                          for row in _rows(cols, names, column_names))
+
+
+def _write_parquet(tmp: Path, names: list[str], column_names: list[str], columns: Columns) -> None:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise JobError("--out .parquet needs pyarrow: pip install 'welchpeaks[io]'") from None
+    writer = None
+    try:
+        for cols in columns():
+            arrays = {c: cols[c] for c in column_names}
+            arrays["file"] = pa.DictionaryArray.from_arrays(cols["file"], pa.array(names))
+            table = pa.table(arrays)
+            if writer is None:
+                writer = pq.ParquetWriter(str(tmp), table.schema)
+            writer.write_table(table)
+        if writer is None:  # no peak at all: an empty table with the columns
+            writer = pq.ParquetWriter(str(tmp), pa.schema([(c, pa.float64()) for c in column_names]))
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _write_zarr(out: Path, kind: str, names: list[str], column_names: list[str], columns: Columns) -> None:
+    try:
+        import zarr
+    except ImportError:
+        raise JobError("--out .zarr needs zarr: pip install 'welchpeaks[io]'") from None
+    total = sum(len(c["signal"]) for c in columns())
+    tmp = Path(tempfile.mkdtemp(dir=out.parent if str(out.parent) else ".", prefix=f".{out.name}."))
+    try:
+        as_umask_allows(tmp, directory=True)
+        group = zarr.open_group(str(tmp), mode="w")
+        group.attrs.update(files=names, kind=kind)
+        arrays = {}
+        at = 0
+        for cols in columns():
+            for c in column_names:
+                if c not in arrays:
+                    arrays[c] = group.create_array(c, shape=(total,), dtype=cols[c].dtype,
+                                                   chunks=(max(1, min(total, 1 << 20)),))
+                arrays[c][at:at + len(cols[c])] = cols[c]
+            at += len(cols["signal"])
+        _swap_folder(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _swap_folder(new: Path, out: Path) -> None:
+    """Put the folder ``new`` at ``out``: an old ``out`` is renamed aside first and removed only
+    once ``new`` is in place, so a kill at any point leaves the old output or the new one (under
+    its own name or, between the two renames, beside it as ``.NAME.old.*``, which the next run
+    removes). ``out`` must not be a link (the command line refuses one before the job runs)."""
+    for stale in out.parent.glob(f".{out.name}.old.*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    aside = None
+    if out.exists() or out.is_symlink():
+        if out.is_symlink() or not out.is_dir():
+            raise JobError(f"--out {str(out)!r} exists and is not a Zarr folder; give another name")
+        aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old."))
+        os.replace(out, aside)  # onto the empty temporary folder: atomic
+    os.replace(new, out)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _csv_cell(v: Any) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    text = str(v)
+    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\n') else text

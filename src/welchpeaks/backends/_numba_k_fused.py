@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from numba import njit, prange
 
-from welchpeaks.backends._numba_k_common import Worker, _lanes
+from welchpeaks.backends._numba_k_common import (Outputs, PassScratch, Pieces, Select, SelectScratch, Welch, Worker,
+                                                 _lanes)
 from welchpeaks.backends._numba_k_select import _clear_row, select_into
 from welchpeaks.backends._numba_k_sums import _chunk_rounds, _save_state, _total_into_tile, block_sums, scale_tile
 from welchpeaks.numba_base import INLINE as _INL
@@ -60,8 +61,18 @@ def _select_block(ac, n_bins, r0, nl, nv, sel, prow, tv, ti, tc, tt, out):
         select_into(prow, n_bins, sel, tv, ti, tc, tt, out, r)
 
 
-@njit(parallel=True, **_OPTS)
+@njit(**_OPTS)
 def fused_pow2(x, n_rows, n_seg, split, welch, sel, scr, sel_scr, pieces, out):
+    """:func:`fused_pass` called from Python: its records (``welch``, ``sel``, ``scr``,
+    ``sel_scr``, ``pieces``, ``out``) come as plain tuples of their fields and are named here.
+    numba types a plain tuple's fields in C at each call, a named tuple's in Python (about
+    80 ns a field: some microseconds a call)."""
+    fused_pass(x, n_rows, n_seg, split, Welch(*welch), Select(*sel), PassScratch(*scr), SelectScratch(*sel_scr),
+               Pieces(*pieces), Outputs(*out))
+
+
+@njit(parallel=True, **_OPTS)
+def fused_pass(x, n_rows, n_seg, split, welch, sel, scr, sel_scr, pieces, out):
     """The fused pass for power-of-two ``n_fft``: the peaks of rows ``0 .. n_rows - 1`` of
     ``x`` from the ``n_seg`` segments of each.
 

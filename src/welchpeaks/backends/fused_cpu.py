@@ -138,6 +138,7 @@ class FusedCpuPlan:
         self.welch = _kernels().Welch(n, params.hop, self.window, self.ramp, self.consts, params.detrend_code, self.rev,
                                       self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend, self.whole)
         self.sel = _select(params, self.scale)
+        self._welch, self._sel = tuple(self.welch), tuple(self.sel)  # as fused_pow2 takes them
         self._allocate(numba_threads())
         self._bad = np.zeros(0, np.bool_)
 
@@ -218,8 +219,9 @@ class FusedCpuPlan:
         with KERNEL_LOCK:
             bad = self._bad_rows(rows)
             scr, sel_scr = self._workers(threads, split)
-            kern.fused_pow2(kernel_input(x2d), rows, n_seg, split, self.welch, self.sel, scr, sel_scr,
-                            kern.Pieces(carry, done, use_carry, finish, pivot, seg0), kern.Outputs(*outs, bad))
+            # (the records as plain tuples, which numba types faster; the kernel names them)
+            kern.fused_pow2(kernel_input(x2d), rows, n_seg, split, self._welch, self._sel, tuple(scr), tuple(sel_scr),
+                            (carry, done, use_carry, finish, pivot, seg0), (*outs, bad))
             return np.flatnonzero(bad[:rows])
 
     def _bad_rows(self, rows: int) -> np.ndarray:

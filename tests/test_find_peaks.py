@@ -157,6 +157,22 @@ def test_errors():
         welchpeaks.find_peaks(np.array(1.0))
     with pytest.raises(TypeError, match="plateau_size='x' must be a number"):
         welchpeaks.find_peaks(x, plateau_size="x")
+    with pytest.raises(TypeError, match="distance='x' must be a number or None$"):
+        welchpeaks.find_peaks(x, distance="x")
+
+
+def test_arguments_read_as_scipy_reads_them():
+    """wlen as scipy rounds it (a Python float up, any other number down: np.float32(3.5) is
+    3), a (2,) array as a (min, max) pair, a 0-d array distance as a number."""
+    x = np.array([0, 5, 0, 1, 2, 1, 0, 6, 0.0])
+    for kw in (dict(prominence=0, wlen=np.float32(3.5)), dict(prominence=0, wlen=3.5), dict(prominence=0, wlen=4),
+               dict(threshold=np.array([0.5, 5.5])), dict(height=1.0, width=np.array([0.5, 3.0]), distance=np.array(2.0))):
+        peaks, props = ss.find_peaks(x, **kw)
+        got_peaks, got = welchpeaks.find_peaks(x, **kw).to_list()[0]
+        np.testing.assert_array_equal(got_peaks, peaks)
+        assert list(got) == list(props)
+        for name, v in props.items():
+            np.testing.assert_array_equal(got[name], v)
     with pytest.raises(ValueError, match="wlen=1 must be larger than 1"):
         welchpeaks.find_peaks(x, prominence=1, wlen=1)
     with pytest.raises(ValueError, match="rel_height=-1 must be >= 0"):
@@ -615,6 +631,7 @@ def test_every_peak_runs_in_blocks_of_rows(monkeypatch):
     x[::5] = np.round(x[::5] * 2) / 2  # plateaus and ties in some rows
     kw = dict(distance=2, prominence=0.2, width=(None, None), threshold=(None, None), plateau_size=(1, None))
     x = x[np.argsort(welchpeaks.find_peaks(x, **kw).counts, kind="stable")]  # fuller rows later: the copy widens
+    x[:2] = 0.0  # (first blocks without a peak)
     whole = welchpeaks.find_peaks(x, k=x.shape[1], **kw)  # one launch, every slot
     monkeypatch.setattr(fp, "_host_peaks", counted)
     for block in (1, 3, 10, 1 << 30):

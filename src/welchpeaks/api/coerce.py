@@ -7,6 +7,8 @@ or ValueError that says what to pass.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 import numpy as np
@@ -79,3 +81,31 @@ def as_tensors(result: Any) -> dict[str, Any]:
     if getattr(result, "measures", None) is not None:  # a PeakResult's (a TrackResult has none)
         out["measures"] = {n: to(v) for n, v in result.measures.items()}
     return out
+
+
+#: ``wlen`` past this (infinity included) reaches past both ends of any row an array can hold
+WHOLE_ROW = 1 << 62
+
+
+def wlen_samples(wlen: Any) -> int:
+    """scipy's ``wlen`` rule (``find_peaks``, ``peak_prominences``, ``peak_widths``): None is no
+    window (-1); else it must be larger than 1; a Python float (``np.float64`` is one) rounds
+    up, any other number truncates to an integer (scipy's ``np.intp(value)``: ``np.float32(3.5)``
+    is 3). Past :data:`WHOLE_ROW` (infinity too) it is the whole row."""
+    if wlen is None:
+        return -1
+    try:
+        larger = bool(1 < wlen)
+    except (TypeError, ValueError):
+        raise TypeError(f"wlen={wlen!r} must be a number of samples larger than 1, or None") from None
+    if not larger:
+        raise ValueError(f"wlen={wlen!r} must be larger than 1 (samples): pass a window of more than 1 sample, or "
+                         "None (the whole row)")
+    try:
+        if isinstance(wlen, float):
+            return min(math.ceil(wlen), WHOLE_ROW)
+        return min(int(wlen), WHOLE_ROW)
+    except OverflowError:  # infinity
+        return WHOLE_ROW
+    except (TypeError, ValueError):
+        raise TypeError(f"wlen={wlen!r} must be a number of samples larger than 1, or None") from None

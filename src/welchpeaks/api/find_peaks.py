@@ -18,16 +18,19 @@ from typing import Any
 import numpy as np
 
 from welchpeaks import memory
-from welchpeaks.api.coerce import as_real_array, tensor_input
+from welchpeaks.api.coerce import as_real_array, tensor_input, wlen_samples
 from welchpeaks.result import FoundPeaks
 
 _NONE = float("nan")
 
 
 
-def _number(name: str, v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isnan(float(v)):
-        raise TypeError(f"{name}={v!r} must be a number, None, or a (min, max) pair of numbers or None")
+def _number(name: str, v: Any, pair: bool = True) -> float:
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v[()]
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) or math.isnan(float(v)):
+        what = ", None, or a (min, max) pair of numbers or None" if pair else " or None"
+        raise TypeError(f"{name}={v!r} must be a number{what}")
     return float(v)
 
 
@@ -36,6 +39,8 @@ def _interval(name: str, value: Any) -> tuple[np.ndarray, bool]:
     a number (the minimum), a (min, max) pair with None for an open end, or None (not asked)."""
     if value is None:
         return np.array([_NONE, _NONE]), False
+    if isinstance(value, np.ndarray) and value.shape == (2,):  # (as scipy unpacks it)
+        value = tuple(value.tolist())
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
             raise ValueError(f"{name}={value!r}: pass a number (the minimum) or a (min, max) pair")
@@ -64,17 +69,13 @@ def filter_config(*, height: Any = None, threshold: Any = None, distance: float 
     w_lim, need_width = _interval("width", width)
     dist = 0
     if distance is not None:
-        d = _number("distance", distance)
+        d = _number("distance", distance, pair=False)
         if d < 1:
             raise ValueError(f"distance={distance!r} must be >= 1 (samples)")
         dist = math.ceil(min(d, MAX_SAMPLES))  # past any row's length (inf included) all are alike
-    wl = -1
-    if wlen is not None:
-        w = _number("wlen", wlen)
-        if not w > 1:
-            raise ValueError(f"wlen={wlen!r} must be larger than 1 (samples)")
-        wl = math.ceil(min(w, MAX_SAMPLES))  # past twice any row's length (inf included): the whole row
-    rh = _number("rel_height", rel_height)
+    wl = wlen_samples(wlen)
+    wl = min(wl, MAX_SAMPLES)  # past twice any row's length: the whole row
+    rh = _number("rel_height", rel_height, pair=False)
     if rh < 0:
         raise ValueError(f"rel_height={rel_height!r} must be >= 0")
     return dict(s_lim=s_lim, h_lim=h_lim, t_lim=t_lim, distance=dist, p_lim=p_lim, w_lim=w_lim, wlen=wl,
@@ -208,7 +209,7 @@ def _host_peaks(x: np.ndarray, cfg: Any, need_prom: bool, need_width: bool, ever
         launch_host(x, cfg, buf)  # the find_peaks node's own launch
         return dict(zip(names, buf[:6]), counts=buf.counts)
     counts = np.empty(rows_n, np.int64)
-    whole = [v[:0, :0] for v in buf[:6]]  # the rows done, as wide as the fullest
+    whole = [np.empty((rows_n, 0) + v.shape[2:], v.dtype) for v in buf[:6]]  # as wide as the fullest row done
     for a in range(0, rows_n, step):
         b = min(rows_n, a + step)
         out = kern.Outputs(*(v[:b - a] if v.shape[0] else v for v in buf))

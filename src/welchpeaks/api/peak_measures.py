@@ -19,10 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from welchpeaks.api.coerce import as_real_array, signal_index, tensor_input
+from welchpeaks.api.coerce import as_real_array, signal_index, tensor_input, wlen_samples
 
-#: ``wlen`` past this (infinity included) reaches past both ends of any row an array can hold
-_WHOLE_ROW = 1 << 62
 #: peaks a warning lists by name
 _LISTED = 5
 
@@ -93,29 +91,6 @@ def _peaks(peaks: Any, x2: np.ndarray, lead: tuple) -> np.ndarray:
         raise ValueError(f"peaks{_in_row(r, lead)} holds {pk[r, j]} (slot {j}), which is not a valid index for "
                          f"rows of {n} samples; pass indices in [0, {n}), or -1 for an empty slot")
     return pk
-
-
-def _wlen(wlen: Any) -> int:
-    """scipy's ``wlen`` rule: None is no window (-1); else it must be larger than 1; a float
-    (Python's or NumPy's float64) rounds up, other numbers truncate to an integer (scipy's
-    ``np.intp(value)``). Past :data:`_WHOLE_ROW` (infinity too) it is the whole row."""
-    if wlen is None:
-        return -1
-    try:
-        larger = bool(1 < wlen)
-    except (TypeError, ValueError):
-        raise TypeError(f"wlen={wlen!r} must be a number of samples larger than 1, or None") from None
-    if not larger:
-        raise ValueError(f"`wlen` must be larger than 1, was {wlen!r}: pass a window of more than 1 sample, or "
-                         "None (the whole row)")
-    try:
-        if isinstance(wlen, float):
-            return min(math.ceil(wlen), _WHOLE_ROW)
-        return min(int(wlen), _WHOLE_ROW)
-    except OverflowError:  # infinity
-        return _WHOLE_ROW
-    except (TypeError, ValueError):
-        raise TypeError(f"wlen={wlen!r} must be a number of samples larger than 1, or None") from None
 
 
 def _rel_height(rel_height: Any) -> float:
@@ -266,7 +241,7 @@ def peak_prominences(x: Any, peaks: Any, wlen: float | None = None) -> tuple:
     """
     x2, lead, device = _rows(x)
     pk = _peaks(peaks, x2, lead)
-    out = _measure(x2, pk, lead, _wlen(wlen), 0.5, None, False)
+    out = _measure(x2, pk, lead, wlen_samples(wlen), 0.5, None, False)
     _warn_zero(out.prom, pk, lead, "a prominence", _PROM_WHY)
     return _back([out.prom, out.left, out.right], lead, pk.shape[1], device)
 
@@ -330,7 +305,7 @@ def peak_widths(x: Any, peaks: Any, rel_height: float = 0.5, prominence_data: tu
     data = None
     if prominence_data is not None:
         data = _prominence_data(prominence_data, pk, lead + (pk.shape[1],), x2.shape[1], lead)
-    out = _measure(x2, pk, lead, -1 if data is not None else _wlen(wlen), rh, data, True)
+    out = _measure(x2, pk, lead, -1 if data is not None else wlen_samples(wlen), rh, data, True)
     if data is None:
         _warn_zero(out.prom, pk, lead, "a prominence", _PROM_WHY)
     _warn_zero(out.width, pk, lead, "a width", _WIDTH_WHY)

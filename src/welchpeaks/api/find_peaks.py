@@ -60,8 +60,9 @@ def filter_config(*, height: Any = None, threshold: Any = None, distance: float 
                   width: Any = None, wlen: float | None = None, rel_height: float = 0.5,
                   plateau_size: Any = None) -> dict[str, Any]:
     """scipy's filter arguments, checked, as the kernels take them: ``*_lim`` ``[min, max]``
-    (NaN where open), ``distance`` (rounded up; 0: none), ``wlen`` (rounded up; -1: none),
-    ``rel_height``, ``need_prom`` and ``need_width`` (a width needs the prominence)."""
+    (NaN where open; ``s_lim``: the plateau size), ``distance`` (rounded up; 0: none), ``wlen``
+    (as scipy rounds it, :func:`~welchpeaks.api.coerce.wlen_samples`; -1: none), ``rel_height``,
+    ``need_prom`` and ``need_width`` (a width needs the prominence)."""
     s_lim, _ = _interval("plateau_size", plateau_size)
     h_lim, _ = _interval("height", height)
     t_lim, _ = _interval("threshold", threshold)
@@ -73,8 +74,7 @@ def filter_config(*, height: Any = None, threshold: Any = None, distance: float 
         if d < 1:
             raise ValueError(f"distance={distance!r} must be >= 1 (samples)")
         dist = math.ceil(min(d, MAX_SAMPLES))  # past any row's length (inf included) all are alike
-    wl = wlen_samples(wlen)
-    wl = min(wl, MAX_SAMPLES)  # past twice any row's length: the whole row
+    wl = min(wlen_samples(wlen), MAX_SAMPLES)  # past twice any row's length: the whole row
     rh = _number("rel_height", rel_height, pair=False)
     if rh < 0:
         raise ValueError(f"rel_height={rel_height!r} must be >= 0")
@@ -90,8 +90,9 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     Each row gets exactly what ``scipy.signal.find_peaks(row, height=..., threshold=...,
     distance=..., prominence=..., width=..., wlen=..., rel_height=..., plateau_size=...)``
     returns (the filters in scipy's order: plateau size, height, threshold, distance,
-    prominence, width), then the ``k`` highest of those peaks, ties to the lower index. Under ``distance`` a tie of heights also goes to
-    the lower index (scipy's answer there depends on its sort; see ``distance``).
+    prominence, width), then the ``k`` highest of those peaks, ties to the lower index. Under
+    ``distance`` a tie of heights also goes to the lower index (scipy's answer there depends on
+    its sort; see ``distance``).
 
     Parameters
     ----------

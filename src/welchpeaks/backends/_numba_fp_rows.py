@@ -73,7 +73,8 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
     snr_min, noise_bins, need_snr = cfg.snr_min, cfg.noise_bins, cfg.need_snr
     n = x.shape[1]
     # every prominence from one sweep over the valleys (about 30 ns per maximum), unless k is
-    # small against the row: then the few visited peaks' walks are cheaper
+    # small against the row or distance drops many maxima first: then the walks of the visited
+    # or kept peaks are cheaper (341 maxima, 146 kept by distance=5: 7.2 against 11.3 us)
     swept = need_prom and not edges and cfg.wlen < 2 and n < 16 * k and distance <= 1
     # the k highest from the block index when the first tier's blocks are a small part of the row
     by_blocks = not swept and 2 * _first_tier(k) <= (n + _BLOCK - 1) // _BLOCK
@@ -134,8 +135,9 @@ def _prefilter(row, cfg, cand, hts, keep, prom, base, wid, fv, iv, m, swept, laz
 
     With ``swept``: their heights into ``hts`` and, unless ``lazy``, all their prominences and
     bases from the valleys ``fv``, ``iv`` (in lanes up to :data:`_LANE_MAXIMA`, else by the
-    sweep). Then the plateau size, height and threshold filters, and without distance the prominence filter
-    when the prominences are known; each filter compacts the lists (:func:`_compact`).
+    sweep). Then the plateau size, height and threshold filters, and without distance the
+    prominence filter when the prominences are known; each filter compacts the lists
+    (:func:`_compact`).
     Returns the count left."""
     h_lim, t_lim, distance, p_lim = cfg.h_lim, cfg.t_lim, cfg.distance, cfg.p_lim
     for j in range(m):

@@ -55,8 +55,8 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
 
     Choosing the path per call (the rows alike):
 
-    * Without ``edges`` and ``wlen``, and with ``k`` over a sixteenth of the row, the
-      prominences come from the valleys between maxima (``swept``): up to
+    * Without ``edges``, ``wlen`` and ``distance``, and with ``k`` over a sixteenth of the
+      row, the prominences come from the valleys between maxima (``swept``): up to
       :data:`_LANE_MAXIMA` maxima each visited one's in lanes, or all of them first when a
       height or threshold filter may drop some; more maxima by one sweep over all. Otherwise
       each visited peak's prominence is walked (the block extrema let walks skip ahead).

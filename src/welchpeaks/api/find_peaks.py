@@ -25,12 +25,12 @@ _NONE = float("nan")
 
 
 
-def _number(name: str, v: Any, pair: bool = True) -> float:
+def _number(name: str, v: Any, forms: str = ", None, or a (min, max) pair of numbers or None") -> float:
+    """``v`` as a float; else a TypeError naming ``name`` and the ``forms`` it also takes."""
     if isinstance(v, np.ndarray) and v.ndim == 0:
         v = v[()]
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) or math.isnan(float(v)):
-        what = ", None, or a (min, max) pair of numbers or None" if pair else " or None"
-        raise TypeError(f"{name}={v!r} must be a number{what}")
+        raise TypeError(f"{name}={v!r} must be a number{forms}")
     return float(v)
 
 
@@ -70,12 +70,12 @@ def filter_config(*, height: Any = None, threshold: Any = None, distance: float 
     w_lim, need_width = _interval("width", width)
     dist = 0
     if distance is not None:
-        d = _number("distance", distance, pair=False)
+        d = _number("distance", distance, " or None")
         if d < 1:
             raise ValueError(f"distance={distance!r} must be >= 1 (samples)")
         dist = math.ceil(min(d, MAX_SAMPLES))  # past any row's length (inf included) all are alike
     wl = min(wlen_samples(wlen), MAX_SAMPLES)  # past twice any row's length: the whole row
-    rh = _number("rel_height", rel_height, pair=False)
+    rh = _number("rel_height", rel_height, "")
     if rh < 0:
         raise ValueError(f"rel_height={rel_height!r} must be >= 0")
     return dict(s_lim=s_lim, h_lim=h_lim, t_lim=t_lim, distance=dist, p_lim=p_lim, w_lim=w_lim, wlen=wl,
@@ -125,7 +125,8 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     edges : bool
         When True the first and last samples are peaks when they exceed their neighbour (scipy
         never reports them). Such a peak has one neighbour: its threshold filter and its
-        prominence use that side, and its threshold property on the missing side is NaN.
+        prominence use that side, and its threshold property on the missing side is NaN. A
+        flat top that reaches the first or last sample is no peak (it exceeds no neighbour).
 
     Returns
     -------

@@ -435,6 +435,36 @@ def test_zarr_output_is_swapped_by_renaming_the_old_one_aside(recording, tmp_pat
     assert res.exit_code == 2 and "a link" in res.output and calls == [] and link.is_symlink()
 
 
+def test_outputs_refused_before_any_work_and_what_killed_assemblies_left_is_removed(recording, tmp_path,
+                                                                                     monkeypatch):
+    """A missing extra, a folder with a .zarr name that is not a Zarr store (kept as it is), a
+    .zarr output in a missing folder (named as given): refused before a unit is computed. The
+    temporary files and folders a killed assembly leaves beside the output are removed by the
+    next one; a user's file of a like name is kept."""
+    path, _ = recording
+    calls = _counting(monkeypatch)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # (an import of it fails)
+    res = runner.invoke(app, TRACK + [str(path), "--out", str(tmp_path / "o.parquet")])
+    assert res.exit_code == 2 and "needs pyarrow: pip install 'welchpeaks[io]'" in res.output
+    monkeypatch.delitem(sys.modules, "pyarrow")
+    folder = tmp_path / "notes.zarr"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("precious")
+    res = runner.invoke(app, TRACK + [str(path), "--out", str(folder)])
+    assert res.exit_code == 2 and "not a Zarr store" in res.output and (folder / "notes.txt").read_text() == "precious"
+    res = runner.invoke(app, TRACK + [str(path), "--out", str(tmp_path / "nope" / "x.zarr")])
+    assert res.exit_code == 2 and "x.zarr" in res.output and "does not exist" in res.output and ".check" not in res.output
+    assert calls == [] and not list(tmp_path.glob("*.partial"))
+    left = [tmp_path / ".o.csv.55mgsf4d.tmp", tmp_path / ".o.csv.partial.done.123"]
+    left[0].write_text("half")
+    left[1].mkdir()
+    kept = [tmp_path / ".o.csv.backup", tmp_path / ".o.csv.old"]
+    for f in kept:
+        f.write_text("mine")
+    assert runner.invoke(app, TRACK + [str(path), "--out", str(tmp_path / "o.csv")]).exit_code == 0
+    assert calls and not any(f.exists() for f in left) and all(f.read_text() == "mine" for f in kept)
+
+
 def test_a_changed_input_or_an_output_over_an_input_is_refused(tmp_path, monkeypatch):
     """The review after issue 35: a .npy rewritten with the same size and mtime (touch -r), or a
     Zarr store rewritten in place, used to resume from stale units; an --out naming the input

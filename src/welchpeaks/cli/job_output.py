@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -26,10 +27,71 @@ class JobError(ValueError):
     """A job that cannot start or go on; the message says why and what to do."""
 
 
+#: what a killed assembly of ``NAME`` leaves beside it, which the next one removes (a pattern,
+#: and whether it is a folder): a temporary file (``write_atomic``), a temporary Zarr folder,
+#: an old Zarr folder renamed aside, a staging folder renamed aside (``Job.assemble``)
+_LEFT_BEHIND = ((r"\.{name}\.[a-z0-9_]{{8}}\.tmp", False), (r"\.{name}\.[a-z0-9_]{{8}}", True),
+                (r"\.{name}\.old\.[a-z0-9_]{{8}}", True), (r"\.{name}\.partial\.done\.\d+", True))
+#: the files a Zarr store (v2 or v3) has at its top
+_ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray")
+
+
+def is_zarr_store(path: Path) -> bool:
+    """Whether the folder ``path`` is a Zarr store (an output this may replace whole)."""
+    return path.is_dir() and not path.is_symlink() and any((path / m).is_file() for m in _ZARR_MARKERS)
+
+
+def check_output(out: Path) -> None:
+    """Refuse, before any work, an output the job could not write or must not replace: the
+    extra its format needs missing, a ``.zarr`` name held by a file, a link or a folder that is
+    not a Zarr store, a parent folder that is missing or not writable (a file output's own
+    checks are ``files.check_writable``'s)."""
+    suffix = out.suffix.lower()
+    need = {".parquet": ("pyarrow", "--out .parquet needs pyarrow"), ".zarr": ("zarr", "--out .zarr needs zarr")}
+    if suffix in need:
+        module, what = need[suffix]
+        try:
+            __import__(module)
+        except ImportError:
+            raise JobError(f"{what}: pip install 'welchpeaks[io]'") from None
+    if suffix != ".zarr":
+        return
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise JobError(f"--out {str(out)!r} exists and is not a Zarr folder (a file or a link; the output folder is "
+                       "replaced whole); give another name or the real path")
+    if out.exists() and not is_zarr_store(out):
+        raise JobError(f"--out {str(out)!r} is a folder but not a Zarr store, and the output replaces it whole; give "
+                       "another name, or remove the folder first")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise JobError(f"--out {str(out)!r}: the directory {str(parent)!r} does not exist; create it first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise JobError(f"--out {str(out)!r}: the directory {str(parent)!r} is not writable")
+
+
+def _remove_left_behind(out: Path) -> None:
+    """Remove what killed assemblies of ``out`` left beside it (:data:`_LEFT_BEHIND`): the
+    job's lock is held, so no other run is writing them."""
+    parent = out.parent if str(out.parent) else Path(".")
+    patterns = [(re.compile(p.format(name=re.escape(out.name))), folder) for p, folder in _LEFT_BEHIND]
+    for entry in parent.iterdir():
+        for pattern, folder in patterns:
+            if not pattern.fullmatch(entry.name) or entry.is_symlink() or entry.is_dir() != folder:
+                continue
+            if folder:
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            break
+
+
 def write_output(out: Path, kind: str, names: list[str], column_names: list[str], columns: Columns) -> None:
     """Write the job's output ``out`` (its suffix names the format) from ``columns()``: the
     columns ``column_names``, the ``file`` column (an index into ``names``) as the file's
-    name; a Zarr group also records ``names`` and the job's ``kind``."""
+    name; a Zarr group also records ``names`` and the job's ``kind``. What an earlier,
+    killed assembly left beside ``out`` is removed first."""
+    check_output(out)  # (again: the folder may have changed while the job ran)
+    _remove_left_behind(out)
     suffix = out.suffix.lower()
     if suffix == ".zarr":
         _write_zarr(out, kind, names, column_names, columns)
@@ -113,12 +175,10 @@ def _swap_folder(new: Path, out: Path) -> None:
     once ``new`` is in place, so a kill at any point leaves the old output or the new one (under
     its own name or, between the two renames, beside it as ``.NAME.old.*``, which the next run
     removes). ``out`` must not be a link (the command line refuses one before the job runs)."""
-    for stale in out.parent.glob(f".{out.name}.old.*"):
-        shutil.rmtree(stale, ignore_errors=True)
     aside = None
     if out.exists() or out.is_symlink():
-        if out.is_symlink() or not out.is_dir():
-            raise JobError(f"--out {str(out)!r} exists and is not a Zarr folder; give another name")
+        if not is_zarr_store(out):
+            raise JobError(f"--out {str(out)!r} exists and is not a Zarr store; give another name")
         aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old."))
         os.replace(out, aside)  # onto the empty temporary folder: atomic
     os.replace(new, out)

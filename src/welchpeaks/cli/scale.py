@@ -17,6 +17,7 @@ from welchpeaks.cli.common import (check_output, check_parameters, console, err,
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.spec import MEASURES
 from welchpeaks.cli.job import Job, JobError, Unit, bytes_of, staging_dir
+from welchpeaks.cli.job_output import check_output as check_job_output
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "kib": 2**10, "mib": 2**20,
           "gib": 2**30}
@@ -81,11 +82,12 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
     """Run (or resume) the job and report it; every failure is a one-line error. ``plot``
     (track): a PNG of the first signal's peaks over time, drawn as the output is written."""
     plt = pyplot_for(plot)  # a missing extra or an unwritable path: before any work
-    # a .zarr output is a folder: check that its parent can take it (a file check refuses folders)
-    check_output(out if out.suffix.lower() != ".zarr" else out.with_suffix(".check"), "--out")
-    if out.suffix.lower() == ".zarr" and (out.is_symlink() or (out.exists() and not out.is_dir())):
-        _fail(f"--out {str(out)!r} exists and is not a Zarr folder (a file or a link; the output folder is "
-              "replaced whole); give another name or the real path")
+    if out.suffix.lower() != ".zarr":  # (a .zarr output is a folder: job_output checks it)
+        check_output(out, "--out")
+    try:
+        check_job_output(out)  # the format's extra, a folder it must not replace: before any work
+    except JobError as exc:
+        _fail(str(exc))
     budget = parse_memory(memory)
     sources, rates = open_sources(files, fs)
     _check_not_an_input(out, sources)

@@ -182,7 +182,7 @@ class PeakFilters:
         """``*_lim`` ``[min, max]`` arrays, NaN where open, as the kernels take them."""
         lim = lambda v: np.array([np.nan if e is None else e for e in (v or (None, None))], np.float64)  # noqa: E731
         return dict(h_lim=lim(self.height), t_lim=lim(self.threshold), p_lim=lim(self.prominence),
-                    w_lim=lim(self.width))
+                    w_lim=lim(self.width), s_lim=lim(None))  # (no plateau_size on spectra)
 
     def describe(self) -> dict[str, Any]:
         """What was asked, for a result's ``params``."""

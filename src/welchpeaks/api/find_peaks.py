@@ -48,6 +48,8 @@ def _interval(name: str, value: Any) -> tuple[np.ndarray, bool]:
         return np.array([lo, hi]), True
     if isinstance(value, np.ndarray) and value.ndim > 0:
         raise ValueError(f"{name}: per-sample arrays are not supported; pass a number or a (min, max) pair")
+    if isinstance(value, np.ndarray):  # (0-d: scipy refuses it too)
+        raise TypeError(f"{name}={value!r} must be a number, None, or a (min, max) pair of numbers or None")
     return np.array([_number(name, value), _NONE]), True
 
 

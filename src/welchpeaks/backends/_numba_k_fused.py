@@ -61,7 +61,7 @@ def _select_block(ac, n_bins, r0, nl, nv, sel, prow, tv, ti, tc, tt, out):
         select_into(prow, n_bins, sel, tv, ti, tc, tt, out, r)
 
 
-@njit(**_OPTS)
+@njit(**dict(_OPTS, _nrt=True))  # (it hands arrays to a parallel function: with numba's runtime)
 def fused_pow2(x, n_rows, n_seg, split, welch, sel, scr, sel_scr, pieces, out):
     """:func:`fused_pass` called from Python: its records (``welch``, ``sel``, ``scr``,
     ``sel_scr``, ``pieces``, ``out``) come as plain tuples of their fields and are named here.

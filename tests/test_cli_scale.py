@@ -609,3 +609,19 @@ def test_track_plot_draws_the_jobs_first_signal_thinned_and_bounded(tmp_path, mo
     res = runner.invoke(app, ["track", str(tmp_path / "x.npy"), "--out", str(tmp_path / "u.csv"), "--plot",
                               str(tmp_path / "no" / "p.png")])
     assert res.exit_code != 0 and "--plot" in res.output and not (tmp_path / "u.csv").exists()
+
+
+def test_a_job_with_a_named_execution_starts_no_measurement(monkeypatch):
+    """The manifest records the CPU cost model that chose a job's executions; with none on
+    disk (a fresh machine) and the executions named, recording it starts no measurement of
+    the machine (which a command then waits for, minutes on 2 cores)."""
+    from welchpeaks.plan import calibrate, models
+
+    started = []
+    monkeypatch.setattr(models, "stored_model", lambda device, local=True: None)
+    monkeypatch.setattr(calibrate, "load", lambda device, quiet=False: None)
+    monkeypatch.setattr(calibrate, "measuring", lambda device="cpu": False)
+    monkeypatch.setattr(calibrate, "recently_elsewhere", lambda device: False)
+    monkeypatch.setattr(calibrate, "measured_elsewhere", lambda device: False)
+    monkeypatch.setattr(calibrate, "start_background", lambda *a, **kw: started.append(a))
+    assert job_mod.model_identity() is None and started == []

@@ -247,10 +247,11 @@ def pin_execution(kind: str, kw: dict[str, Any], rows: int, length: int, dtype: 
 
 
 def model_identity() -> str | None:
-    """Which CPU cost model chose the pinned executions (its status and a digest of it)."""
+    """Which CPU cost model chose the pinned executions (its status and a digest of it); None
+    when there is none (the executions were named): it never starts a measurement."""
     from welchpeaks.plan import cost_model_for
 
-    model = cost_model_for("cpu", wait=False)
+    model = cost_model_for("cpu", calibrate=False, wait=False)
     if model is None:
         return None
     doc = json.dumps(model.to_dict(), sort_keys=True, default=str).encode()

@@ -73,6 +73,15 @@ def test_available_strategies_rejects_unknown_device():
         welchpeaks.available_strategies("cuda")
 
 
+def test_explain_takes_whole_numbers_of_signals_and_samples():
+    wp = welchpeaks.WelchPeaks(n_fft=64, k=2)
+    for args, name in (((16.5, 384), "batch"), (("a", 384), "batch"), ((0, 384), "batch"), ((True, 384), "batch"),
+                       ((16, 3.5), "length")):
+        with pytest.raises(ValueError, match=rf"explain\({name}=.*whole number"):
+            wp.explain(*args)
+    assert wp.explain(np.int64(16), 384)["strategy"] in welchpeaks.available_strategies()
+
+
 def test_parameters_that_size_memory_are_bounded_at_the_door():
     """Issue 35, defect 13: parameters that size buffers or loops are refused with the fix, or
     clamped where every larger value means the same, before anything is allocated."""

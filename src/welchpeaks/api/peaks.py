@@ -9,6 +9,7 @@ turns its rows into a :class:`PeakResult`.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import Any, Callable
 
 import numpy as np
@@ -121,8 +122,13 @@ class WelchPeaks:
         signal of exactly one frame)."""
         p = self.params
         last = self._last or (1, p.frame_length(p.segments or 1), np.dtype(p.dtype or "float32"))
-        batch = last[0] if batch is None else batch
-        length = last[1] if length is None else length
+        for name, v in (("batch", batch), ("length", length)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
+                unit = "signals" if name == "batch" else "samples"
+                raise ValueError(f"explain({name}={v!r}): pass a whole number of {unit} >= 1, or None for the last "
+                                 "call's")
+        batch = last[0] if batch is None else int(batch)
+        length = last[1] if length is None else int(length)
         p.check_length(length)
         return {"requested": self.requested, **self.planner.explain(batch, length, last[2]), "params": p.to_dict()}
 

@@ -409,7 +409,10 @@ def test_zarr_output_is_swapped_by_renaming_the_old_one_aside(recording, tmp_pat
     path, _ = recording
     out = tmp_path / "o.zarr"
     args = TRACK + [str(path), "--out", str(out)]
+    passes, columns = [], job_mod.Job.columns
+    monkeypatch.setattr(job_mod.Job, "columns", lambda job: passes.append(1) or columns(job))
     assert runner.invoke(app, args).exit_code == 0
+    assert passes == [1]  # each saved unit read (checked, linked) once
     first = zarr.open_group(str(out), mode="r")["power"][:]
     # a kill between the two renames: the old output is aside, whole, and the rerun finishes
     real = job_mod.os.replace

@@ -149,21 +149,18 @@ def _write_zarr(out: Path, kind: str, names: list[str], column_names: list[str],
         import zarr
     except ImportError:
         raise JobError("--out .zarr needs zarr: pip install 'welchpeaks[io]'") from None
-    total = sum(len(c["signal"]) for c in columns())
     tmp = Path(tempfile.mkdtemp(dir=out.parent if str(out.parent) else ".", prefix=f".{out.name}."))
     try:
         as_umask_allows(tmp, directory=True)
         group = zarr.open_group(str(tmp), mode="w")
         group.attrs.update(files=names, kind=kind)
         arrays = {}
-        at = 0
-        for cols in columns():
+        for cols in columns():  # (once: each unit is read, checked and linked once)
             for c in column_names:
                 if c not in arrays:
-                    arrays[c] = group.create_array(c, shape=(total,), dtype=cols[c].dtype,
-                                                   chunks=(max(1, min(total, 1 << 20)),))
-                arrays[c][at:at + len(cols[c])] = cols[c]
-            at += len(cols["signal"])
+                    arrays[c] = group.create_array(c, shape=(0,), dtype=cols[c].dtype, chunks=(1 << 20,))
+                if len(cols[c]):
+                    arrays[c].append(cols[c])
         _swap_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -87,8 +87,7 @@ def _lazy_top(row, r, m, cfg, scr, floor, prom_mode, from_blocks):
             if not more:
                 break
             ranked, m, t_hi, more = _next_tier(row, cfg, cand, hts, order, sel, tmp, scr.rad, bpk, bbits, guess, m,
-                                                  want,
-                                                  t_hi, from_blocks)
+                                                  want, t_hi, from_blocks)
             want *= 2
             continue
         e = s + 1  # the group of equal heights order[s:e]
@@ -98,8 +97,7 @@ def _lazy_top(row, r, m, cfg, scr, floor, prom_mode, from_blocks):
             if e < ranked or not more or from_blocks:  # (a tier from blocks holds whole groups)
                 break
             ranked, m, t_hi, more = _next_tier(row, cfg, cand, hts, order, sel, tmp, scr.rad, bpk, bbits, guess, m,
-                                                  want,
-                                                  t_hi, from_blocks)  # the group may go on
+                                                  want, t_hi, from_blocks)  # the group may go on
             want *= 2
         for g in range(s, e):  # the distance rule, from the lower index (the group is in index order)
             j = order[g]

@@ -100,7 +100,8 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     ----------
     rows : array_like ``[..., n]``
         Real values (NumPy, lists, torch CPU/CUDA tensors, CuPy arrays), computed in float64 as
-        scipy does. NaN or infinity is an error naming the row. Rows on a CUDA device stay there
+        scipy does. NaN or infinity is an error naming the row. Unlike scipy, empty rows and
+        booleans are refused too (an error, not an empty or a 0/1 answer). Rows on a CUDA device stay there
         (the Triton kernel; ``pip install 'welchpeaks[gpu]'``), up to 8192 samples per row;
         longer rows, or a machine without triton, go through the host's numba kernel. Tensors
         in, tensors out, on their device.

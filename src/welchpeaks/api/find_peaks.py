@@ -144,7 +144,7 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     >>> x = np.array([[0, 2, 0, 3, 0, 1, 0.], [1, 0, 0, 5, 1, 4, 0]])
     >>> r = welchpeaks.find_peaks(x, distance=2)
     >>> r.indices.tolist(), r.counts.tolist()
-    [[3, 1, 5], [3, 5, -1]]
+    ([[3, 1, 5], [3, 5, -1]], [3, 2])
     """
     from welchpeaks.backends import _numba_find_peaks as kern
 

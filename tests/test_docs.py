@@ -63,3 +63,20 @@ def test_every_python_block_of_the_readme_runs_as_pasted(tmp_path, monkeypatch):
             exec(compile(block, f"README.md, Python block {i + 1}", "exec"), namespace)
         if i == 0:
             assert out.getvalue().startswith("[1000. 2500.] [32 80]"), out.getvalue()[:200]
+
+
+def test_the_docstring_examples_run():
+    """Every ``>>>`` example in the package's docstrings gives what it shows (doctest)."""
+    import doctest
+    import importlib
+
+    src = ROOT / "src"
+    files = sorted(p for p in (src / "welchpeaks").rglob("*.py") if ">>> " in p.read_text())
+    assert len(files) >= 8
+    ran = 0
+    for path in files:
+        name = ".".join(path.relative_to(src).with_suffix("").parts).removesuffix(".__init__")
+        result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS, verbose=False)
+        assert result.failed == 0, f"{name}: {result.failed} of {result.attempted} examples failed"
+        ran += result.attempted
+    assert ran >= 20

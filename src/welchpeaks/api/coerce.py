@@ -8,6 +8,7 @@ or ValueError that says what to pass.
 from __future__ import annotations
 
 import math
+import numbers
 
 from typing import Any
 
@@ -109,3 +110,15 @@ def wlen_samples(wlen: Any) -> int:
         return WHOLE_ROW
     except (TypeError, ValueError):
         raise TypeError(f"wlen={wlen!r} must be a number of samples larger than 1, or None") from None
+
+
+def rel_height_value(rel_height: Any) -> float:
+    """scipy's ``rel_height`` (``find_peaks``, ``peak_widths``): a number >= 0, where widths are
+    measured as a fraction of the prominence; a TypeError or ValueError naming it otherwise."""
+    if isinstance(rel_height, np.ndarray) and rel_height.ndim == 0:
+        rel_height = rel_height[()]
+    if isinstance(rel_height, (bool, np.bool_)) or not isinstance(rel_height, numbers.Real):
+        raise TypeError(f"rel_height={rel_height!r} must be a number >= 0")
+    if not float(rel_height) >= 0:
+        raise ValueError(f"rel_height={rel_height!r} must be >= 0")
+    return float(rel_height)

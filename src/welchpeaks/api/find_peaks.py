@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from welchpeaks import memory
-from welchpeaks.api.coerce import as_real_array, tensor_input, wlen_samples
+from welchpeaks.api.coerce import as_real_array, rel_height_value, tensor_input, wlen_samples
 from welchpeaks.result import FoundPeaks
 
 _NONE = float("nan")
@@ -77,9 +77,7 @@ def filter_config(*, height: Any = None, threshold: Any = None, distance: float 
             raise ValueError(f"distance={distance!r} must be >= 1 (samples)")
         dist = math.ceil(min(d, MAX_SAMPLES))  # past any row's length (inf included) all are alike
     wl = min(wlen_samples(wlen), MAX_SAMPLES)  # past twice any row's length: the whole row
-    rh = _number("rel_height", rel_height, "")
-    if rh < 0:
-        raise ValueError(f"rel_height={rel_height!r} must be >= 0")
+    rh = rel_height_value(rel_height)
     return dict(s_lim=s_lim, h_lim=h_lim, t_lim=t_lim, distance=dist, p_lim=p_lim, w_lim=w_lim, wlen=wl,
                 rel_height=rh, need_prom=need_prom or need_width, need_width=need_width)
 
@@ -215,12 +213,13 @@ def _host_peaks(x: np.ndarray, cfg: Any, need_prom: bool, need_width: bool, ever
         return dict(zip(names, buf[:6]), counts=buf.counts)
     counts = np.empty(rows_n, np.int64)
     whole = [np.empty((rows_n, 0) + v.shape[2:], v.dtype) for v in buf[:6]]  # as wide as the fullest row done
+    width = 0
     for a in range(0, rows_n, step):
         b = min(rows_n, a + step)
         out = kern.Outputs(*(v[:b - a] if v.shape[0] else v for v in buf))
         launch_host(x[a:b], cfg, out)
         counts[a:b] = out.counts
-        width = max(0, int(counts[:b].max()))
+        width = max(width, int(out.counts.max()))
         for i, v in enumerate(out[:6]):
             if not v.shape[0]:  # not asked for
                 whole[i] = v

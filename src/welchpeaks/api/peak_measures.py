@@ -13,13 +13,12 @@ rows are measured in parallel by a numba kernel
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from typing import Any
 
 import numpy as np
 
-from welchpeaks.api.coerce import as_real_array, signal_index, tensor_input, wlen_samples
+from welchpeaks.api.coerce import as_real_array, rel_height_value, signal_index, tensor_input, wlen_samples
 
 #: peaks a warning lists by name
 _LISTED = 5
@@ -91,17 +90,6 @@ def _peaks(peaks: Any, x2: np.ndarray, lead: tuple) -> np.ndarray:
         raise ValueError(f"peaks{_in_row(r, lead)} holds {pk[r, j]} (slot {j}), which is not a valid index for "
                          f"rows of {n} samples; pass indices in [0, {n}), or -1 for an empty slot")
     return pk
-
-
-def _rel_height(rel_height: Any) -> float:
-    if isinstance(rel_height, np.ndarray) and rel_height.ndim == 0:
-        rel_height = rel_height[()]
-    if not isinstance(rel_height, numbers.Real):
-        raise TypeError(f"rel_height={rel_height!r} must be a number >= 0")
-    rh = float(rel_height)
-    if not rh >= 0:
-        raise ValueError(f"`rel_height` must be greater or equal to 0, was {rel_height!r}")
-    return rh
 
 
 def _prominence_data(data: Any, pk: np.ndarray, shape: tuple, n: int, lead: tuple) -> tuple:
@@ -212,8 +200,9 @@ def peak_prominences(x: Any, peaks: Any, wlen: float | None = None) -> tuple:
         outside ``[0, n)`` is an error naming the row. Any index counts, a local maximum or
         not, as in scipy.
     wlen : number > 1, optional
-        Window of the prominence computation in samples, as in scipy: a float rounds up (an
-        even window acts as the next odd one, the peak in its middle).
+        Window of the prominence computation in samples, rounded as scipy rounds it (a Python
+        float up, any other number down; an even window acts as the next odd one, the peak in
+        its middle).
 
     Returns
     -------
@@ -301,7 +290,7 @@ def peak_widths(x: Any, peaks: Any, rel_height: float = 0.5, prominence_data: tu
     """
     x2, lead, device = _rows(x)
     pk = _peaks(peaks, x2, lead)
-    rh = _rel_height(rel_height)
+    rh = rel_height_value(rel_height)
     data = None
     if prominence_data is not None:
         data = _prominence_data(prominence_data, pk, lead + (pk.shape[1],), x2.shape[1], lead)

@@ -3,12 +3,10 @@
 caller names.
 
 Each row's peaks are measured with the ``find_peaks`` kernel's single-peak definitions, which
-are scipy's: the walks :func:`_numba_fp_prominence._lowest_left` and ``_lowest_right`` (sped up
-by the row's block index, :func:`_numba_fp_extrema._scan_blocks`) and the width measure
-:func:`_numba_fp_filters._width`. The prominence is formed here, not by
-:func:`_numba_fp_prominence._prominence`: that one measures a peak at the row's first or last
-sample on its one side (``find_peaks(edges=True)``), while scipy walks both sides of any index,
-so such a peak gets a prominence of 0 (the walk on its outer side ends where it starts).
+are scipy's: the walks of :func:`_numba_fp_prominence._prominence` (sped up by the row's block
+index, :func:`_numba_fp_extrema._scan_blocks`), without ``edges``: scipy walks both sides of
+any index, so a peak at the row's first or last sample gets a prominence of 0; and the width
+measure :func:`_numba_fp_filters._width`.
 
 Rows run in parallel (workers take runs of rows from a shared counter, each with its own block
 index); no fast-math, so every comparison, subtraction and interpolation is the IEEE operation
@@ -30,7 +28,7 @@ from welchpeaks.backends import _simd
 from welchpeaks.backends._numba_fp_common import _BIG, _BLOCK, _KERNEL, _OPTS
 from welchpeaks.backends._numba_fp_extrema import _scan_blocks
 from welchpeaks.backends._numba_fp_filters import _width
-from welchpeaks.backends._numba_fp_prominence import _lowest_left, _lowest_right
+from welchpeaks.backends._numba_fp_prominence import _prominence
 
 #: the first compile, for the notice (measured with an empty cache on 2 shared cores: 4.9 s)
 COMPILE_TIME = "about 5 s on 2 cores"
@@ -114,7 +112,7 @@ def _measure_rows(x, peaks, first, last, wlen, rel_height, own_prom, out, bmin, 
     ``bmax``, ``bpk``, ``bbits``: a worker's block index, ``ceil(n / 16)`` each).
 
     Per row: its block index and finiteness in one pass (:func:`_scan_blocks`; without
-    ``own_prom`` a plain finiteness pass), then per peak :func:`_peak_prominence` and
+    ``own_prom`` a plain finiteness pass), then per peak :func:`_prominence` and
     :func:`_width`. Empty slots, and every slot of a row that is not finite, get NaN and -1."""
     n = x.shape[1]
     k = peaks.shape[1]
@@ -143,7 +141,7 @@ def _measure_rows(x, peaks, first, last, wlen, rel_height, own_prom, out, bmin, 
                     out.right_ip[i, j] = np.nan
                 continue
             if own_prom:
-                prom, lb, rb = _peak_prominence(row, bmin, bmax, p, wlen)
+                prom, lb, rb = _prominence(row, bmin, bmax, p, wlen, False)  # (scipy's: both sides)
                 out.prom[i, j] = prom
                 out.left[i, j] = lb
                 out.right[i, j] = rb
@@ -155,24 +153,3 @@ def _measure_rows(x, peaks, first, last, wlen, rel_height, own_prom, out, bmin, 
                 out.line[i, j] = line
                 out.left_ip[i, j] = lip
                 out.right_ip[i, j] = rip
-
-
-@njit(inline="always", **_OPTS)
-def _peak_prominence(row, bmin, bmax, p, wlen):
-    """``(prominence, left base, right base)`` of the sample ``p`` (any index of the row, a
-    local maximum or not), as ``scipy.signal.peak_prominences`` gives them.
-
-    Each side's walk (:func:`_lowest_left`, :func:`_lowest_right`) starts at ``p`` itself and
-    stops before a sample higher than ``row[p]``, at the row's end, or ``wlen // 2`` samples
-    from ``p`` (``wlen >= 2``); the prominence is ``row[p]`` over the higher of the two lows.
-    Both sides always count: at the row's first or last sample one walk ends where it starts,
-    so the prominence is 0 (scipy's answer; :func:`_prominence` measures such an edge peak on
-    its one side instead). Inputs: ``row`` and its block extrema ``bmin``, ``bmax``
-    (:func:`_scan_blocks`). Reads only the blocks the walks cross; writes nothing."""
-    lo, hi = 0, row.shape[0] - 1
-    if wlen >= 2:
-        lo = max(p - wlen // 2, lo)
-        hi = min(p + wlen // 2, hi)
-    left_min, left = _lowest_left(row, bmin, bmax, p, lo)
-    right_min, right = _lowest_right(row, bmin, bmax, p, hi)
-    return row[p] - max(left_min, right_min), left, right

@@ -285,14 +285,16 @@ def _lowest_right(row, bmin, bmax, p, stop):
 
 
 @njit(inline="always", **_OPTS)
-def _prominence(row, bmin, bmax, p, wlen):
+def _prominence(row, bmin, bmax, p, wlen, edges):
     """``(prominence, left base, right base)`` of the peak at ``p``, as
     ``scipy.signal.peak_prominences`` gives them, by a walk to each side.
 
     Inputs: ``row``, its block extrema ``bmin``, ``bmax`` (:func:`_scan_blocks`), the peak
     ``p``, the window ``wlen`` (< 2: none; else the walks stay within ``wlen // 2`` of ``p``).
-    A peak at an edge (``edges=True``) is measured on its one side. Reads only the blocks the
-    walks cross: a vector per block at the ends, two floats per block skipped."""
+    With ``edges`` (``find_peaks(edges=True)``) a peak at the row's first or last sample is
+    measured on its one side; else, as scipy, on both (its outer walk ends where it starts:
+    a prominence of 0). Reads only the blocks the walks cross: a vector per block at the
+    ends, two floats per block skipped."""
     n = row.shape[0]
     lo, hi = 0, n - 1
     if wlen >= 2:
@@ -301,8 +303,8 @@ def _prominence(row, bmin, bmax, p, wlen):
     top = row[p]
     left_min, left = _lowest_left(row, bmin, bmax, p, lo)
     right_min, right = _lowest_right(row, bmin, bmax, p, hi)
-    if p == 0:  # an edge (edges=True) has one side: its drop on that side
+    if edges and p == 0:  # an edge peak has one side: its drop on that side
         return top - right_min, left, right
-    if p == n - 1:
+    if edges and p == n - 1:
         return top - left_min, left, right
     return top - max(left_min, right_min), left, right

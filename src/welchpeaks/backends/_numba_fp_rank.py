@@ -117,7 +117,7 @@ def _lazy_top(row, r, m, cfg, scr, floor, prom_mode, from_blocks):
             if need_prom:
                 if prom_mode == _PROM_WALK:
                     prom[j], base[j, BASE_LEFT], base[j, BASE_RIGHT] = _prominence(row, scr.bmin, scr.bmax, cand[j],
-                                                                                   wlen)
+                                                                                   wlen, cfg.edges)
                 elif prom_mode == _PROM_LANES:
                     prom[j], base[j, BASE_LEFT], base[j, BASE_RIGHT] = _lane_prominence(j, m, hts, scr.fv, scr.iv,
                                                                                         sel[j])

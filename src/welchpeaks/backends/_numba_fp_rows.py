@@ -184,7 +184,7 @@ def _filter_all(row, cfg, scr, m, swept):
         if not swept:
             for j in range(m):
                 prom[j], base[j, BASE_LEFT], base[j, BASE_RIGHT] = _prominence(row, scr.bmin, scr.bmax, cand[j],
-                                                                               cfg.wlen)
+                                                                               cfg.wlen, cfg.edges)
         if _bounded(p_lim):
             for j in range(m):
                 keep[j] = _passes(prom[j], p_lim)

@@ -611,38 +611,50 @@ class TestScipyFindPeaks(scipy_tests.TestFindPeaks):
     test_raises = None
 
 
-def test_every_peak_runs_in_blocks_of_rows(monkeypatch):
-    """k=None runs the kernel on blocks of rows (one reused buffer, the filled slots copied
-    out, widened when a later row holds more peaks): the same peaks and properties as one
-    launch with every slot, whatever the block size."""
+def test_every_peak_guesses_the_width_and_redoes_fuller_rows(monkeypatch):
+    """k=None writes straight into results as wide as a guess from the first rows
+    (``EVERY_PEAK_PROBE``) and redoes, with every slot, the rows whose counts pass it (in
+    blocks of ``EVERY_PEAK_BYTES``): the same peaks and properties as one launch with every
+    slot, whatever the probe and the blocks."""
     import importlib
+
+    from welchpeaks.backends import filtered
 
     fp = importlib.import_module("welchpeaks.api.find_peaks")
     launches = []
-    real = fp._host_peaks
+    real = filtered.launch_host
 
-    def counted(x, cfg, *args, **kw):
-        got = real(x, cfg, *args, **kw)
-        launches.append((x.shape[0], cfg.k, got["indices"].shape))
-        return got
+    def counted(x, cfg, out):
+        launches.append((x.shape[0], out.idx.shape[1]))
+        return real(x, cfg, out)
 
     rng = np.random.default_rng(40)
     x = _rows(rng, 37, 200)
     x[::5] = np.round(x[::5] * 2) / 2  # plateaus and ties in some rows
     kw = dict(distance=2, prominence=0.2, width=(None, None), threshold=(None, None), plateau_size=(1, None))
-    x = x[np.argsort(welchpeaks.find_peaks(x, **kw).counts, kind="stable")]  # fuller rows later: the copy widens
-    x[:2] = 0.0  # (first blocks without a peak)
+    x = x[np.argsort(welchpeaks.find_peaks(x, **kw).counts, kind="stable")]  # fuller rows later: past the guess
+    x[:2] = 0.0  # (first rows without a peak)
     whole = welchpeaks.find_peaks(x, k=x.shape[1], **kw)  # one launch, every slot
-    monkeypatch.setattr(fp, "_host_peaks", counted)
-    for block in (1, 3, 10, 1 << 30):
-        monkeypatch.setattr(fp, "EVERY_PEAK_BYTES", block * (x.shape[1] // 2 + 2) * (16 + 24 + 32))
+    width, slots = int(whole.counts.max()), x.shape[1] // 2 + 2
+    monkeypatch.setattr(filtered, "launch_host", counted)
+    redone = set()
+    for probe, block in ((1, 1), (3, 3), (10, 1 << 30), (1 << 30, 1)):
+        monkeypatch.setattr(fp, "EVERY_PEAK_PROBE", probe)
+        monkeypatch.setattr(fp, "EVERY_PEAK_BYTES", block * slots * (16 + 24 + 32))
+        launches.clear()
         got = welchpeaks.find_peaks(x, **kw)
-        width = int(whole.counts.max())
-        slots = x.shape[1] // 2 + 2
-        assert launches[-1] == (37, slots, (37, width if block < 37 else slots))  # (one launch: every slot)
+        if probe >= 37:
+            assert launches == [(37, slots)]  # few rows: one launch with every slot
+        else:
+            guess = min(slots, int(whole.counts[:probe].max()) * 5 // 4 + 8)
+            assert launches[:2] == [(probe, slots), (37 - probe, guess)]
+            over = int((whole.counts > guess).sum())
+            assert sum(r for r, _ in launches[2:]) == over and all(s == slots for _, s in launches[2:])
+            assert len(launches) - 2 == (0 if not over else -(-over // min(block, over)))
+            redone.add(over > 0)
         np.testing.assert_array_equal(got.counts, whole.counts)
         np.testing.assert_array_equal(got.indices, whole.indices[:, :width])
         assert list(got.properties) == list(whole.properties)
         for name, v in whole.properties.items():
             np.testing.assert_array_equal(got.properties[name], v[:, :width])
-    assert int(whole.counts[-1]) > int(whole.counts[0])
+    assert redone == {True}  # (every probe above left rows past its guess)

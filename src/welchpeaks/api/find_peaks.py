@@ -189,48 +189,76 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     return _found(got, lead, k, asked, device=None if t is None else t.device)
 
 
-#: bytes of kernel outputs per launch when every peak is kept (``k=None``): small enough to
-#: stay in cache until copied out
+#: rows whose peaks set the first guess of the widest row when every peak is kept (``k=None``)
+EVERY_PEAK_PROBE = 256
+#: bytes of kernel outputs per launch when the rows past that guess are redone with every slot
 EVERY_PEAK_BYTES = 4 << 20
 
 
 def _host_peaks(x: np.ndarray, cfg: Any, need_prom: bool, need_width: bool, every: bool) -> dict[str, np.ndarray]:
     """The host kernel's outputs for rows ``x [rows, n]`` (float64), by name, ``[rows, cfg.k]``
     or, with ``every`` (all peaks of each row: ``cfg.k`` is the most a row holds), ``[rows,
-    fullest row's count]``. Then the kernel, which writes each row's every slot, runs on
-    blocks of rows whose outputs fit :data:`EVERY_PEAK_BYTES` (one buffer, reused), and each
-    block's slots up to the fullest row seen are copied out once: memory and traffic in the
-    peaks found, not in the row's length."""
+    fullest row's count]``.
+
+    With ``every`` the kernel writes straight into the results, as wide as a guess: the first
+    :data:`EVERY_PEAK_PROBE` rows, with every slot, give the widest so far, and a quarter more
+    is the guess. The kernel counts every peak of a row even when fewer slots hold them, so the
+    rows past the guess are found by their counts and redone with every slot (blocks of
+    :data:`EVERY_PEAK_BYTES`), the results widened once to the fullest. Memory and traffic are
+    in the peaks found, not in the row's length. The arrays returned may be views of wider
+    ones (the guess)."""
     from welchpeaks.backends import _numba_find_peaks as kern
     from welchpeaks.backends.filtered import launch_host
 
     names = ("indices", "heights", "prom", "base", "wid", "ips")
-    rows_n, slots = x.shape[0], cfg.k
-    step = rows_n if not every else max(1, EVERY_PEAK_BYTES // (slots * (16 + 24 * need_prom + 32 * need_width)))
-    buf = kern.outputs(min(step, rows_n), slots, need_prom, need_width, False, False)
-    if step >= rows_n:
-        launch_host(x, cfg, buf)  # the find_peaks node's own launch
-        return dict(zip(names, buf[:6]), counts=buf.counts)
-    counts = np.empty(rows_n, np.int64)
-    whole = [np.empty((rows_n, 0) + v.shape[2:], v.dtype) for v in buf[:6]]  # as wide as the fullest row done
-    width = 0
-    for a in range(0, rows_n, step):
-        b = min(rows_n, a + step)
-        out = kern.Outputs(*(v[:b - a] if v.shape[0] else v for v in buf))
-        launch_host(x[a:b], cfg, out)
-        counts[a:b] = out.counts
-        width = max(width, int(out.counts.max()))
-        for i, v in enumerate(out[:6]):
-            if not v.shape[0]:  # not asked for
-                whole[i] = v
-                continue
-            if whole[i].shape[1] < width:  # a fuller row: widen what is done (the kernel filled the slots past it)
-                wider = np.empty((rows_n, width) + v.shape[2:], v.dtype)
-                wider[:a, :whole[i].shape[1]] = whole[i][:a]
-                wider[:a, whole[i].shape[1]:] = -1 if v.dtype.kind == "i" else np.nan
-                whole[i] = wider
-            whole[i][a:b] = v[:, :whole[i].shape[1]]
-    return dict(zip(names, whole), counts=counts)
+    rows_n, cap = x.shape[0], cfg.k
+    alloc = lambda rows, slots: kern.outputs(rows, slots, need_prom, need_width, False, False)  # noqa: E731
+    if not every or rows_n <= EVERY_PEAK_PROBE:
+        out = alloc(rows_n, cap)
+        launch_host(x, cfg, out)  # the find_peaks node's own launch
+        if every:
+            out = _narrowed(out, max(0, int(out.counts.max(initial=0))))
+        return dict(zip(names, out[:6]), counts=out.counts)
+    probe = alloc(EVERY_PEAK_PROBE, cap)
+    launch_host(x[:EVERY_PEAK_PROBE], cfg, probe)
+    fullest = max(0, int(probe.counts.max()))
+    out = alloc(rows_n, min(cap, fullest + fullest // 4 + 8))
+    for v, p in zip(out, probe):
+        if v.shape[0]:
+            v[:EVERY_PEAK_PROBE] = p[:, :v.shape[1]] if v.ndim > 1 else p
+    launch_host(x[EVERY_PEAK_PROBE:], cfg, kern.Outputs(*(v[EVERY_PEAK_PROBE:] if v.shape[0] else v for v in out)))
+    over = np.flatnonzero(out.counts > out.idx.shape[1])
+    if over.size:  # rows past the guess: redone with every slot, the results widened once
+        out = _widened(out, int(out.counts.max()))
+        step = max(1, EVERY_PEAK_BYTES // (cap * (16 + 24 * need_prom + 32 * need_width)))
+        buf = alloc(min(step, over.size), cap)
+        for a in range(0, over.size, step):
+            rows = over[a:a + step]
+            got = kern.Outputs(*(v[:rows.size] if v.shape[0] else v for v in buf))
+            launch_host(np.ascontiguousarray(x[rows]), cfg, got)
+            for v, g in zip(out, got):
+                if v.shape[0]:
+                    v[rows] = g[:, :v.shape[1]] if v.ndim > 1 else g
+    out = _narrowed(out, max(0, int(out.counts.max())))
+    return dict(zip(names, out[:6]), counts=out.counts)
+
+
+def _narrowed(out: Any, slots: int) -> Any:
+    """The kernel's outputs ``out`` with their first ``slots`` slots (views)."""
+    return type(out)(*(v[:, :slots] if v.ndim > 1 and v.shape[0] else v for v in out))
+
+
+def _widened(out: Any, slots: int) -> Any:
+    """The kernel's outputs ``out`` copied into ``slots`` slots, the new ones empty (-1, NaN)."""
+    wide = []
+    for v in out:
+        if v.ndim > 1 and v.shape[0]:
+            w = np.empty((v.shape[0], slots) + v.shape[2:], v.dtype)
+            w[:, :v.shape[1]] = v
+            w[:, v.shape[1]:] = -1 if v.dtype.kind == "i" else np.nan
+            v = w
+        wide.append(v)
+    return type(out)(*wide)
 
 
 def _neighbours(x: Any, idx: Any, asked: list[str]) -> dict[str, Any]:

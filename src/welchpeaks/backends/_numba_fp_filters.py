@@ -8,6 +8,7 @@ A bound is a ``[min, max]`` float64 pair with NaN for an open end (``Config.h_li
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from welchpeaks.backends._numba_fp_common import _OPTS, BASE_LEFT, BASE_RIGHT
@@ -88,6 +89,46 @@ def _above(hts, i, j):
     return hts[i] > hts[j] or (hts[i] == hts[j] and i < j)
 
 
+#: the most candidates on a side within ``distance`` for which :func:`_by_neighbours` runs first
+_NEAR = 4
+
+
+@njit(inline="always", **_OPTS)
+def _by_neighbours(cand, hts, m, distance, near, state, gone):
+    """Most verdicts of :func:`_by_distance` without its search: ``state[:m]`` 1 for a peak with
+    no peak before it (:func:`_above`) within ``distance``, 2 for one with such a kept peak
+    within ``distance``, 0 (undecided) otherwise.
+
+    A candidate's neighbours within ``distance`` are its ``near`` candidates on each side at
+    most (``cand`` ascending, 2 apart at least); a candidate whose ``near + 1``-th neighbour is
+    as close is left undecided, so a verdict never rests on that bound. Each verdict is a few
+    compares combined without a branch on the data (the search's branches mispredict on
+    random rows): one pass for the peaks that stay whatever the others do, one for the peaks
+    they remove."""
+    for j in range(m):
+        state[j] = 1
+    for o in range(1, near + 2):  # each offset's compares over all candidates: loops that vectorise
+        if o <= near:
+            for j in range(o, m):
+                state[j] &= not ((cand[j] - cand[j - o] < distance) & (hts[j - o] >= hts[j]))
+            for j in range(m - o):
+                state[j] &= not ((cand[j + o] - cand[j] < distance) & (hts[j + o] > hts[j]))
+        else:  # a further neighbour as close: the bound does not hold here, leave it undecided
+            for j in range(o, m):
+                state[j] &= not (cand[j] - cand[j - o] < distance)
+            for j in range(m - o):
+                state[j] &= not (cand[j + o] - cand[j] < distance)
+    for j in range(m):
+        gone[j] = False
+    for o in range(1, near + 1):  # gone: a peak that stays is near and goes before it
+        for j in range(o, m):
+            gone[j] |= (cand[j] - cand[j - o] < distance) & (hts[j - o] >= hts[j]) & (state[j - o] == 1)
+        for j in range(m - o):
+            gone[j] |= (cand[j + o] - cand[j] < distance) & (hts[j + o] > hts[j]) & (state[j + o] == 1)
+    for j in range(m):
+        state[j] |= 2 * (gone[j] & (state[j] == 0))
+
+
 @njit(**_OPTS)
 def _by_distance(cand, hts, m, distance, keep, stack):
     """scipy's distance rule on all ``m`` candidates: in order from the highest (of equal heights
@@ -102,6 +143,9 @@ def _by_distance(cand, hts, m, distance, keep, stack):
     state = stack[m:2 * m]  # scratch after the stack: both need m slots (cap >= 2m)
     for j in range(m):
         state[j] = 0
+    near = (distance - 1) // 2  # the most candidates closer than distance on a side (maxima lie 2 apart)
+    if near <= _NEAR:
+        _by_neighbours(cand, hts, m, distance, near, state, keep)  # (keep: its scratch, written below)
     for j0 in range(m):
         if state[j0] != 0:
             continue
@@ -141,6 +185,20 @@ def _by_distance(cand, hts, m, distance, keep, stack):
 
 
 @njit(**_OPTS)
+def _compact_peaks(m, keep, cand, hts):
+    """:func:`_compact` of ``cand`` and ``hts`` only, for a filter that runs before anything
+    else is measured (the distance rule)."""
+    w = 0
+    for j in range(m):  # (no branch on the verdicts, as in _compact)
+        cand[w] = cand[j]
+        hts[w] = hts[j]
+        w += np.int64(keep[j])
+    for j in range(w):
+        keep[j] = True
+    return w
+
+
+@njit(**_OPTS)
 def _compact(m, keep, cand, hts, prom, base, wid):
     """Drop the candidates whose ``keep`` is False, in order, from ``cand``, ``hts``, ``prom``,
     ``base`` and ``wid`` (every column); set ``keep`` True again for those left. Returns the new
@@ -148,16 +206,15 @@ def _compact(m, keep, cand, hts, prom, base, wid):
     w = 0
     while w < m and keep[w]:
         w += 1
-    for j in range(w + 1, m):
-        if keep[j]:
-            cand[w] = cand[j]
-            hts[w] = hts[j]
-            prom[w] = prom[j]
-            base[w, BASE_LEFT] = base[j, BASE_LEFT]
-            base[w, BASE_RIGHT] = base[j, BASE_RIGHT]
-            for c in range(wid.shape[1]):
-                wid[w, c] = wid[j, c]
-            w += 1
+    for j in range(w + 1, m):  # each one copied, the count moved by its verdict: no branch to mispredict
+        cand[w] = cand[j]
+        hts[w] = hts[j]
+        prom[w] = prom[j]
+        base[w, BASE_LEFT] = base[j, BASE_LEFT]
+        base[w, BASE_RIGHT] = base[j, BASE_RIGHT]
+        for c in range(wid.shape[1]):
+            wid[w, c] = wid[j, c]
+        w += np.int64(keep[j])
     for j in range(w):
         keep[j] = True
     return w

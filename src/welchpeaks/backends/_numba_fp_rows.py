@@ -18,8 +18,8 @@ from welchpeaks.backends._numba_fp_common import (_BIG, _BLOCK, _KERNEL, _LANE_M
                                                   _PROM_LANES, _PROM_WALK, BASE_LEFT, BASE_RIGHT, WID_LEFT, WID_LINE,
                                                   WID_RIGHT, WID_SNR, WID_WIDTH, Scratch)
 from welchpeaks.backends._numba_fp_extrema import _local_maxima, _maxima_and_valleys, _scan_blocks
-from welchpeaks.backends._numba_fp_filters import (_bounded, _by_distance, _compact, _passes, _passes_plateau,
-                                                   _passes_threshold, _width)
+from welchpeaks.backends._numba_fp_filters import (_bounded, _by_distance, _compact, _compact_peaks, _passes,
+                                                   _passes_plateau, _passes_threshold, _width)
 from welchpeaks.backends._numba_fp_median import _median_of
 from welchpeaks.backends._numba_fp_prominence import _all_prominences, _lanes_prominences, _prominence
 from welchpeaks.backends._numba_fp_rank import _PASSES, _RADIX, _first_tier, _lazy_top, _measured_top, _top
@@ -55,10 +55,10 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
 
     Choosing the path per call (the rows alike):
 
-    * Without ``edges``, ``wlen`` and ``distance``, and with ``k`` over a sixteenth of the
-      row, the prominences come from the valleys between maxima (``swept``): up to
-      :data:`_LANE_MAXIMA` maxima each visited one's in lanes, or all of them first when a
-      height or threshold filter may drop some; more maxima by one sweep over all. Otherwise
+    * Without ``edges``, ``wlen`` and ``distance``, with ``k`` over a sixteenth of the row,
+      and on rows of up to :data:`_LANE_MAXIMA` maxima (the previous row's count decides), the
+      prominences come from the valleys between maxima (``swept``): each visited one's in
+      lanes, or all of them first when a height or threshold filter may drop some. Otherwise
       each visited peak's prominence is walked (the block extrema let walks skip ahead).
     * With ``k`` small against the row's blocks, the candidates come from the block index a
       tier of heights at a time (``from_blocks``), and only the highest are ever listed,
@@ -72,14 +72,18 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
     edges, distance, need_prom, need_width, k = cfg.edges, cfg.distance, cfg.need_prom, cfg.need_width, cfg.k
     snr_min, noise_bins, need_snr = cfg.snr_min, cfg.noise_bins, cfg.need_snr
     n = x.shape[1]
-    # every prominence from one sweep over the valleys (about 30 ns per maximum), unless k is
-    # small against the row or distance drops many maxima first: then the walks of the visited
-    # or kept peaks are cheaper (341 maxima, 146 kept by distance=5: 7.2 against 11.3 us)
-    swept = need_prom and not edges and cfg.wlen < 2 and n < 16 * k and distance <= 1
+    # the prominences from the valleys between maxima, in lanes, on rows of up to _LANE_MAXIMA
+    # maxima; on rows of more, walks (most end in the 16 samples next to the peak) beat one
+    # sweep over all (random rows of 341 maxima: 70.6 against 91.7 ms for 8192 rows), as they
+    # do when k is small or distance drops many maxima first. Rows of a batch are alike: the
+    # previous row's maxima choose for the next.
+    sweepable = need_prom and not edges and cfg.wlen < 2 and n < 16 * k and distance <= 1
     # the k highest from the block index when the first tier's blocks are a small part of the row
-    by_blocks = not swept and 2 * _first_tier(k) <= (n + _BLOCK - 1) // _BLOCK
+    by_blocks = not sweepable and 2 * _first_tier(k) <= (n + _BLOCK - 1) // _BLOCK
     has_snr = snr_min == snr_min
+    few = True
     for i in range(first, last):
+        swept = sweepable and few
         row = x[i]
         r = at + i
         median = medians[i] if medians.shape[0] > 0 else np.nan
@@ -101,6 +105,7 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
             finite = True  # the candidates come from the block index as they are needed
         else:
             m, finite = _local_maxima(row, edges, scr.cand, scr.hts)
+        few = m <= _LANE_MAXIMA
         kept = 0
         floor = np.nan  # the row's median when the SNR needs it
         if finite:
@@ -179,7 +184,7 @@ def _filter_all(row, cfg, scr, m, swept):
     # distance: higher peaks first remove their close neighbours
     if distance > 1 and m > 1:
         _by_distance(cand, hts, m, distance, keep, order)
-        m = _compact(m, keep, cand, hts, prom, base, wid)
+        m = _compact_peaks(m, keep, cand, hts)  # (nothing else is measured yet)
     if cfg.need_prom:
         if not swept:
             for j in range(m):
@@ -215,73 +220,75 @@ def _may_drop(cfg):
 @njit(inline="always", **_OPTS)
 def _write(row, r, cfg, out, cand, hts, prom, base, wid, order, tmp, kept, floor):
     """Row ``r`` of ``out`` from the ``kept`` candidates at ``order[:kept]``; the other slots
-    empty (-1, NaN).
+    empty (-1, NaN). ``counts[r]`` is ``kept``, even where ``out`` has fewer slots (``k=None``'s
+    first guess of the widest row: the slots hold the highest, the caller redoes the row).
 
     The SNR (unless the SNR filter measured it, ``wid[:, WID_SNR]``) and the refined positions
     (except Hann's: for the whole run of rows after, :func:`_refine_hann_rows`) are computed
     here, for the written peaks only. SNRs over the row's median are written as ratios and
     then turned to dB all at once (:func:`_ten_log10_each`, a loop that vectorises).
-    Writes ``k`` slots of each output asked for; outputs of shape ``(0, ...)`` are skipped."""
-    need_prom, need_width, k, snr_min, noise_bins, need_snr, interp, alpha, n_fft, one_sided = (
-        cfg.need_prom, cfg.need_width, cfg.k, cfg.snr_min, cfg.noise_bins, cfg.need_snr, cfg.interp, cfg.alpha,
+    Writes every slot of each output asked for; outputs of shape ``(0, ...)`` are skipped."""
+    need_prom, need_width, snr_min, noise_bins, need_snr, interp, alpha, n_fft, one_sided = (
+        cfg.need_prom, cfg.need_width, cfg.snr_min, cfg.noise_bins, cfg.need_snr, cfg.interp, cfg.alpha,
         cfg.n_fft, cfg.one_sided)
     out_idx, out_h, out_prom, out_base, out_width, out_ips, out_snr, out_fbin, counts = (
         out.idx, out.h, out.prom, out.base, out.width, out.ips, out.snr, out.fbin, out.counts)
     extents = out_base.shape[0] > 0 or out_ips.shape[0] > 0  # the bases, the width's line and positions
     n = row.shape[0]
+    slots = out_idx.shape[1]  # k; fewer when every peak is asked for (the caller redoes the rows that hold more)
     counts[r] = kept
-    for s in range(k):
-        if s < kept:
-            j = order[s]
-            p = cand[j]
-            out_idx[r, s] = p
-            out_h[r, s] = hts[j]
+    shown = min(kept, slots)
+    for s in range(shown):  # the written slots (the empty ones after, in a loop that vectorises)
+        j = order[s]
+        p = cand[j]
+        out_idx[r, s] = p
+        out_h[r, s] = hts[j]
+        if need_prom:
+            out_prom[r, s] = prom[j]
+        if need_width:
+            out_width[r, s] = wid[j, WID_WIDTH]
+        if extents:
             if need_prom:
-                out_prom[r, s] = prom[j]
+                out_base[r, s, BASE_LEFT] = base[j, BASE_LEFT]
+                out_base[r, s, BASE_RIGHT] = base[j, BASE_RIGHT]
             if need_width:
-                out_width[r, s] = wid[j, WID_WIDTH]
-            if extents:
-                if need_prom:
-                    out_base[r, s, BASE_LEFT] = base[j, BASE_LEFT]
-                    out_base[r, s, BASE_RIGHT] = base[j, BASE_RIGHT]
-                if need_width:
-                    for c in range(3):  # line height, left, right: the WID_* columns from WID_LINE
-                        out_ips[r, s, c] = wid[j, WID_LINE + c]
-            if need_snr:
-                if snr_min == snr_min:  # measured by the filter
-                    out_snr[r, s] = wid[j, WID_SNR]
-                elif noise_bins < 1:  # over the row's median: the ratio here, its logarithm for all below
-                    out_snr[r, s] = hts[j] / floor if floor > 0.0 else 0.0
-                else:
-                    out_snr[r, s] = _snr_db(row, p, floor, noise_bins, tmp)
-            if interp >= 0 and interp != INTERP_HANN:  # (Hann: all of the run's rows after, _refine_hann_rows)
-                if 0 < p < n - 1:
-                    out_fbin[r, s] = p + _offset(row[p - 1], row[p], row[p + 1], interp, alpha, p, n_fft, one_sided)
-                else:  # DC and Nyquist are not refined
-                    out_fbin[r, s] = float(p)
-        else:
-            out_idx[r, s] = -1
-            out_h[r, s] = np.nan
+                for c in range(3):  # line height, left, right: the WID_* columns from WID_LINE
+                    out_ips[r, s, c] = wid[j, WID_LINE + c]
+        if need_snr:
+            if snr_min == snr_min:  # measured by the filter
+                out_snr[r, s] = wid[j, WID_SNR]
+            elif noise_bins < 1:  # over the row's median: the ratio here, its logarithm for all below
+                out_snr[r, s] = hts[j] / floor if floor > 0.0 else 0.0
+            else:
+                out_snr[r, s] = _snr_db(row, p, floor, noise_bins, tmp)
+        if interp >= 0 and interp != INTERP_HANN:  # (Hann: all of the run's rows after, _refine_hann_rows)
+            if 0 < p < n - 1:
+                out_fbin[r, s] = p + _offset(row[p - 1], row[p], row[p + 1], interp, alpha, p, n_fft, one_sided)
+            else:  # DC and Nyquist are not refined
+                out_fbin[r, s] = float(p)
+    for s in range(shown, slots):
+        out_idx[r, s] = -1
+        out_h[r, s] = np.nan
+        if need_prom:
+            out_prom[r, s] = np.nan
+        if need_width:
+            out_width[r, s] = np.nan
+        if extents:
             if need_prom:
-                out_prom[r, s] = np.nan
+                out_base[r, s, BASE_LEFT] = -1
+                out_base[r, s, BASE_RIGHT] = -1
             if need_width:
-                out_width[r, s] = np.nan
-            if extents:
-                if need_prom:
-                    out_base[r, s, BASE_LEFT] = -1
-                    out_base[r, s, BASE_RIGHT] = -1
-                if need_width:
-                    for c in range(3):
-                        out_ips[r, s, c] = np.nan
-            if need_snr:
-                out_snr[r, s] = np.nan
-            if interp >= 0:
-                out_fbin[r, s] = np.nan
+                for c in range(3):
+                    out_ips[r, s, c] = np.nan
+        if need_snr:
+            out_snr[r, s] = np.nan
+        if interp >= 0:
+            out_fbin[r, s] = np.nan
     if need_snr and snr_min != snr_min and noise_bins < 1:
         if floor > 0.0:
-            _ten_log10_each(out_snr[r], kept)
+            _ten_log10_each(out_snr[r], shown)
         else:
-            for s in range(kept):
+            for s in range(shown):
                 out_snr[r, s] = _snr_of(hts[order[s]], floor)
 
 
@@ -299,7 +306,7 @@ def _refine_hann_rows(x, first, last, at, out_idx, counts, out_fbin, abc, flag, 
     n = x.shape[1]
     for i in range(first, last):
         r = at + i
-        kept = counts[r]
+        kept = min(counts[r], out_idx.shape[1])  # (the slots written)
         if kept <= 0:
             continue
         idx = out_idx[r]

@@ -147,8 +147,10 @@ def test_errors():
     x = np.random.default_rng(2).standard_normal((3, 50))
     bad = x.copy()
     bad[2, 7] = np.nan
-    with pytest.raises(ValueError, match="row 2"):
+    with pytest.raises(ValueError, match=r"row 2 \(of 3\)"):
         welchpeaks.find_peaks(bad)
+    with pytest.raises(ValueError, match=r"row \(1, 0\) \(of \(2, 3\)\)"):  # in the input's own indices
+        welchpeaks.find_peaks(np.stack([x, bad[[2, 0, 1]]]))
     with pytest.raises(ValueError, match="distance=0.5 must be >= 1"):
         welchpeaks.find_peaks(x, distance=0.5)
     with pytest.raises(ValueError, match="distance=-1 must be >= 1"):
@@ -520,11 +522,13 @@ def test_distance_ties_go_to_the_lower_index():
     (scipy breaks such ties with numpy's unstable sort: its answer depends on the CPU). Every
     path of the numba kernel (every maximum then the distance sweep for k=None; the visits
     from the highest for a small k, candidates listed or from the block index; prominences
-    walked or in lanes) equals the rule written plainly, on rows full of ties."""
+    walked or in lanes; distances up to 10 by neighbours, farther ranked first) equals the rule
+    written plainly, on rows full of ties."""
     rng = np.random.default_rng(35)
     for x in _tied_rows(rng):
         for kw in (dict(distance=2), dict(distance=3), dict(distance=4.5), dict(distance=7, height=1.0),
-                   dict(distance=3, prominence=1.0), dict(distance=5, prominence=2.0)):
+                   dict(distance=3, prominence=1.0), dict(distance=5, prominence=2.0), dict(distance=11),
+                   dict(distance=40, prominence=1.0)):
             for k in (None, 1, 3, 8):
                 _check_tie_rule(x, welchpeaks.find_peaks(x, k=k, **kw), k, kw)
 
@@ -612,10 +616,12 @@ class TestScipyFindPeaks(scipy_tests.TestFindPeaks):
 
 
 def test_every_peak_guesses_the_width_and_redoes_fuller_rows(monkeypatch):
-    """k=None writes straight into results as wide as a guess from the first rows
-    (``EVERY_PEAK_PROBE``) and redoes, with every slot, the rows whose counts pass it (in
-    blocks of ``EVERY_PEAK_BYTES``): the same peaks and properties as one launch with every
-    slot, whatever the probe and the blocks."""
+    """k=None writes straight into results as wide as a guess: the first rows
+    (``EVERY_PEAK_PROBE``) are launched with few slots (``EVERY_PEAK_FIRST``, never every
+    slot: memory in the peaks found), their counts give the others' width, and the rows
+    whose counts pass their slots are redone with every slot (in blocks of
+    ``EVERY_PEAK_BYTES``): the same peaks and properties as one launch with every slot,
+    whatever the probe, its slots and the blocks."""
     import importlib
 
     from welchpeaks.backends import filtered
@@ -638,23 +644,29 @@ def test_every_peak_guesses_the_width_and_redoes_fuller_rows(monkeypatch):
     width, slots = int(whole.counts.max()), x.shape[1] // 2 + 2
     monkeypatch.setattr(filtered, "launch_host", counted)
     redone = set()
-    for probe, block in ((1, 1), (3, 3), (10, 1 << 30), (1 << 30, 1)):
+    for probe, first, block in ((1, 64, 1), (3, 4, 3), (10, 64, 1 << 30), (1 << 30, 4, 2), (1 << 30, None, 1)):
+        first = width if first is None else first  # (None: as many slots as the fullest row holds)
         monkeypatch.setattr(fp, "EVERY_PEAK_PROBE", probe)
+        monkeypatch.setattr(fp, "EVERY_PEAK_FIRST", first)
         monkeypatch.setattr(fp, "EVERY_PEAK_BYTES", block * slots * (16 + 24 + 32))
         launches.clear()
         got = welchpeaks.find_peaks(x, **kw)
-        if probe >= 37:
-            assert launches == [(37, slots)]  # few rows: one launch with every slot
-        else:
-            guess = min(slots, int(whole.counts[:probe].max()) * 5 // 4 + 8)
-            assert launches[:2] == [(probe, slots), (37 - probe, guess)]
-            over = int((whole.counts > guess).sum())
-            assert sum(r for r, _ in launches[2:]) == over and all(s == slots for _, s in launches[2:])
-            assert len(launches) - 2 == (0 if not over else -(-over // min(block, over)))
-            redone.add(over > 0)
+        probed = min(probe, 37)
+        assert launches[0] == (probed, min(first, slots))  # never every slot for the probe
+        shown = np.full(37, min(first, slots))
+        rest = launches[1:]
+        if probed < 37:
+            guess = min(slots, int(whole.counts[:probed].max()) * 5 // 4 + 8)
+            assert rest[0] == (37 - probed, guess)
+            shown[probed:] = guess
+            rest = rest[1:]
+        over = int((whole.counts > shown).sum())
+        assert sum(r for r, _ in rest) == over and all(s == slots for _, s in rest)
+        assert len(rest) == -(-over // block)
+        redone.add(over > 0)
         np.testing.assert_array_equal(got.counts, whole.counts)
         np.testing.assert_array_equal(got.indices, whole.indices[:, :width])
         assert list(got.properties) == list(whole.properties)
         for name, v in whole.properties.items():
             np.testing.assert_array_equal(got.properties[name], v[:, :width])
-    assert redone == {True}  # (every probe above left rows past its guess)
+    assert redone == {True, False}  # (rows past their slots redone, and a probe wide enough for all)

@@ -189,9 +189,11 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     return _found(got, lead, k, asked, device=None if t is None else t.device)
 
 
-#: rows whose peaks set the first guess of the widest row when every peak is kept (``k=None``)
+#: rows whose peak counts set the guess of the widest row when every peak is kept (``k=None``)
 EVERY_PEAK_PROBE = 256
-#: bytes of kernel outputs per launch when the rows past that guess are redone with every slot
+#: slots of those rows' launch (the kernel counts every peak, whatever the slots)
+EVERY_PEAK_FIRST = 64
+#: bytes of kernel outputs per launch of the rows redone with every slot
 EVERY_PEAK_BYTES = 4 << 20
 
 
@@ -200,47 +202,60 @@ def _host_peaks(x: np.ndarray, cfg: Any, need_prom: bool, need_width: bool, ever
     or, with ``every`` (all peaks of each row: ``cfg.k`` is the most a row holds), ``[rows,
     fullest row's count]``.
 
-    With ``every`` the kernel writes straight into the results, as wide as a guess: the first
-    :data:`EVERY_PEAK_PROBE` rows, with every slot, give the widest so far, and a quarter more
-    is the guess. The kernel counts every peak of a row even when fewer slots hold them, so the
-    rows past the guess are found by their counts and redone with every slot (blocks of
-    :data:`EVERY_PEAK_BYTES`), the results widened once to the fullest. Memory and traffic are
-    in the peaks found, not in the row's length. The arrays returned may be views of wider
-    ones (the guess)."""
+    With ``every`` the kernel writes straight into results as wide as a guess. It counts every
+    peak of a row whatever the slots, so the first :data:`EVERY_PEAK_PROBE` rows, launched
+    with :data:`EVERY_PEAK_FIRST` slots, tell how many the rows hold: the fullest of them and
+    a quarter more is the guess for the others. The rows past their slots are then redone with
+    every slot (blocks of :data:`EVERY_PEAK_BYTES`, at least a row) and the results widened
+    once to the fullest. Memory is in the peaks found (plus a redone row's slots), not in the
+    rows' length; the arrays returned may be views of ones up to a quarter wider."""
     from welchpeaks.backends import _numba_find_peaks as kern
     from welchpeaks.backends.filtered import launch_host
 
     names = ("indices", "heights", "prom", "base", "wid", "ips")
     rows_n, cap = x.shape[0], cfg.k
     alloc = lambda rows, slots: kern.outputs(rows, slots, need_prom, need_width, False, False)  # noqa: E731
-    if not every or rows_n <= EVERY_PEAK_PROBE:
+    if not every:
         out = alloc(rows_n, cap)
         launch_host(x, cfg, out)  # the find_peaks node's own launch
-        if every:
-            out = _narrowed(out, max(0, int(out.counts.max(initial=0))))
         return dict(zip(names, out[:6]), counts=out.counts)
-    probe = alloc(EVERY_PEAK_PROBE, cap)
-    launch_host(x[:EVERY_PEAK_PROBE], cfg, probe)
-    fullest = max(0, int(probe.counts.max()))
-    out = alloc(rows_n, min(cap, fullest + fullest // 4 + 8))
-    for v, p in zip(out, probe):
-        if v.shape[0]:
-            v[:EVERY_PEAK_PROBE] = p[:, :v.shape[1]] if v.ndim > 1 else p
-    launch_host(x[EVERY_PEAK_PROBE:], cfg, kern.Outputs(*(v[EVERY_PEAK_PROBE:] if v.shape[0] else v for v in out)))
-    over = np.flatnonzero(out.counts > out.idx.shape[1])
-    if over.size:  # rows past the guess: redone with every slot, the results widened once
-        out = _widened(out, int(out.counts.max()))
+    first = min(rows_n, EVERY_PEAK_PROBE)
+    out = probe = alloc(first, min(cap, EVERY_PEAK_FIRST))
+    launch_host(x[:first], cfg, probe)
+    shown = np.full(rows_n, probe.idx.shape[1])  # the slots each row was written with
+    if first < rows_n:
+        fullest = max(0, int(probe.counts.max()))
+        out = alloc(rows_n, min(cap, fullest + fullest // 4 + 8))
+        shown[first:] = out.idx.shape[1]
+        _fill(out, probe, 0)
+        launch_host(x[first:], cfg, kern.Outputs(*(v[first:] if v.shape[0] else v for v in out)))
+    over = np.flatnonzero(out.counts > shown)
+    if over.size:  # rows past their slots: redone with every slot, the results widened once
+        out = _widened(out, max(out.idx.shape[1], int(out.counts.max())))
         step = max(1, EVERY_PEAK_BYTES // (cap * (16 + 24 * need_prom + 32 * need_width)))
         buf = alloc(min(step, over.size), cap)
         for a in range(0, over.size, step):
             rows = over[a:a + step]
             got = kern.Outputs(*(v[:rows.size] if v.shape[0] else v for v in buf))
             launch_host(np.ascontiguousarray(x[rows]), cfg, got)
-            for v, g in zip(out, got):
-                if v.shape[0]:
-                    v[rows] = g[:, :v.shape[1]] if v.ndim > 1 else g
+            _fill(out, got, rows)
     out = _narrowed(out, max(0, int(out.counts.max())))
     return dict(zip(names, out[:6]), counts=out.counts)
+
+
+def _fill(out: Any, got: Any, rows: Any) -> None:
+    """Rows ``rows`` of the kernel's outputs ``out`` (an index array, or 0: the first rows) from
+    ``got``'s, to ``out``'s slots: ``got``'s first ones, the rest empty (-1, NaN)."""
+    rows = slice(0, got.counts.shape[0]) if isinstance(rows, int) else rows
+    for v, g in zip(out, got):
+        if not v.shape[0]:
+            continue
+        if v.ndim == 1:
+            v[rows] = g
+            continue
+        shared = min(v.shape[1], g.shape[1])
+        v[rows, :shared] = g[:, :shared]
+        v[rows, shared:] = -1 if v.dtype.kind == "i" else np.nan
 
 
 def _narrowed(out: Any, slots: int) -> Any:
@@ -249,10 +264,11 @@ def _narrowed(out: Any, slots: int) -> Any:
 
 
 def _widened(out: Any, slots: int) -> Any:
-    """The kernel's outputs ``out`` copied into ``slots`` slots, the new ones empty (-1, NaN)."""
+    """The kernel's outputs ``out`` copied into ``slots`` slots (at least as many as they have),
+    the new ones empty (-1, NaN)."""
     wide = []
     for v in out:
-        if v.ndim > 1 and v.shape[0]:
+        if v.ndim > 1 and v.shape[0] and v.shape[1] < slots:
             w = np.empty((v.shape[0], slots) + v.shape[2:], v.dtype)
             w[:, :v.shape[1]] = v
             w[:, v.shape[1]:] = -1 if v.dtype.kind == "i" else np.nan
@@ -342,7 +358,8 @@ def _found(got: dict, lead: tuple, k: int | None, asked: list[str], device: Any)
     if rows_n and int(counts.min()) < 0:  # the kernels check finiteness as they read each row
         row = int((counts < 0).nonzero()[0][0]) if isinstance(counts, np.ndarray) else \
             int((counts < 0).nonzero()[0, 0])
-        raise ValueError(f"rows has NaN or infinity in row {row} (of {rows_n}); clean the data first (scipy's "
+        at, of = (row, rows_n) if len(lead) < 2 else (tuple(int(i) for i in np.unravel_index(row, lead)), lead)
+        raise ValueError(f"rows has NaN or infinity in row {at} (of {of}); clean the data first (scipy's "
                          "find_peaks gives no meaningful peaks there either)")
     slots = int(counts.max()) if k is None and rows_n else int(k or 0)
     fields = {"indices": got["indices"], "heights": got["heights"]}

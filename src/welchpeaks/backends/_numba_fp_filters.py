@@ -89,8 +89,39 @@ def _above(hts, i, j):
     return hts[i] > hts[j] or (hts[i] == hts[j] and i < j)
 
 
-#: the most candidates on a side within ``distance`` for which :func:`_by_neighbours` runs first
+#: the most candidates on a side within ``distance`` (``(distance - 1) // 2``, maxima lying 2
+#: apart) for :func:`_by_distance`; farther distances go by :func:`_by_distance_ranked`
 _NEAR = 4
+
+
+@njit(inline="always", **_OPTS)
+def _near_distance(distance):
+    """Whether the distance rule goes by :func:`_by_distance` (else by a ranking and
+    :func:`_by_distance_ranked`)."""
+    return (distance - 1) // 2 <= _NEAR
+
+
+@njit(**_OPTS)
+def _by_distance_ranked(cand, m, distance, keep, order):
+    """scipy's distance rule on all ``m`` candidates as scipy applies it: in the ranking
+    ``order[:m]`` (from the highest, ties to the lower index), each peak still kept removes the
+    candidates closer than ``distance``. Kept peaks lie ``distance`` apart, so a candidate is
+    passed by two of them at most: linear in ``m`` after the ranking, whatever the distance.
+    Outputs: ``keep[:m]``."""
+    for j in range(m):
+        keep[j] = True
+    for g in range(m):
+        j = order[g]
+        if not keep[j]:
+            continue
+        q = j - 1
+        while q >= 0 and cand[j] - cand[q] < distance:
+            keep[q] = False
+            q -= 1
+        q = j + 1
+        while q < m and cand[q] - cand[j] < distance:
+            keep[q] = False
+            q += 1
 
 
 @njit(inline="always", **_OPTS)
@@ -136,16 +167,16 @@ def _by_distance(cand, hts, m, distance, keep, stack):
     ``distance``.
 
     Equivalently a peak stays exactly when no peak that stays goes before it within
-    ``distance``. That is resolved depth first through the (few) nearby peaks that go before
-    it, so the whole row is never sorted. Inputs: ``cand[:m]`` (ascending indices),
-    ``hts[:m]``. Outputs: ``keep[:m]``. ``stack`` (``2 m`` ints): the stack, then each
+    ``distance``. Most verdicts come from the neighbours' (:func:`_by_neighbours`), the rest
+    depth first through the nearby peaks that go before them, so the row is never sorted.
+    For distances up to ``2 _NEAR + 2`` (:func:`_near_distance`): the search looks at every
+    peak within ``distance``, so farther ones go by :func:`_by_distance_ranked`. Inputs:
+    ``cand[:m]`` (ascending indices), ``hts[:m]``. Outputs: ``keep[:m]``. ``stack`` (``2 m`` ints): the stack, then each
     candidate's state (0 unknown, 1 kept, 2 removed)."""
     state = stack[m:2 * m]  # scratch after the stack: both need m slots (cap >= 2m)
     for j in range(m):
         state[j] = 0
-    near = (distance - 1) // 2  # the most candidates closer than distance on a side (maxima lie 2 apart)
-    if near <= _NEAR:
-        _by_neighbours(cand, hts, m, distance, near, state, keep)  # (keep: its scratch, written below)
+    _by_neighbours(cand, hts, m, distance, (distance - 1) // 2, state, keep)  # (keep: its scratch, written below)
     for j0 in range(m):
         if state[j0] != 0:
             continue

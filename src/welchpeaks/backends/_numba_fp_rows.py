@@ -18,11 +18,13 @@ from welchpeaks.backends._numba_fp_common import (_BIG, _BLOCK, _KERNEL, _LANE_M
                                                   _PROM_LANES, _PROM_WALK, BASE_LEFT, BASE_RIGHT, WID_LEFT, WID_LINE,
                                                   WID_RIGHT, WID_SNR, WID_WIDTH, Scratch)
 from welchpeaks.backends._numba_fp_extrema import _local_maxima, _maxima_and_valleys, _scan_blocks
-from welchpeaks.backends._numba_fp_filters import (_bounded, _by_distance, _compact, _compact_peaks, _passes,
-                                                   _passes_plateau, _passes_threshold, _width)
+from welchpeaks.backends._numba_fp_filters import (_bounded, _by_distance, _by_distance_ranked, _compact,
+                                                   _compact_peaks, _near_distance, _passes, _passes_plateau,
+                                                   _passes_threshold, _width)
 from welchpeaks.backends._numba_fp_median import _median_of
 from welchpeaks.backends._numba_fp_prominence import _all_prominences, _lanes_prominences, _prominence
-from welchpeaks.backends._numba_fp_rank import _PASSES, _RADIX, _first_tier, _lazy_top, _measured_top, _top
+from welchpeaks.backends._numba_fp_rank import (_PASSES, _RADIX, _first_tier, _lazy_top, _measured_top,
+                                                _sorted_order, _top)
 from welchpeaks.backends._numba_fp_snr import _snr_db, _snr_of, _ten_log10_each
 from welchpeaks.backends._numba_kernels import INTERP_HANN, _offset, hann_gathered
 
@@ -183,7 +185,11 @@ def _filter_all(row, cfg, scr, m, swept):
     cand, hts, keep, prom, base, wid, order = scr.cand, scr.hts, scr.keep, scr.prom, scr.base, scr.wid, scr.order
     # distance: higher peaks first remove their close neighbours
     if distance > 1 and m > 1:
-        _by_distance(cand, hts, m, distance, keep, order)
+        if _near_distance(distance):
+            _by_distance(cand, hts, m, distance, keep, order)
+        else:  # far: ranked first, as scipy does
+            _sorted_order(hts, 0, m, order, m, scr.rad)
+            _by_distance_ranked(cand, m, distance, keep, order)
         m = _compact_peaks(m, keep, cand, hts)  # (nothing else is measured yet)
     if cfg.need_prom:
         if not swept:

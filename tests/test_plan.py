@@ -320,8 +320,10 @@ def test_layout_auto_takes_the_faster_layout_and_says_so():
     assert wp(x).params["segments"] == 1 and wp.strategy == "numpy"
     short = welchpeaks.welch_peaks(x[:, :300], k=4, layout="auto")
     assert short.params["layout"] == "ultra" and "too short" in short.params["layout_choice"]
-    with pytest.raises(ValueError, match="layout='auto' chooses"):
-        welchpeaks.welch_peaks(x, layout="auto", segments=8)
+    for segments in (8, 2.0, np.float64(2.0), "2"):  # (2.0 is refused without layout too: not an integer)
+        with pytest.raises(ValueError, match="layout='auto' chooses"):
+            welchpeaks.welch_peaks(x, layout="auto", segments=segments)
+    assert welchpeaks.welch_peaks(x, k=4, layout="auto", segments=np.int64(2)).params["layout"] in ("fast", "ultra")
     with pytest.raises(ValueError, match="layout='fastest' is unknown"):
         welchpeaks.welch_peaks(x, layout="fastest")
 

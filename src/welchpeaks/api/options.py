@@ -116,6 +116,8 @@ def check_layout(layout: str | None, segments: Any) -> str | None:
     if layout != "auto":
         raise ValueError(f"layout={layout!r} is unknown; use layout='auto' (or choose a layout with "
                          "segments='ultra', 'fast' or 'reference')")
-    if segments not in (None, 2, "fast"):
+    default = (segments is None or (isinstance(segments, str) and segments == "fast")
+               or (isinstance(segments, numbers.Integral) and not isinstance(segments, bool) and segments == 2))
+    if not default:  # (the default, 2, given by name is allowed; 2.0 is refused, as without layout)
         raise ValueError(f"layout='auto' chooses the number of segments itself; drop segments={segments!r}")
     return layout

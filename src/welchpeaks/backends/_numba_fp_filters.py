@@ -170,9 +170,10 @@ def _by_distance(cand, hts, m, distance, keep, stack):
     ``distance``. Most verdicts come from the neighbours' (:func:`_by_neighbours`), the rest
     depth first through the nearby peaks that go before them, so the row is never sorted.
     For distances up to ``2 _NEAR + 2`` (:func:`_near_distance`): the search looks at every
-    peak within ``distance``, so farther ones go by :func:`_by_distance_ranked`. Inputs:
-    ``cand[:m]`` (ascending indices), ``hts[:m]``. Outputs: ``keep[:m]``. ``stack`` (``2 m`` ints): the stack, then each
-    candidate's state (0 unknown, 1 kept, 2 removed)."""
+    peak within ``distance``, so farther ones go by :func:`_by_distance_ranked`.
+
+    Inputs: ``cand[:m]`` (ascending indices), ``hts[:m]``. Outputs: ``keep[:m]``. ``stack``
+    (``2 m`` ints): the stack, then each candidate's state (0 unknown, 1 kept, 2 removed)."""
     state = stack[m:2 * m]  # scratch after the stack: both need m slots (cap >= 2m)
     for j in range(m):
         state[j] = 0

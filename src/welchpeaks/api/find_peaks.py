@@ -219,12 +219,12 @@ def _host_peaks(x: np.ndarray, cfg: Any, need_prom: bool, need_width: bool, ever
         out = alloc(rows_n, cap)
         launch_host(x, cfg, out)  # the find_peaks node's own launch
         return dict(zip(names, out[:6]), counts=out.counts)
-    first = min(rows_n, EVERY_PEAK_PROBE)
+    first = min(rows_n, max(1, EVERY_PEAK_PROBE))
     out = probe = alloc(first, min(cap, EVERY_PEAK_FIRST))
     launch_host(x[:first], cfg, probe)
     shown = np.full(rows_n, probe.idx.shape[1])  # the slots each row was written with
     if first < rows_n:
-        fullest = max(0, int(probe.counts.max()))
+        fullest = max(0, int(probe.counts.max(initial=0)))
         out = alloc(rows_n, min(cap, fullest + fullest // 4 + 8))
         shown[first:] = out.idx.shape[1]
         _fill(out, probe, 0)
@@ -239,7 +239,7 @@ def _host_peaks(x: np.ndarray, cfg: Any, need_prom: bool, need_width: bool, ever
             got = kern.Outputs(*(v[:rows.size] if v.shape[0] else v for v in buf))
             launch_host(np.ascontiguousarray(x[rows]), cfg, got)
             _fill(out, got, rows)
-    out = _narrowed(out, max(0, int(out.counts.max())))
+    out = _narrowed(out, max(0, int(out.counts.max(initial=0))))
     return dict(zip(names, out[:6]), counts=out.counts)
 
 

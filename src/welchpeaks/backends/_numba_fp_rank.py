@@ -265,7 +265,9 @@ def _top(hts, m, kept, order, sel, tmp, rad):
       values at or above it, and on random rows few more. Those survivors are gathered without
       branches into ``sel`` (``m`` slots) and ranked by counting (no data-dependent branch), or
       by insertion when many tie at the threshold, or when the groups are too few for a
-      threshold (rows of few maxima, where insertion is the faster)."""
+      threshold (rows of few maxima, where insertion is the faster); more than
+      :data:`_COUNTED` kept by a stable sort of the survivors (insertion is quadratic in them
+      on rows whose heights rise)."""
     if kept <= 0:
         return
     if m <= _LANE_MAXIMA:
@@ -288,6 +290,14 @@ def _top(hts, m, kept, order, sel, tmp, rad):
     for j in range(m):
         sel[n_sel] = j
         n_sel += hts[j] >= t
+    if kept > _COUNTED:  # many kept: inserting heights in order would move them all each time
+        vals = tmp[:n_sel]
+        for a in range(n_sel):
+            vals[a] = hts[sel[a]]
+        _sorted_order(vals, 0, n_sel, order, kept, rad)
+        for a in range(kept):
+            order[a] = sel[order[a]]
+        return
     if n_sel <= _COUNTED and t > -np.inf:  # (few values without a threshold: insertion is faster)
         vals = tmp[:n_sel]
         for a in range(n_sel):

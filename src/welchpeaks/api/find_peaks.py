@@ -227,7 +227,7 @@ def _host_peaks(x: np.ndarray, cfg: Any, need_prom: bool, need_width: bool, ever
         fullest = max(0, int(probe.counts.max(initial=0)))
         out = alloc(rows_n, min(cap, fullest + fullest // 4 + 8))
         shown[first:] = out.idx.shape[1]
-        _fill(out, probe, 0)
+        _fill(out, probe, slice(0, first))
         launch_host(x[first:], cfg, kern.Outputs(*(v[first:] if v.shape[0] else v for v in out)))
     over = np.flatnonzero(out.counts > shown)
     if over.size:  # rows past their slots: redone with every slot, the results widened once
@@ -244,9 +244,8 @@ def _host_peaks(x: np.ndarray, cfg: Any, need_prom: bool, need_width: bool, ever
 
 
 def _fill(out: Any, got: Any, rows: Any) -> None:
-    """Rows ``rows`` of the kernel's outputs ``out`` (an index array, or 0: the first rows) from
-    ``got``'s, to ``out``'s slots: ``got``'s first ones, the rest empty (-1, NaN)."""
-    rows = slice(0, got.counts.shape[0]) if isinstance(rows, int) else rows
+    """Rows ``rows`` (an index array or a slice) of the kernel's outputs ``out`` from ``got``'s,
+    to ``out``'s slots: ``got``'s first ones, the rest empty (-1, NaN)."""
     for v, g in zip(out, got):
         if not v.shape[0]:
             continue

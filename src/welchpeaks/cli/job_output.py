@@ -123,11 +123,9 @@ def _write_jsonl(tmp: Path, names: list[str], column_names: list[str], columns: 
 
 
 def _write_parquet(tmp: Path, names: list[str], column_names: list[str], columns: Columns) -> None:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise JobError("--out .parquet needs pyarrow: pip install 'welchpeaks[io]'") from None
+    import pyarrow as pa  # (check_output has said how to install it when missing)
+    import pyarrow.parquet as pq
+
     writer = None
     try:
         for cols in columns():
@@ -145,10 +143,8 @@ def _write_parquet(tmp: Path, names: list[str], column_names: list[str], columns
 
 
 def _write_zarr(out: Path, kind: str, names: list[str], column_names: list[str], columns: Columns) -> None:
-    try:
-        import zarr
-    except ImportError:
-        raise JobError("--out .zarr needs zarr: pip install 'welchpeaks[io]'") from None
+    import zarr  # (check_output has said how to install it when missing)
+
     tmp = Path(tempfile.mkdtemp(dir=out.parent if str(out.parent) else ".", prefix=f".{out.name}."))
     try:
         as_umask_allows(tmp, directory=True)

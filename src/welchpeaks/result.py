@@ -195,13 +195,23 @@ class TrackResult:
 
         return plot_track(self.compute(), signal, ax, spectrogram, index, tracks)
 
-    def link(self, max_jump_hz: float, max_gap: int = 1, min_length: int = 1) -> Any:
+    def link(self, max_jump_hz: float | None = None, max_gap: int | None = None, min_length: int | None = None,
+             min_snr_db: float | None = 10.0) -> Any:
         """The peaks linked into tracks over time: a :class:`welchpeaks.tracks.Tracks` whose
         ``ids [..., T, k]`` give each peak's track (-1: none) and whose ``summary()`` describes
-        each track. Frames are linked in order by an optimal assignment of each frame's peaks
-        to the open tracks' predicted frequencies (a line through their last peaks), never
-        farther than ``max_jump_hz`` (Hz with ``fs``, else cycles per sample); a track may miss
-        ``max_gap`` frames; tracks of fewer than ``min_length`` peaks are dropped.
+        each track. Each track follows its frequency and slope (a two-model Kalman filter in
+        bins and frames); each frame's peaks are assigned to the tracks by their likelihood
+        and their power's continuity, so crossing components keep their identities. The
+        defaults need no tuning:
+
+        * ``max_jump_hz``: the farthest a peak may be from its track's predicted frequency (Hz
+          with ``fs``, else cycles per sample), on top of the model's own gate; None: the
+          model's gate alone;
+        * ``max_gap``: frames a track may miss and go on (default 15);
+        * ``min_length``: tracks of fewer peaks are dropped (default 5);
+        * ``min_snr_db``: peaks with a lower SNR join no track (default 10 dB; needs the
+          ``snr_db`` measure, ``track(..., measures=("snr",))``; None: every peak).
+
         Deterministic. Details: :mod:`welchpeaks.tracks`.
 
         Examples
@@ -210,13 +220,14 @@ class TrackResult:
         >>> fs = 8000.0
         >>> t = np.arange(int(2 * fs)) / fs
         >>> x = np.sin(2 * np.pi * 1000 * t) + np.sin(2 * np.pi * (2000 * t + 100 * t ** 2))  # a tone, a chirp
-        >>> tracks = welchpeaks.track(x, fs=fs, n_fft=256, k=2).link(max_jump_hz=50, min_length=5)
+        >>> x += 0.1 * np.random.default_rng(0).standard_normal(t.size)
+        >>> tracks = welchpeaks.track(x, fs=fs, n_fft=256, measures=("snr",)).link()
         >>> len(tracks), [round(float(d)) for d in tracks.summary()["drift"]]  # Hz/s
         (2, [0, 200])
         """
         from welchpeaks.tracks import link
 
-        return link(self, max_jump_hz, max_gap, min_length)
+        return link(self, max_jump_hz, max_gap, min_length, min_snr_db)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; NaN becomes None."""

@@ -1,121 +1,113 @@
 """Peaks linked into tracks over time: :meth:`welchpeaks.TrackResult.link`.
 
 A track is a sequence of peaks, at most one per frame, whose frequency moves smoothly. Frames
-are linked in order: each open track predicts its frequency at the new frame from a straight
-line through its last :data:`HISTORY` peaks (least squares in frame index; a one-peak track
-predicts its own frequency; 16 peaks keep a steady tone's line flat while a crossing component
-pulls a few of its peaks), and the frame's peaks are assigned to the open tracks by
-:func:`scipy.optimize.linear_sum_assignment`: a pair farther apart than ``max_jump_hz`` is
-never linked; of the assignments with the most links, the one with the least sum of
-``|predicted - observed|`` is taken. A
-peak left unassigned starts a new track; a track that found no peak for more than ``max_gap``
-consecutive frames is closed. Tracks with fewer than ``min_length`` peaks are dropped at the end
-(their peaks get id -1).
+are linked in order (:class:`MultiLinker`; the compiled step is :mod:`welchpeaks.linkstep`):
+
+* **Motion model.** Each open track is an interacting-multiple-model filter (Blom and
+  Bar-Shalom 1988; Bar-Shalom, Li and Kirubarajan, *Estimation with Applications to Tracking
+  and Navigation*, 2001, 11.6) of two constant-velocity Kalman filters in bins and frames
+  (state: frequency and slope): one for components that hold their line (:data:`STEADY_Q`:
+  tones, linear chirps) and one for those that curve (:data:`CURVING_Q`: vibrato), switching
+  with the chances :data:`SWITCH`. A peak's frequency is taken to be measured to
+  :data:`MEASURE_SD` bins.
+* **Gating and cost.** Every frame the open tracks are predicted one frame on. A peak may join
+  a track only within :data:`GATE_SD` standard deviations of the track's prediction (the
+  prediction's own uncertainty, which grows while a track misses peaks), within
+  ``max_jump_hz`` when it is given, and within :data:`POWER_GATE_DB` of the track's smoothed
+  power. Of the assignments with the most links, the one of least cost is taken
+  (:func:`scipy.optimize.linear_sum_assignment`): a pair's cost is its negative log
+  likelihood under the two models plus ``(dP / POWER_SD_DB)^2`` for the power's change.
+* **Crossings.** A track predicted within :data:`MERGE_BINS` of another is unresolved from it:
+  the two are one peak there. A peak such a track takes updates it as a shared peak, of
+  :data:`SHARED_SD` bins (so its slope is kept), and while the other takes the peak it misses
+  no frame. After the crossing each track's slope carries it to its own peak.
+* **Outliers.** A peak past :data:`ROBUST_SD` deviations, or whose power is off its track's (a
+  frame that holds a tone's onset or end, two tones beating), updates the track as a
+  proportionally noisier peak would (Huber).
+* **Noise.** Peaks with an SNR under ``min_snr_db`` (the result's ``snr_db`` measure:
+  ``track(..., measures=("snr",))``) join no track; without the measure every peak is linked
+  (and :func:`link` says so once). Tracks with fewer than ``min_length`` peaks are dropped at
+  the end (their peaks get id -1). A peak left unassigned starts a new track; a track that
+  missed more than ``max_gap`` frames closes, and a signal keeps at most
+  :data:`OPEN_PER_SLOT` open tracks per peak slot (past it, those that waited longest close),
+  so memory and time per frame are bounded whatever ``max_gap``.
+
+The defaults (:data:`DEFAULT_MAX_GAP`, :data:`DEFAULT_MIN_LENGTH`, :data:`DEFAULT_MIN_SNR_DB`,
+no ``max_jump_hz``) need no tuning: on the generated scenes of ``welchpeaks bench link``
+(crossing chirps from nearly parallel to steep, a steady tone among chirps, dropouts, vibrato,
+hopping, two steady tones in noise; docs/accuracy.md has the scores) every source keeps its
+identity, and a plain recording gives one track per component.
 
 The result is deterministic: the same frames give the same ids (numbered from 0 per call, in
 the order the tracks started: by frame, then signal, then the slot of their first peak),
 whatever the machine; a stream linked as it goes (``WelchPeakStream(link=...)``) gives the
-same ids, whatever the chunking.
-
-Assumptions: the frequency of a component changes by less than ``max_jump_hz`` between its
-first two peaks, and then stays within ``max_jump_hz`` of the line through its recent peaks
-(a component that curves faster than that starts new tracks); two components that cross are
-told apart by their slopes: each keeps its own line through the crossing, where the two merge
-into one peak for as many frames as it takes them to move apart. ``max_gap`` must cover those
-frames: about two bin widths (``2 * fs / n_fft`` Hz) over the two components' relative drift
-per frame for a fast crossing, more for a slow one (at 6.4 Hz per frame with 31 Hz bins the
-merge lasted 16 frames). Memory: a linker keeps the open tracks only.
+same ids, whatever the chunking (without ``min_length``, which a stream cannot know).
+Assumptions: a component's frequency moves by at most about 5 times :data:`NEW_SLOPE_SD` bins
+between its first two peaks; two components closer than about two bins (Hann) are one peak.
+Memory: a linker keeps the open tracks only.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-#: peaks of a track's recent past its frequency prediction is fitted to
-HISTORY = 16
+#: the defaults of :func:`link` (and of a linked stream and ``--link``): frames a track may miss
+#: and go on; the fewest peaks of a kept track; the least SNR (dB over the frame's median) of a
+#: linked peak (where the result measured it)
+DEFAULT_MAX_GAP, DEFAULT_MIN_LENGTH, DEFAULT_MIN_SNR_DB = 15, 5, 10.0
+#: the motion model, in bins (of the result's ``n_fft``) and frames: the measurement noise of a
+#: peak's frequency (its standard deviation), and of one that two tracks share; the standard
+#: deviation of a new track's slope (bins per frame)
+MEASURE_SD, SHARED_SD, NEW_SLOPE_SD = 0.1, 1.0, 3.0
+#: the process noise (a white acceleration's spectral density, bins^2 per frame^3) of the two
+#: models: a component that holds its line, and one that curves (vibrato)
+STEADY_Q, CURVING_Q = 1e-4, 3e-2
+#: the chance per frame that a track changes model (rows: from steady, from curving); a new
+#: track's chances of each
+SWITCH = np.array([[0.98, 0.02], [0.05, 0.95]])
+NEW_MU = np.array([0.5, 0.5])
+#: a peak is linked to a track only within this many standard deviations of its prediction; past
+#: the second, it updates the track as a peak of proportionally larger noise would
+GATE_SD, ROBUST_SD = 5.0, 3.0
+#: two tracks predicted closer than this many bins are unresolved: one peak stands for both
+MERGE_BINS = 3.0
+#: power continuity: the standard deviation (dB) of a peak's power around its track's, and the
+#: smoothing of a track's power (the weight of each new peak)
+POWER_SD_DB, POWER_SMOOTH = 3.0, 0.3
+#: ... and the most a linked peak's power may differ from its track's (dB)
+POWER_GATE_DB = 15.0
+#: open tracks a signal keeps at most, per peak slot: past it, those that have waited longest close
+OPEN_PER_SLOT = 8
 
 
-class Linker:
-    """Links the peaks of one signal frame by frame (:meth:`feed`). Used by
-    :class:`MultiLinker`, one per signal.
+class NoSnrNotice(UserWarning):
+    """:func:`link` was asked for an SNR floor on a result without the ``snr_db`` measure."""
 
-    It keeps the open tracks only, in rows aligned with :attr:`ids`: each one's last
-    :data:`HISTORY` peaks (frame ``x``, frequency ``y``, in a ring) and their sums (``n``,
-    ``Σx``, ``Σy``, ``Σx²``, ``Σxy``), so a frame's predictions and updates are a few vector
-    operations; a closed track's rows are dropped."""
 
-    def __init__(self, max_jump_hz: float, max_gap: int, new_ids: Any):
-        self.max_jump, self.max_gap, self.new_ids = float(max_jump_hz), int(max_gap), new_ids
-        self.t = 0
-        self.ids = np.zeros(0, np.int64)  # the open tracks' numbers, in start order
-        self.sums = np.zeros((0, 5))
-        self.last = np.zeros(0, np.int64)  # frame of each one's last peak
-        self.ring = np.zeros((0, HISTORY, 2))
-        self.peaks = np.zeros(0, np.int64)  # peaks of each so far
+@dataclass(frozen=True)
+class LinkParams:
+    """Checked parameters of linking (:func:`check_link`), in the result's units.
 
-    def _add(self, rows: np.ndarray, t: int, y: np.ndarray) -> None:
-        """Peak ``(t, y[i])`` joins open track ``rows[i]``; the oldest of a full ring leaves its fit."""
-        slot = self.peaks[rows] % HISTORY
-        full = self.peaks[rows] >= HISTORY
-        old = self.ring[rows, slot]
-        ox, oy = np.where(full, old[:, 0], 0.0), np.where(full, old[:, 1], 0.0)
-        x = float(t)
-        self.sums[rows] += np.stack([1.0 - full, x - ox, y - oy, x * x - ox * ox, x * y - ox * oy], axis=1)
-        self.ring[rows, slot, 0], self.ring[rows, slot, 1] = x, y
-        self.last[rows] = t
-        self.peaks[rows] += 1
+    ``max_jump_hz``: the farthest a peak may be from its track's predicted frequency, or None
+    (only the motion model's gate); ``max_gap``: frames a track may miss and go on;
+    ``min_length``: the fewest peaks of a kept track; ``min_snr_db``: the least SNR of a
+    linked peak, or None (every peak is linked); ``resolution``: the width of a bin in the
+    result's units (``fs / n_fft``), the scale of the motion model."""
 
-    def predict(self, t: int) -> np.ndarray:
-        """The open tracks' frequencies at frame ``t``: the least-squares line through each one's
-        last peaks (its last frequency while it has one peak)."""
-        n, sx, sy, sxx, sxy = self.sums.T
-        den = n * sxx - sx * sx
-        with np.errstate(divide="ignore", invalid="ignore"):
-            slope = np.where(den > 0, (n * sxy - sx * sy) / den, 0.0)
-        return sy / n + slope * (t - sx / n)
+    max_jump_hz: float | None
+    max_gap: int
+    min_length: int
+    min_snr_db: float | None
+    resolution: float
 
-    def feed(self, freqs: np.ndarray) -> np.ndarray:
-        """Link one frame's peaks (``freqs [k]``, NaN in empty slots) and return their track
-        numbers (-1 for empty slots); new tracks are numbered by ``new_ids(count)``."""
-        from scipy.optimize import linear_sum_assignment
-
-        t = self.t
-        self.t += 1
-        alive = t - self.last <= self.max_gap + 1
-        if not alive.all():  # closed: their rows go
-            self.ids, self.sums, self.last, self.ring, self.peaks = (
-                a[alive] for a in (self.ids, self.sums, self.last, self.ring, self.peaks))
-        out = np.full(freqs.shape[0], -1, np.int64)
-        slots = np.flatnonzero(np.isfinite(freqs))
-        y = freqs[slots].astype(np.float64)
-        free = np.ones(slots.size, bool)
-        if self.ids.size and slots.size:
-            cost = np.abs(self.predict(t)[:, None] - y[None, :])
-            allowed = cost <= self.max_jump
-            if allowed.any():
-                big = 2.0 * (self.max_jump + 1.0) * (self.ids.size + slots.size)  # never chosen over an allowed pair
-                rows, cols = linear_sum_assignment(np.where(allowed, cost, big))
-                keep = allowed[rows, cols]
-                rows, cols = rows[keep], cols[keep]
-                self._add(rows, t, y[cols])
-                out[slots[cols]] = self.ids[rows]
-                free[cols] = False
-        if free.any():  # the rest start tracks, in slot order
-            m = int(free.sum())
-            new = self.new_ids(m)
-            first = self.ids.size
-            self.ids = np.concatenate([self.ids, new])
-            self.sums = np.concatenate([self.sums, np.zeros((m, 5))])
-            self.last = np.concatenate([self.last, np.zeros(m, np.int64)])
-            self.ring = np.concatenate([self.ring, np.zeros((m, HISTORY, 2))])
-            self.peaks = np.concatenate([self.peaks, np.zeros(m, np.int64)])
-            self._add(np.arange(first, first + m), t, y[free])
-            out[slots[free]] = new
-        return out
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_jump_hz": self.max_jump_hz, "max_gap": self.max_gap, "min_length": self.min_length,
+                "min_snr_db": self.min_snr_db}
 
 
 @dataclass
@@ -212,76 +204,192 @@ def per_signal(a: np.ndarray) -> np.ndarray:
     return a.reshape(int(np.prod(a.shape[:-2], dtype=np.int64)), *a.shape[-2:])
 
 
-def check_link(max_jump_hz: Any, max_gap: Any, min_length: Any = 1) -> None:
-    """An error naming the parameter unless ``max_jump_hz`` > 0, ``max_gap`` >= 0 and
-    ``min_length`` >= 1 (integers): TypeError for the wrong type, ValueError out of range."""
-    if isinstance(max_jump_hz, bool) or not isinstance(max_jump_hz, (int, float, np.floating, np.integer)):
-        raise TypeError(f"max_jump_hz={max_jump_hz!r} must be a number (Hz with fs, else cycles per sample)")
-    if not math.isfinite(max_jump_hz) or max_jump_hz <= 0:
-        raise ValueError(f"max_jump_hz={max_jump_hz!r} must be a positive number (the largest move of a peak "
-                         "from its track's predicted frequency in one frame)")
+def _bin_width(result_params: dict[str, Any]) -> float | None:
+    """The width of a bin in a result's frequency units (``fs / n_fft``, or ``1 / n_fft`` without
+    ``fs``), or None when the result does not say (``n_fft`` missing)."""
+    n_fft = result_params.get("n_fft")
+    if not isinstance(n_fft, (int, np.integer)) or n_fft < 1:
+        return None
+    fs = result_params.get("fs")
+    return (1.0 if fs is None else float(fs)) / int(n_fft)
+
+
+def check_link(max_jump_hz: Any = None, max_gap: Any = None, min_length: Any = None, min_snr_db: Any = None,
+               resolution: float | None = None) -> LinkParams:
+    """The checked parameters of linking (None: the defaults), with an error naming the
+    parameter unless ``max_jump_hz`` is None or > 0, ``max_gap`` >= 0 and ``min_length`` >= 1
+    (integers), ``min_snr_db`` None or a finite number: TypeError for the wrong type,
+    ValueError out of range. ``resolution``: the bin width (:class:`LinkParams`); without it
+    (a result that does not name its ``n_fft``), ``max_jump_hz`` stands for a bin."""
+    if max_jump_hz is not None:
+        if isinstance(max_jump_hz, bool) or not isinstance(max_jump_hz, (int, float, np.floating, np.integer)):
+            raise TypeError(f"max_jump_hz={max_jump_hz!r} must be a number (Hz with fs, else cycles per sample) "
+                            "or None")
+        if not (0 < max_jump_hz < math.inf):  # (an int past float range compares without converting)
+            raise ValueError(f"max_jump_hz={max_jump_hz!r} must be a positive number (the largest move of a peak "
+                             "from its track's predicted frequency in one frame), or None")
+        max_jump_hz = float(max_jump_hz)
+    max_gap = DEFAULT_MAX_GAP if max_gap is None else max_gap
+    min_length = DEFAULT_MIN_LENGTH if min_length is None else min_length
     for name, v, least in (("max_gap", max_gap, 0), ("min_length", min_length, 1)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise TypeError(f"{name}={v!r} must be an integer >= {least}")
         if v < least:
             raise ValueError(f"{name}={v!r} must be an integer >= {least}")
+    if min_snr_db is not None:
+        if isinstance(min_snr_db, bool) or not isinstance(min_snr_db, (int, float, np.floating, np.integer)):
+            raise TypeError(f"min_snr_db={min_snr_db!r} must be a number of dB or None")
+        if not (-math.inf < min_snr_db < math.inf):
+            raise ValueError(f"min_snr_db={min_snr_db!r} must be a finite number of dB, or None (no floor)")
+        min_snr_db = float(min_snr_db)
+    if resolution is None:
+        if max_jump_hz is None:
+            raise ValueError("the result does not name its n_fft, so linking has no scale; pass max_jump_hz "
+                             "(it then stands for a bin)")
+        resolution = max_jump_hz
+    # (a gap longer than 2**62 frames is no gap any stream reaches: the same result)
+    return LinkParams(max_jump_hz, int(min(max_gap, 2 ** 62)), int(min(min_length, 2 ** 62)), min_snr_db,
+                      float(resolution))
 
 
 class MultiLinker:
-    """One :class:`Linker` per signal, their tracks numbered together in the order they
-    started: by frame, then signal, then slot. :meth:`feed` takes one frame of every signal,
-    so a stream fed frame by frame numbers its tracks as :func:`link` does. With
-    ``count_peaks``, :attr:`sizes` counts each track's peaks (for ``min_length``; a stream,
-    which has no use for it, keeps only its open tracks)."""
+    """Links the peaks of a set of signals frame by frame (:meth:`feed_frames`, any number of
+    frames at a time: a stream fed in pieces gets the ids :func:`link` gives).
 
-    def __init__(self, max_jump_hz: float, max_gap: int = 1, count_peaks: bool = False):
-        check_link(max_jump_hz, max_gap)
-        self.max_jump, self.max_gap = float(max_jump_hz), int(max_gap)
-        self.linkers: list[Linker] = []
-        self.count = 0
+    Each open track is an interacting-multiple-model filter (Blom and Bar-Shalom 1988) of two
+    constant-velocity Kalman filters in bins and frames (state: frequency and slope), one for
+    components that hold their line (:data:`STEADY_Q`) and one for those that curve
+    (:data:`CURVING_Q`), with a smoothed power. Every frame each signal's open tracks are
+    predicted one frame on, and the frame's peaks (those at least ``min_snr_db``, where the SNR
+    is known) are assigned to them: a pair is allowed only within :data:`GATE_SD` standard
+    deviations of the prediction (and ``max_jump_hz``, when given) and :data:`POWER_GATE_DB` of
+    the track's power; of the assignments with the most links, the one of least cost, the
+    negative log likelihood of the pairs under the two models plus the powers' continuity
+    (:func:`scipy.optimize.linear_sum_assignment` where it is not evident). A track predicted
+    within :data:`MERGE_BINS` of another is unresolved from it: a peak it takes updates it as a
+    shared peak (:data:`SHARED_SD`), and it misses no frame while the other takes one, so two
+    crossing tracks keep their slopes through the frames where they are one peak. An outlier,
+    or a peak whose power is off its track's (an onset), updates it as a noisier peak would
+    (Huber). A peak left over starts a track; a track that missed more than ``max_gap``
+    frames closes, and a signal keeps at most :data:`OPEN_PER_SLOT` open tracks per slot
+    (past it, those that waited longest close). Tracks are numbered in the order they started:
+    by frame, then signal, then slot. The compiled step is :mod:`welchpeaks.linkstep`.
+
+    With ``count_peaks``, :attr:`sizes` counts each track's peaks (for ``min_length``; a
+    stream, which has no use for it, keeps only its open tracks)."""
+
+    def __init__(self, params: LinkParams, count_peaks: bool = False):
+        self.params = params
+        self.count = 0  # tracks started
+        self.frames = 0  # frames linked
         self.sizes: np.ndarray | None = np.zeros(0, np.int64) if count_peaks else None
+        self._state: tuple | None = None
 
-    def _new_ids(self, m: int) -> np.ndarray:
-        ids = np.arange(self.count, self.count + m, dtype=np.int64)
-        self.count += m
-        return ids
+    def _cfg(self) -> np.ndarray:
+        from welchpeaks import linkstep as ls
 
-    def feed_frames(self, freqs: np.ndarray) -> np.ndarray:
-        """Link frames in order: ``freqs [signals, T, k]`` -> ids ``[signals, T, k]``."""
-        ids = np.full(freqs.shape, -1, np.int64)
-        for t in range(freqs.shape[1]):
-            ids[:, t] = self.feed(freqs[:, t])
-        return ids
+        p = self.params
+        cfg = np.zeros(ls.CFG_LEN)
+        cfg[ls.C_RES] = p.resolution
+        cfg[ls.C_MAX_JUMP] = -1.0 if p.max_jump_hz is None else p.max_jump_hz
+        cfg[ls.C_MAX_GAP] = float(p.max_gap)
+        cfg[ls.C_MIN_SNR] = -np.inf if p.min_snr_db is None else p.min_snr_db
+        cfg[ls.C_MEASURE_SD], cfg[ls.C_SHARED_SD], cfg[ls.C_NEW_SLOPE_SD] = MEASURE_SD, SHARED_SD, NEW_SLOPE_SD
+        cfg[ls.C_Q0], cfg[ls.C_Q1] = STEADY_Q, CURVING_Q
+        cfg[ls.C_P00], cfg[ls.C_P01], cfg[ls.C_P10], cfg[ls.C_P11] = SWITCH.ravel()
+        cfg[ls.C_MU0] = NEW_MU[0]
+        cfg[ls.C_GATE_SD], cfg[ls.C_ROBUST_SD], cfg[ls.C_MERGE] = GATE_SD, ROBUST_SD, MERGE_BINS
+        cfg[ls.C_POWER_SD], cfg[ls.C_POWER_SMOOTH], cfg[ls.C_POWER_GATE] = POWER_SD_DB, POWER_SMOOTH, POWER_GATE_DB
+        return cfg
 
-    def feed(self, freqs: np.ndarray) -> np.ndarray:
-        """Link one frame: ``freqs [signals, k]`` (NaN in empty slots) -> ids ``[signals, k]``."""
-        if not self.linkers:
-            self.linkers = [Linker(self.max_jump, self.max_gap, self._new_ids) for _ in range(freqs.shape[0])]
-        elif freqs.shape[0] != len(self.linkers):
-            raise ValueError(f"a frame of {freqs.shape[0]} signals, but the tracks are of {len(self.linkers)}")
-        out = np.stack([linker.feed(freqs[s]) for s, linker in enumerate(self.linkers)]) if self.linkers else \
-            np.full(freqs.shape, -1, np.int64)
+    def feed_frames(self, freqs: np.ndarray, power: np.ndarray | None = None,
+                    snr: np.ndarray | None = None) -> np.ndarray:
+        """Link frames in order: ``freqs [signals, T, k]`` (NaN in empty slots; their ``power``
+        and ``snr`` (dB) where known, the same shape) -> ids ``[signals, T, k]`` (-1: empty, or
+        under ``min_snr_db``)."""
+        from scipy.optimize import linear_sum_assignment
+
+        from welchpeaks import linkstep as ls
+
+        freqs = np.ascontiguousarray(freqs, np.float64)
+        n_sig, n_t, k = freqs.shape
+        if self._state is None:
+            cap = max(OPEN_PER_SLOT * max(k, 1), 16)
+            self._state = (np.zeros((n_sig, cap), np.int64), np.zeros((n_sig, cap), np.int64),
+                           np.zeros((n_sig, cap, 2, 2)), np.zeros((n_sig, cap, 2, 3)), np.zeros((n_sig, cap, 2)),
+                           np.zeros((n_sig, cap)), np.zeros(n_sig, np.int64), np.zeros(1, np.int64), k, self._cfg())
+        ids, last, x, cov, mu, pw_state, count, next_id, k0, cfg = self._state
+        if n_sig != ids.shape[0] or k != k0:
+            raise ValueError(f"frames of {n_sig} signals and {k} peaks, but the tracks are of {ids.shape[0]} "
+                             f"signals and {k0} peaks")
+        out = np.full(freqs.shape, -1, np.int64)
+        if n_t == 0 or n_sig == 0:
+            return out
+        has_power, has_snr = power is not None, snr is not None
+        pw = np.ascontiguousarray(power, np.float64) if has_power else np.zeros((1, 1, 1))
+        sn = np.ascontiguousarray(snr, np.float64) if has_snr else np.zeros((1, 1, 1))
+        if has_power and pw.shape != freqs.shape or has_snr and sn.shape != freqs.shape:
+            raise ValueError("power and snr must have the shape of freqs")
+        cap = ids.shape[1]
+        dense = np.zeros((cap, k))
+        scratch = (np.zeros((cap, k, 4)), np.zeros(cap, np.bool_), np.zeros(k), np.zeros(k), np.zeros(k, np.int64),
+                   np.zeros(k, np.bool_), np.zeros(cap, np.bool_), dense, np.zeros(cap, np.int64),
+                   np.zeros(k, np.int64))
+        rows, cols = np.zeros(k, np.int64), np.zeros(k, np.int64)
+        t, s, resume, npairs = 0, 0, False, 0
+        while True:
+            t, s, nr, nc = ls.run(ids, last, x, cov, mu, pw_state, count, next_id, freqs, pw, sn, has_power, has_snr,
+                                  cfg, self.frames, t, s, resume, rows, cols, npairs, out, *scratch)
+            if t < 0:
+                break
+            r, c = linear_sum_assignment(dense[:nr, :nc])
+            npairs = r.size
+            rows[:npairs], cols[:npairs] = r, c
+            resume = True
+        self.count = int(next_id[0])
+        self.frames += n_t
         if self.sizes is not None:
             if self.count > self.sizes.size:
-                self.sizes = np.concatenate([self.sizes, np.zeros(max(self.count, 2 * self.sizes.size)
-                                                                  - self.sizes.size, np.int64)])
-            np.add.at(self.sizes, out[out >= 0], 1)
+                self.sizes = np.concatenate([self.sizes, np.zeros(self.count - self.sizes.size, np.int64)])
+            linked = out[out >= 0]
+            self.sizes[:self.count] += np.bincount(linked, minlength=self.count)[:self.count]
         return out
 
+    @property
+    def open_tracks(self) -> np.ndarray:
+        """Each signal's open tracks (int64 ``[signals]``; empty before the first frame)."""
+        return np.zeros(0, np.int64) if self._state is None else self._state[6].copy()
 
-def link(result: Any, max_jump_hz: float, max_gap: int = 1, min_length: int = 1) -> Tracks:
+    def feed(self, freqs: np.ndarray, power: np.ndarray | None = None, snr: np.ndarray | None = None) -> np.ndarray:
+        """Link one frame: ``freqs [signals, k]`` (NaN in empty slots) -> ids ``[signals, k]``."""
+        return self.feed_frames(freqs[:, None], None if power is None else power[:, None],
+                                None if snr is None else snr[:, None])[:, 0]
+
+
+def link(result: Any, max_jump_hz: float | None = None, max_gap: int | None = None, min_length: int | None = None,
+         min_snr_db: float | None = DEFAULT_MIN_SNR_DB) -> Tracks:
     """Link the peaks of ``result`` (a :class:`~welchpeaks.TrackResult`) into tracks; see the
     module's description. ``max_jump_hz``: the farthest a peak may be from its track's
-    predicted frequency (Hz when the result has ``fs``, else cycles per sample);
-    ``max_gap``: frames a track may miss and continue; ``min_length``: the fewest peaks a kept
-    track has (the kept tracks are numbered again, in the same order)."""
-    check_link(max_jump_hz, max_gap, min_length)
+    predicted frequency (Hz when the result has ``fs``, else cycles per sample), None for the
+    motion model's gate alone; ``max_gap``: frames a track may miss and continue (default
+    :data:`DEFAULT_MAX_GAP`); ``min_length``: the fewest peaks a kept track has (default
+    :data:`DEFAULT_MIN_LENGTH`; the kept tracks are numbered again, in the same order);
+    ``min_snr_db``: peaks with an SNR under it are linked to no track (the result's
+    ``snr_db`` measure: ``track(..., measures=("snr",))``; without it every peak is linked),
+    None for no floor."""
     result = result.compute()
+    params = check_link(max_jump_hz, max_gap, min_length, min_snr_db, _bin_width(result.params))
     freqs = host(result.freqs).astype(np.float64)
-    multi = MultiLinker(max_jump_hz, max_gap, count_peaks=True)
-    ids = multi.feed_frames(per_signal(freqs))
-    keep = multi.sizes[:multi.count] >= min_length
+    power = per_signal(host(result.power).astype(np.float64))
+    snr = result.measures.get("snr_db")
+    if snr is None and params.min_snr_db is not None:
+        warnings.warn(NoSnrNotice("link(): the result has no snr_db measure, so min_snr_db cannot keep noise "
+                                  "peaks out of the tracks; compute it with track(..., measures=('snr',)), or pass "
+                                  "min_snr_db=None to link every peak"), stacklevel=3)
+    snr = None if snr is None else per_signal(host(snr).astype(np.float64))
+    multi = MultiLinker(params, count_peaks=True)
+    ids = multi.feed_frames(per_signal(freqs), power, snr)
+    keep = multi.sizes[:multi.count] >= params.min_length
     renumber = np.full(multi.count + 1, -1, np.int64)  # the last entry maps -1 to -1
     renumber[:-1][keep] = np.arange(int(keep.sum()))
-    return Tracks(renumber[ids].reshape(freqs.shape), result,
-                  {"max_jump_hz": float(max_jump_hz), "max_gap": int(max_gap), "min_length": int(min_length)})
+    return Tracks(renumber[ids].reshape(freqs.shape), result, params.to_dict())

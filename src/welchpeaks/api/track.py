@@ -31,6 +31,7 @@ from welchpeaks.api.options import check_result_size
 from welchpeaks.api.peaks import WelchPeaks
 from welchpeaks.result import PeakResult, TrackResult
 from welchpeaks.sources import SignalSource
+from welchpeaks.tracks import DEFAULT_MIN_SNR_DB
 
 #: How a result too large for memory is computed instead
 WRITE_TO_DISK = ("track it on the command line, which writes frames to disk as they are computed: welchpeaks track "
@@ -426,22 +427,33 @@ class WelchPeakStream:
     True
     """
 
-    def __init__(self, link: dict[str, Any] | None = None, **params: Any):
-        """``link``: ``{"max_jump_hz": ..., "max_gap": ...}`` to link the peaks into tracks as
-        they come (:meth:`welchpeaks.TrackResult.link`): :meth:`push` then returns a
-        :class:`welchpeaks.Tracks` of the new frames, whose ids are those that linking the
-        whole stream at once gives, whatever the chunking (no ``min_length``: a track's
-        length is known only when it ends)."""
-        self.tracker = Tracker(**params)
+    def __init__(self, link: dict[str, Any] | bool | None = None, **params: Any):
+        """``link``: ``True`` (the defaults) or a dict of :meth:`welchpeaks.TrackResult.link`'s
+        ``max_jump_hz``, ``max_gap`` and ``min_snr_db`` to link the peaks into tracks as they
+        come: :meth:`push` then returns a :class:`welchpeaks.Tracks` of the new frames, whose
+        ids are those that linking the whole stream at once gives, whatever the chunking (no
+        ``min_length``: a track's length is known only when it ends). With an SNR floor (the
+        default) the stream measures each peak's SNR (``measures`` gains ``"snr"``)."""
         self._link = self._linker = None
-        if link is not None:
-            from welchpeaks.tracks import MultiLinker
+        if link is not None and link is not False:
+            from welchpeaks.tracks import check_link
 
-            if not isinstance(link, dict) or set(link) - {"max_jump_hz", "max_gap"} or "max_jump_hz" not in link:
-                raise ValueError(f"link={link!r}: pass a dict with max_jump_hz and optionally max_gap (min_length "
-                                 "applies to finished tracks only: link the collected result for it)")
+            if link is True:
+                link = {}
+            if not isinstance(link, dict) or set(link) - {"max_jump_hz", "max_gap", "min_snr_db"}:
+                raise ValueError(f"link={link!r}: pass True (the defaults) or a dict of max_jump_hz, max_gap and "
+                                 "min_snr_db (min_length applies to finished tracks only: link the collected result "
+                                 "for it)")
+            check_link(**dict(link, min_length=1), resolution=1.0)  # (the types and ranges, before any work)
             self._link = dict(link)
-            self._linker = MultiLinker(**self._link)
+            if self._link.get("min_snr_db", DEFAULT_MIN_SNR_DB) is not None:
+                asked = params.get("measures") or ()
+                asked = (asked,) if isinstance(asked, str) else tuple(asked)
+                if "snr" not in asked:
+                    params["measures"] = asked + ("snr",)
+        self.tracker = Tracker(**params)
+        if self._link is not None:
+            self._linker = self._new_linker()
         held = self.capacity
         if held > MAX_STREAM_SAMPLES:
             raise ValueError(f"a frame of {self.tracker.frame:,} samples (n_fft + (frame_segments-1)*hop) and a step "
@@ -486,8 +498,18 @@ class WelchPeakStream:
         from welchpeaks.tracks import Tracks, host, per_signal
 
         freqs = host(frames.freqs).astype(np.float64)
-        ids = self._linker.feed_frames(per_signal(freqs))
-        return Tracks(ids.reshape(freqs.shape), frames, dict(self._link, min_length=1))
+        snr = frames.measures.get("snr_db")
+        ids = self._linker.feed_frames(per_signal(freqs), per_signal(host(frames.power).astype(np.float64)),
+                                       None if snr is None else per_signal(host(snr).astype(np.float64)))
+        return Tracks(ids.reshape(freqs.shape), frames, self._linker.params.to_dict())
+
+    def _new_linker(self) -> Any:
+        from welchpeaks.tracks import MultiLinker, check_link
+
+        p = self.tracker.params
+        link = dict(self._link, min_length=1)
+        link.setdefault("min_snr_db", DEFAULT_MIN_SNR_DB)
+        return MultiLinker(check_link(**link, resolution=(1.0 if p.fs is None else p.fs) / p.n_fft))
 
     def _push(self, chunk: Any) -> TrackResult:
         arr = as_real_array(chunk, "chunk")
@@ -533,7 +555,5 @@ class WelchPeakStream:
         out = self._linked(self.tracker.empty(self._buf.shape[:-1], self._buf.dtype, self.consumed))
         self._buf, self._fill, self._skip, self.consumed = None, 0, 0, 0
         if self._linker is not None:
-            from welchpeaks.tracks import MultiLinker
-
-            self._linker = MultiLinker(**self._link)
+            self._linker = self._new_linker()
         return out

@@ -18,7 +18,6 @@ executions compute each frame whole.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from typing import Any, Iterator
 
 import numpy as np
@@ -28,6 +27,7 @@ from welchpeaks import memory, spec
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
 from welchpeaks.api.options import check_result_size
+from welchpeaks.numeric import integer, shown
 from welchpeaks.api.peaks import WelchPeaks
 from welchpeaks.result import PeakResult, TrackResult
 from welchpeaks.sources import SignalSource
@@ -35,14 +35,6 @@ from welchpeaks.sources import SignalSource
 #: How a result too large for memory is computed instead
 WRITE_TO_DISK = ("track it on the command line, which writes frames to disk as they are computed: welchpeaks track "
                  "FILE --out results.parquet")
-
-
-def _check_count(name: str, value: Any, fix: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name}={value!r} must be an integer; {fix}")
-    if value < 1:
-        raise ValueError(f"{name}={value} must be >= 1; {fix}")
-    return int(value)
 
 
 class Tracker:
@@ -61,10 +53,10 @@ class Tracker:
                  prominence: Any = None, width: Any = None, wlen: float | None = None, rel_height: float = 0.5,
                  snr_db: float | None = None, measures: Any = None, noise_bins: int | None = None,
                  resolution_hz: float | None = None, max_pvalue: float | None = None):
-        self.frame_segments = _check_count("frame_segments", frame_segments,
-                                           "pass the number of Welch segments per frame (8 by default)")
-        self.frame_hop = self.frame_segments if frame_hop is None else _check_count(
-            "frame_hop", frame_hop, "pass how many segments a frame advances (default frame_segments: no overlap)")
+        self.frame_segments = integer("frame_segments", frame_segments, 1,
+                                      fix="pass the number of Welch segments per frame (8 by default)")
+        self.frame_hop = self.frame_segments if frame_hop is None else integer(
+            "frame_hop", frame_hop, 1, fix="pass how many segments a frame advances (default frame_segments: no overlap)")
         # the executor always leaves non-finite frames empty; the policy is applied here, per frame
         passed = {name: value for name, value in spec.pick(locals(), "Tracker").items()
                   if name not in ("frame_segments", "frame_hop", "nan_policy")}
@@ -438,7 +430,7 @@ class WelchPeakStream:
             from welchpeaks.tracks import MultiLinker
 
             if not isinstance(link, dict) or set(link) - {"max_jump_hz", "max_gap"} or "max_jump_hz" not in link:
-                raise ValueError(f"link={link!r}: pass a dict with max_jump_hz and optionally max_gap (min_length "
+                raise ValueError(f"link={shown(link)}: pass a dict with max_jump_hz and optionally max_gap (min_length "
                                  "applies to finished tracks only: link the collected result for it)")
             self._link = dict(link)
             self._linker = MultiLinker(**self._link)

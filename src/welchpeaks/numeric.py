@@ -27,13 +27,13 @@ _SHOWN = 60
 
 
 def shown(value: Any) -> str:
-    """``value`` as an error message shows it: its repr, shortened; an integer too long to
-    print (Python refuses ints of more than 4300 digits) by its number of digits."""
+    """``value`` as an error message shows it: its repr on one line, shortened; an integer too
+    long to print (Python refuses ints of more than 4300 digits) by its number of digits."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 100:
         digits = int(value.bit_length() * math.log10(2)) + 1
         return f"{'-' if value < 0 else ''}(an integer of about {digits} digits)"
     try:
-        text = repr(value)
+        text = " ".join(repr(value).split())  # (one line: an array's repr has several)
     except Exception:  # an object whose repr fails (or an array holding such an int)
         return f"<{type(value).__name__}>"
     return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."

@@ -70,6 +70,23 @@ def resolve_segments(segments: int | str | None) -> int | None:
         return PRESETS[key]
     return integer("segments", segments, 1, fix="pass segments=1 or more, a preset name, or None")
 
+def check_window_args(window: Any) -> None:
+    """The parameters of a ``(name, parameter, ...)`` window: each None or a finite number
+    within float64's range (a scalar: the window is a parameter's hashed identity)."""
+    if not isinstance(window, tuple):
+        return
+    for v in window[1:]:
+        if v is None:
+            continue
+        try:
+            if isinstance(v, np.ndarray):
+                raise TypeError
+            real("window", v)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"window={shown(window)}: its parameters must be finite numbers (or None), got "
+                            f"{shown(v)}; pass a name and numbers such as ('kaiser', 8.0)") from None
+
+
 def resolve_window(window: Any, n_fft: int) -> np.ndarray:
     """A float64 window of length ``n_fft`` from a name, a (name, param) tuple or an array.
 
@@ -77,6 +94,8 @@ def resolve_window(window: Any, n_fft: int) -> np.ndarray:
     """
     if isinstance(window, (str, tuple)):
         from scipy.signal import get_window
+
+        check_window_args(window)
 
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -437,7 +456,7 @@ def make_params(
     interp_method, interp_alpha = resolve_interp(interp, window_array)
     clean_bin = detrend_clean_bin(window_array, detrend)
     if not isinstance(edges, (bool, np.bool_)):
-        raise TypeError(f"edges={edges!r} must be True (DC and Nyquist may be peaks) or False (default: never)")
+        raise TypeError(f"edges={shown(edges)} must be True (DC and Nyquist may be peaks) or False (default: never)")
     if filters is not None and mode != "peaks":
         raise ValueError("filters and measures apply to local maxima: use mode='peaks' (mode='bins' ranks every bin)")
     return PeakParams(

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from welchpeaks import api
+from welchpeaks.numeric import shown
 
 
 def _xr():
@@ -37,7 +38,7 @@ def _check(da: Any, dim: str) -> None:
     if not isinstance(da, xr.DataArray):
         raise TypeError(f"da is a {type(da).__name__}; pass an xarray.DataArray (ds['name'] for a Dataset variable)")
     if dim not in da.dims:
-        raise ValueError(f"dim={dim!r} is not a dimension of the DataArray (its dimensions: {list(da.dims)})")
+        raise ValueError(f"dim={shown(dim)} is not a dimension of the DataArray (its dimensions: {list(da.dims)})")
 
 
 #: seconds per tick of each datetime64 / timedelta64 unit of a fixed length (not years or months)

@@ -26,7 +26,7 @@ def check_measures(measures: Any) -> tuple[str, ...]:
     names = (measures,) if isinstance(measures, str) else tuple(measures)
     bad = [m for m in names if m not in MEASURES]
     if bad:
-        raise ValueError(f"measures={measures!r}: {bad[0]!r} is unknown; ask for some of {list(MEASURES)}")
+        raise ValueError(f"measures={shown(measures)}: {shown(bad[0])} is unknown; ask for some of {list(MEASURES)}")
     return tuple(dict.fromkeys(names))
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from welchpeaks import memory
 from welchpeaks.api.coerce import as_real_array, rel_height_value, tensor_input, wlen_samples
-from welchpeaks.numeric import integer, real
+from welchpeaks.numeric import integer, real, shown
 from welchpeaks.result import FoundPeaks
 
 _NONE = float("nan")
@@ -39,13 +39,13 @@ def _interval(name: str, value: Any) -> tuple[np.ndarray, bool]:
         value = tuple(value.tolist())
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
-            raise ValueError(f"{name}={value!r}: pass a number (the minimum) or a (min, max) pair")
+            raise ValueError(f"{name}={shown(value)}: pass a number (the minimum) or a (min, max) pair")
         lo, hi = (_NONE if v is None else _number(name, v) for v in value)
         return np.array([lo, hi]), True
     if isinstance(value, np.ndarray) and value.ndim > 0:
         raise ValueError(f"{name}: per-sample arrays are not supported; pass a number or a (min, max) pair")
     if isinstance(value, np.ndarray):  # (0-d: scipy refuses it too)
-        raise TypeError(f"{name}={value!r} must be {_LIMIT}")
+        raise TypeError(f"{name}={shown(value)} must be {_LIMIT}")
     return np.array([_number(name, value), _NONE]), True
 
 
@@ -156,7 +156,7 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
                                       ("thresholds", threshold is not None), ("prominences", need_prom),
                                       ("widths", need_width)) if given]
     if not isinstance(edges, (bool, np.bool_)):
-        raise TypeError(f"edges={edges!r} must be True or False")
+        raise TypeError(f"edges={shown(edges)} must be True or False")
     cap = n // 2 + 2  # most peaks a row can hold
     if k is None:
         slots = cap

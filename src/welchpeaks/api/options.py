@@ -63,7 +63,7 @@ def check_device(device: str) -> None:
 def resolve_strategy(strategy: str, params: PeakParams) -> backends.Execution | None:
     """The execution a strategy name asks for; None for 'auto' (the planner picks per call)."""
     if not isinstance(strategy, str):
-        raise TypeError(f"strategy={strategy!r} must be a string: 'auto' or one of {backends.names()}")
+        raise TypeError(f"strategy={shown(strategy)} must be a string: 'auto' or one of {backends.names()}")
     if strategy == "auto":
         return None
     if strategy not in backends.names():

@@ -28,6 +28,11 @@ from welchpeaks.result import PeakResult
 from welchpeaks.sources import SignalSource
 
 
+#: the most values of a call ``WelchPeaks.explain`` describes: its input's or its segments'
+#: (complex128 arrays of them stay under 2**63 bytes, what NumPy shapes hold)
+EXPLAIN_VALUES = 1 << 59
+
+
 class WelchPeaks:
     """A reusable Welch-peaks executor: validate once, plan once, call many times.
 
@@ -132,7 +137,15 @@ class WelchPeaks:
                                  "or None for the last call's") from None
         batch = last[0] if given["batch"] is None else given["batch"]
         length = last[1] if given["length"] is None else given["length"]
-        p.check_length(length)
+        try:
+            p.check_length(length)
+        except ValueError as exc:
+            raise ValueError(f"explain(length={length}): {exc}") from None
+        values = batch * max(length, p.n_segments_for(length) * p.n_fft)  # its input's, or its segments'
+        if values > EXPLAIN_VALUES:
+            raise ValueError(f"explain(batch={batch}, length={length}): a call of that size has {values:.3g} values, "
+                             f"more than an array holds ({EXPLAIN_VALUES:.3g}, complex128); pass fewer or shorter "
+                             "signals")
         return {"requested": self.requested, **self.planner.explain(batch, length, last[2]), "params": p.to_dict()}
 
     def __call__(self, x: Any) -> PeakResult:

@@ -142,7 +142,7 @@ class Tracker:
         n_frames, k = self.n_frames(length), self.params.k
         check_result_size(self.params, rows.shape[0], n_frames, np_dtype(t), self.peaks.planner.max_memory,
                           WRITE_TO_DISK)
-        frames = rows.unfold(1, self.frame, self.step)  # [rows, T, frame], a view
+        frames = rows.unfold(1, self.frame, min(self.step, length))  # [rows, T, frame], a view (the same T)
         per_block = max(1, memory.BLOCK_BYTES // (self.frame * t.element_size()))  # frames per block
         peaks = self.executor(np_dtype(t), tensor=True)
         f_block = max(1, min(n_frames, per_block))
@@ -196,8 +196,10 @@ class Tracker:
             r1 = min(n_rows, r0 + rows_per_block)
             for t0 in range(0, n_frames, frames_per_block):
                 t1 = min(n_frames, t0 + frames_per_block)
+                # (a block of one frame: its step, which may be past any array's strides, is not used)
+                step = self.step if t1 - t0 > 1 else 1
                 view = as_strided(rows[r0:, t0 * self.step:], shape=(r1 - r0, t1 - t0, self.frame),
-                                  strides=(row_stride, self.step * item, item), writeable=False)
+                                  strides=(row_stride, step * item, item), writeable=False)
                 flagged = None  # the shared pass's frames left empty for a non-finite power
                 try:
                     if shared is not None:

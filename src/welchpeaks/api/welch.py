@@ -10,8 +10,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from welchpeaks.api import lazy
-from welchpeaks.numeric import integer, is_int, real
-from welchpeaks.params import MAX_N_FFT
+from welchpeaks.numeric import integer, is_int, real, shown
+from welchpeaks.params import MAX_N_FFT, check_window_args
 from welchpeaks.spectral import welch_psd
 
 
@@ -79,26 +79,30 @@ def welch(
 def _check_numbers(x: Any, fs: Any, window: Any, nperseg: Any, noverlap: Any, nfft: Any, axis: Any) -> None:
     """welch's numbers, checked before SciPy or welchpeaks' path sees them (SciPy takes any
     real number for the lengths and truncates it): ``fs`` positive and finite, ``axis`` an axis
-    of ``x``, ``nperseg`` >= 1, ``noverlap`` >= 0, ``nfft`` from 1 to ``MAX_N_FFT`` (as
+    of ``x``, ``nperseg`` >= 1, ``noverlap`` from 0 to less than the samples along ``axis``
+    (SciPy then requires it to be less than ``nperseg``), ``nfft`` from 1 to ``MAX_N_FFT`` (as
     ``n_fft``; SciPy then requires ``nfft >= nperseg``), each a number within float64's range,
-    as are the numbers of a ``(name, parameter, ...)`` window."""
+    and the parameters of a ``(name, parameter, ...)`` window finite numbers."""
     real("fs", fs, 0, low_open=True, kind="a positive number (Hz)", words="a positive, finite sample rate in Hz")
     try:
-        ndim = x.ndim if hasattr(x, "ndim") else np.ndim(x)
+        shape = tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
     except ValueError:
         raise ValueError("x could not be read as an array; pass equal-length rows") from None
-    if ndim == 0:
+    if not shape:
         raise ValueError("x is a scalar; pass signals with their samples along axis")
-    integer("axis", axis, -ndim, ndim - 1, words=f"an axis of x, which has {ndim} dimension(s): from {-ndim} to "
-                                                 f"{ndim - 1}")
-    for name, v, low, high in (("nperseg", nperseg, 1, None), ("noverlap", noverlap, 0, None),
-                               ("nfft", nfft, 1, MAX_N_FFT)):
-        if v is not None:
-            real(name, v, low, high, kind="a number of samples, or None")
-    if isinstance(window, tuple):
-        for v in window[1:]:
-            if is_int(v) or isinstance(v, float):  # (get_window converts them to float64)
-                real("window", v, inf=True, words="a (name, parameter, ...) tuple of numbers within float64's range")
+    ndim = len(shape)
+    ax = integer("axis", axis, -ndim, ndim - 1, words=f"an axis of x, which has {ndim} dimension(s): from {-ndim} to "
+                                                      f"{ndim - 1}")
+    samples = int(shape[ax])
+    lengths = "a number of samples, or None"
+    if nperseg is not None:
+        real("nperseg", nperseg, 1, kind=lengths)
+    if noverlap is not None:
+        real("noverlap", noverlap, 0, samples or None, high_open=True, kind=lengths,
+             words=f"from 0 to less than nperseg (x has {samples} samples along axis {axis})")
+    if nfft is not None:
+        real("nfft", nfft, 1, MAX_N_FFT, kind=lengths)
+    check_window_args(window)
 
 
 def _welch_dask(x, fs, window, nperseg, noverlap, nfft, detrend, return_onesided, scaling, axis, average):
@@ -155,6 +159,9 @@ def _welch_fast_args(x, fs, window, nperseg, noverlap, nfft, detrend, return_one
         return None
     if not (win.ndim == 1 and win.shape[0] == seg and win.dtype.kind in "iuf"):
         return None
+    if not np.all(np.isfinite(win)):  # (SciPy refuses it too: "Parameter win must have finite entries")
+        raise ValueError(f"window={shown(window)} has NaN or infinity (for a (name, parameter) window: that "
+                         "parameter is out of its range); pass finite values, such as ('kaiser', 8.0)")
     with np.errstate(all="ignore"):
         energy, total = float(np.sum(np.square(win, dtype=np.float64))), float(np.sum(win, dtype=np.float64))
     if not (np.isfinite(energy) and energy > 0 and (scaling == "density" or (np.isfinite(total) and total != 0))):

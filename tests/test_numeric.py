@@ -367,3 +367,23 @@ def test_xarray_track_keeps_a_timedelta_coordinate_a_timedelta():
     assert ds.attrs["fs"] == fs and ds.time.dtype.kind == "m"
     np.testing.assert_array_equal(ds.time.values, offset[0] + (ref.times * 1e9).astype("timedelta64[ns]"))
     np.testing.assert_array_equal(ds.freq.values, ref.freqs)
+
+
+def test_the_command_line_reaches_the_same_rule(tmp_path):
+    """The CLI's numeric options go through the same checks: exit code 2 and one line naming
+    the parameter. Score: 8 options with values past their range."""
+    from typer.testing import CliRunner
+
+    from welchpeaks.cli import app
+
+    np.save(tmp_path / "x.npy", X)
+    huge = "1" + "0" * 400
+    cases = [(["peaks", "--k", huge], "k="), (["peaks", "--n-fft", huge], "n_fft="), (["peaks", "--fs", "1e400"], "fs="),
+             (["peaks", "--fs", "1000", "--resolution-hz", "5e-324"], "resolution_hz="),
+             (["peaks", "--min-recall", "2"], "min_recall="), (["peaks", "--snr-db", "nan"], "snr_db="),
+             (["track", "--out", str(tmp_path / "o.csv"), "--frame-hop", huge], "frame_hop="),
+             (["track", "--out", str(tmp_path / "o.csv"), "--frame-segments", "0"], "frame_segments=")]
+    for args, name in cases:
+        res = CliRunner().invoke(app, [args[0], str(tmp_path / "x.npy"), *args[1:]])
+        assert res.exit_code == 2, (args, res.output)
+        assert res.output.startswith("error: ") and name in res.output and res.output.count("\n") == 1, (args, res.output)

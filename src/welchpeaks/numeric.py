@@ -119,4 +119,3 @@ def integer(name: str, value: Any, low: int | None = None, high: int | None = IN
     if high is not None and v > high:
         raise _fail(ValueError, name, value, words or f"<= {_bound(high)}", fix)
     return int(v)
-

@@ -72,19 +72,22 @@ def resolve_segments(segments: int | str | None) -> int | None:
 
 def check_window_args(window: Any) -> None:
     """The parameters of a ``(name, parameter, ...)`` window: each None or a finite number
-    within float64's range (a scalar: the window is a parameter's hashed identity)."""
+    within float64's range, a scalar (the window is part of the parameters' hashed key)."""
     if not isinstance(window, tuple):
         return
     for v in window[1:]:
         if v is None:
             continue
-        try:
-            if isinstance(v, np.ndarray):
-                raise TypeError
-            real("window", v)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"window={shown(window)}: its parameters must be finite numbers (or None), got "
-                            f"{shown(v)}; pass a name and numbers such as ('kaiser', 8.0)") from None
+        if isinstance(v, np.ndarray):
+            kind = TypeError
+        else:
+            try:
+                real("window", v)
+                continue
+            except (TypeError, ValueError) as exc:
+                kind = type(exc)
+        raise kind(f"window={shown(window)}: its parameters must be finite numbers (or None), got {shown(v)}; "
+                   "pass a name and numbers such as ('kaiser', 8.0)")
 
 
 def resolve_window(window: Any, n_fft: int) -> np.ndarray:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import numbers
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from welchpeaks.numeric import integer, is_int, real, shown  # noqa: F401  (is_int: part of this module's face)
 from welchpeaks.spec import PARAMS, check_choice
 
 #: Segment layouts of the original system, accepted by name for ``segments``.
@@ -56,17 +56,6 @@ def one_sided_scale(window: np.ndarray, nfft: int, fs: float, scaling: str) -> n
     return scale
 
 
-def is_int(value: Any) -> bool:
-    """True for integers (numpy's too), False for bools."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-def _require_int(name: str, value: Any, minimum: int, fix: str) -> int:
-    if not is_int(value):
-        raise TypeError(f"{name}={value!r} must be an integer; {fix}")
-    if value < minimum:
-        raise ValueError(f"{name}={value} must be >= {minimum}; {fix}")
-    return int(value)
-
 def resolve_segments(segments: int | str | None) -> int | None:
     """Return the number of segments for an int, a preset name or None (all that fit)."""
     if segments is None:
@@ -76,10 +65,30 @@ def resolve_segments(segments: int | str | None) -> int | None:
         if key not in PRESETS:
             names = ", ".join(f"{k!r} ({v})" for k, v in PRESETS.items())
             raise ValueError(
-                f"segments={segments!r} is not a preset; use an integer >= 1 or one of {names}"
+                f"segments={shown(segments)} is not a preset; use an integer >= 1 or one of {names}"
             )
         return PRESETS[key]
-    return _require_int("segments", segments, 1, "pass segments=1 or more, a preset name, or None")
+    return integer("segments", segments, 1, fix="pass segments=1 or more, a preset name, or None")
+
+def check_window_args(window: Any) -> None:
+    """The parameters of a ``(name, parameter, ...)`` window: each None or a finite number
+    within float64's range, a scalar (the window is part of the parameters' hashed key)."""
+    if not isinstance(window, tuple):
+        return
+    for v in window[1:]:
+        if v is None:
+            continue
+        if isinstance(v, np.ndarray):
+            kind = TypeError
+        else:
+            try:
+                real("window", v)
+                continue
+            except (TypeError, ValueError) as exc:
+                kind = type(exc)
+        raise kind(f"window={shown(window)}: its parameters must be finite numbers (or None), got {shown(v)}; "
+                   "pass a name and numbers such as ('kaiser', 8.0)")
+
 
 def resolve_window(window: Any, n_fft: int) -> np.ndarray:
     """A float64 window of length ``n_fft`` from a name, a (name, param) tuple or an array.
@@ -89,17 +98,19 @@ def resolve_window(window: Any, n_fft: int) -> np.ndarray:
     if isinstance(window, (str, tuple)):
         from scipy.signal import get_window
 
+        check_window_args(window)
+
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a parameter out of range: refused below, without scipy's noise
                 arr = np.asarray(get_window(window, n_fft), dtype=np.float64)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, OverflowError) as exc:  # (OverflowError: a parameter past float range)
             raise ValueError(
-                f"window={window!r} is not a window scipy.signal.get_window knows ({exc}); "
+                f"window={shown(window)} is not a window scipy.signal.get_window knows ({exc}); "
                 "use a name such as 'hann', 'hamming', 'blackman', ('kaiser', 8.0) or an array"
             ) from None
         if not np.all(np.isfinite(arr)):
-            raise ValueError(f"window={window!r} has values scipy.signal.get_window cannot compute (NaN or infinity "
+            raise ValueError(f"window={shown(window)} has values scipy.signal.get_window cannot compute (NaN or infinity "
                              "for that parameter); pass a parameter of ordinary size, such as ('kaiser', 8.0)")
         return arr
     arr = np.asarray(window)
@@ -366,25 +377,29 @@ class PeakParams:
         }
 
 
+def check_fs(fs: Any) -> float:
+    """A sample rate in Hz: a positive, finite number."""
+    return real("fs", fs, 0, low_open=True, kind="a positive number (Hz) or None",
+                words="a positive, finite sample rate in Hz, or None")
+
+
 def n_fft_for(n_fft: Any, resolution_hz: Any, fs: Any) -> Any:
     """``n_fft`` as given, 256 when neither it nor ``resolution_hz`` is, else the smallest power
     of two (at least 4) whose bins, ``fs / n_fft`` wide, are at most ``resolution_hz``."""
     if resolution_hz is None:
         return DEFAULT_N_FFT if n_fft is None else n_fft
     if n_fft is not None:
-        raise ValueError(f"n_fft={n_fft!r} and resolution_hz={resolution_hz!r}: give one of them (resolution_hz "
-                         "picks n_fft from fs)")
-    if isinstance(resolution_hz, bool) or not isinstance(resolution_hz, numbers.Real) or \
-            not np.isfinite(resolution_hz) or resolution_hz <= 0:
-        raise ValueError(f"resolution_hz={resolution_hz!r} must be a positive number of Hz")
-    if fs is None or isinstance(fs, bool) or not isinstance(fs, numbers.Real) or not np.isfinite(fs) or fs <= 0:
-        raise ValueError(f"resolution_hz={resolution_hz!r} needs the sample rate: pass fs= (Hz), or give n_fft")
-    want = float(fs) / float(resolution_hz)  # the fewest samples per segment
-    n = 1 << max(2, math.ceil(math.log2(want)) if want > 1 else 0)
-    if n > MAX_N_FFT:
-        raise ValueError(f"resolution_hz={resolution_hz!r} at fs={fs!r} needs n_fft={n}, over the {MAX_N_FFT} "
+        raise ValueError(f"n_fft={shown(n_fft)} and resolution_hz={shown(resolution_hz)}: give one of them "
+                         "(resolution_hz picks n_fft from fs)")
+    width = real("resolution_hz", resolution_hz, 0, low_open=True, kind="a positive number of Hz",
+                 words="a positive number of Hz")
+    if fs is None:
+        raise ValueError(f"resolution_hz={shown(resolution_hz)} needs the sample rate: pass fs= (Hz), or give n_fft")
+    want = check_fs(fs) / width  # the fewest samples per segment (inf past float range: refused below)
+    if not want <= MAX_N_FFT:
+        raise ValueError(f"resolution_hz={shown(resolution_hz)} at fs={shown(fs)} needs n_fft over the {MAX_N_FFT} "
                          "welchpeaks handles; ask for wider bins")
-    return n
+    return 1 << max(2, math.ceil(math.log2(want)) if want > 1 else 0)
 
 
 def make_params(
@@ -409,34 +424,25 @@ def make_params(
 ) -> PeakParams:
     """Validate user parameters and return a :class:`PeakParams`."""
     n_fft = n_fft_for(n_fft, resolution_hz, fs)
-    n_fft = _require_int("n_fft", n_fft, 4, "pass n_fft=4 or larger (256 is the usual choice)")
-    if n_fft > MAX_N_FFT:
-        raise ValueError(f"n_fft={n_fft} is larger than welchpeaks handles ({MAX_N_FFT} samples per segment); "
-                         "pass a smaller n_fft (256 to 4096 are usual)")
+    n_fft = integer("n_fft", n_fft, 4, MAX_N_FFT, fix=f"pass 4 <= n_fft <= {MAX_N_FFT} (256 to 4096 are usual)")
     if hop is None:
         hop = n_fft // 2
-    hop = _require_int("hop", hop, 1, f"pass 1 <= hop <= n_fft={n_fft} (default n_fft//2)")
+    hop = integer("hop", hop, 1, fix=f"pass 1 <= hop <= n_fft={n_fft} (default n_fft//2)")
     if hop > n_fft:
         raise ValueError(
             f"hop={hop} is larger than n_fft={n_fft}, which would skip samples; "
             f"pass 1 <= hop <= {n_fft} (default n_fft//2)"
         )
-    k = _require_int("k", k, 1, "pass k=1 or more peaks per signal")
+    k = integer("k", k, 1, fix="pass k=1 or more peaks per signal")
     n_bins = n_fft // 2 + 1
     nseg = resolve_segments(segments)
-    if fs is not None:
-        if isinstance(fs, bool) or not isinstance(fs, numbers.Real):
-            raise TypeError(f"fs={fs!r} must be a positive number (Hz) or None")
-        if not np.isfinite(fs) or fs <= 0:
-            raise ValueError(f"fs={fs!r} must be a positive, finite sample rate in Hz, or None")
-        fs = float(fs)
+    fs = None if fs is None else check_fs(fs)
     mode = check_choice("mode", mode)
     detrend = check_choice("detrend", detrend)  # (welchpeaks.welch accepts a callable too)
     scaling = check_choice("scaling", scaling)
-    min_distance = _require_int(
-        "min_distance", min_distance, 1, "pass min_distance=1 (no thinning) or more bins"
-    )
-    min_distance = min(min_distance, n_bins)  # any larger distance keeps one peak, like n_bins
+    # any distance past the bins keeps one peak, as n_bins does
+    min_distance = integer("min_distance", min_distance, 1, clamp=n_bins,
+                           fix="pass min_distance=1 (no thinning) or more bins")
     nan_policy = check_choice("nan_policy", nan_policy)
     if dtype is not None:
         try:
@@ -453,7 +459,7 @@ def make_params(
     interp_method, interp_alpha = resolve_interp(interp, window_array)
     clean_bin = detrend_clean_bin(window_array, detrend)
     if not isinstance(edges, (bool, np.bool_)):
-        raise TypeError(f"edges={edges!r} must be True (DC and Nyquist may be peaks) or False (default: never)")
+        raise TypeError(f"edges={shown(edges)} must be True (DC and Nyquist may be peaks) or False (default: never)")
     if filters is not None and mode != "peaks":
         raise ValueError("filters and measures apply to local maxima: use mode='peaks' (mode='bins' ranks every bin)")
     return PeakParams(

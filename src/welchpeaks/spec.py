@@ -10,7 +10,8 @@ built from it (:func:`welchpeaks.cli.common.option`), the parameters' errors nam
 
 How values are checked beyond their choices (ranges, types, combinations) stays where the
 value is used: :func:`welchpeaks.params.make_params` for the Welch and selection parameters,
-:func:`welchpeaks.api.detailed.make_filters` for scipy's filters and the measures.
+:func:`welchpeaks.api.detailed.make_filters` for scipy's filters and the measures, each number
+through :mod:`welchpeaks.numeric`.
 """
 
 from __future__ import annotations

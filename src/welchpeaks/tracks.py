@@ -56,6 +56,8 @@ from typing import Any
 
 import numpy as np
 
+from welchpeaks.numeric import integer, real
+
 #: the defaults of :func:`link` (and of a linked stream and ``--link``): frames a track may miss
 #: and go on; the fewest peaks of a kept track; the least SNR (dB over the frame's median) of a
 #: linked peak (where the result measured it)
@@ -83,6 +85,8 @@ POWER_SD_DB, POWER_SMOOTH = 3.0, 0.3
 POWER_GATE_DB = 15.0
 #: open tracks a signal keeps at most, per peak slot: past it, those that have waited longest close
 OPEN_PER_SLOT = 8
+#: more frames than any stream holds: a larger ``max_gap`` or ``min_length`` means the same
+MAX_FRAMES = 2 ** 62
 
 
 class NoSnrNotice(UserWarning):
@@ -216,40 +220,30 @@ def _bin_width(result_params: dict[str, Any]) -> float | None:
 
 def check_link(max_jump_hz: Any = None, max_gap: Any = None, min_length: Any = None, min_snr_db: Any = None,
                resolution: float | None = None) -> LinkParams:
-    """The checked parameters of linking (None: the defaults), with an error naming the
-    parameter unless ``max_jump_hz`` is None or > 0, ``max_gap`` >= 0 and ``min_length`` >= 1
-    (integers), ``min_snr_db`` None or a finite number: TypeError for the wrong type,
-    ValueError out of range. ``resolution``: the bin width (:class:`LinkParams`); without it
-    (a result that does not name its ``n_fft``), ``max_jump_hz`` stands for a bin."""
+    """The checked parameters of linking (None: the defaults), by :mod:`welchpeaks.numeric`'s
+    rule: ``max_jump_hz`` None or a positive finite number, ``max_gap`` an integer >= 0 (any
+    larger than a stream can reach means the same), ``min_length`` an integer >= 1,
+    ``min_snr_db`` None or a finite number; TypeError for the wrong type, ValueError out of
+    range, each naming the parameter. ``resolution``: the bin width (:class:`LinkParams`);
+    without it (a result that does not name its ``n_fft``), ``max_jump_hz`` stands for a bin."""
     if max_jump_hz is not None:
-        if isinstance(max_jump_hz, bool) or not isinstance(max_jump_hz, (int, float, np.floating, np.integer)):
-            raise TypeError(f"max_jump_hz={max_jump_hz!r} must be a number (Hz with fs, else cycles per sample) "
-                            "or None")
-        if not (0 < max_jump_hz < math.inf):  # (an int past float range compares without converting)
-            raise ValueError(f"max_jump_hz={max_jump_hz!r} must be a positive number (the largest move of a peak "
-                             "from its track's predicted frequency in one frame), or None")
-        max_jump_hz = float(max_jump_hz)
-    max_gap = DEFAULT_MAX_GAP if max_gap is None else max_gap
-    min_length = DEFAULT_MIN_LENGTH if min_length is None else min_length
-    for name, v, least in (("max_gap", max_gap, 0), ("min_length", min_length, 1)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise TypeError(f"{name}={v!r} must be an integer >= {least}")
-        if v < least:
-            raise ValueError(f"{name}={v!r} must be an integer >= {least}")
+        max_jump_hz = real("max_jump_hz", max_jump_hz, 0, low_open=True,
+                           kind="a number (Hz with fs, else cycles per sample) or None",
+                           words="a positive, finite number (the largest move of a peak from its track's "
+                                 "predicted frequency in one frame), or None")
+    max_gap = integer("max_gap", DEFAULT_MAX_GAP if max_gap is None else max_gap, 0, clamp=MAX_FRAMES,
+                      kind="an integer >= 0", words="an integer >= 0")
+    min_length = integer("min_length", DEFAULT_MIN_LENGTH if min_length is None else min_length, 1,
+                         clamp=MAX_FRAMES, kind="an integer >= 1", words="an integer >= 1")
     if min_snr_db is not None:
-        if isinstance(min_snr_db, bool) or not isinstance(min_snr_db, (int, float, np.floating, np.integer)):
-            raise TypeError(f"min_snr_db={min_snr_db!r} must be a number of dB or None")
-        if not (-math.inf < min_snr_db < math.inf):
-            raise ValueError(f"min_snr_db={min_snr_db!r} must be a finite number of dB, or None (no floor)")
-        min_snr_db = float(min_snr_db)
+        min_snr_db = real("min_snr_db", min_snr_db, kind="a number of dB or None",
+                          words="a finite number of dB, or None (no floor)")
     if resolution is None:
         if max_jump_hz is None:
             raise ValueError("the result does not name its n_fft, so linking has no scale; pass max_jump_hz "
                              "(it then stands for a bin)")
         resolution = max_jump_hz
-    # (a gap longer than 2**62 frames is no gap any stream reaches: the same result)
-    return LinkParams(max_jump_hz, int(min(max_gap, 2 ** 62)), int(min(min_length, 2 ** 62)), min_snr_db,
-                      float(resolution))
+    return LinkParams(max_jump_hz, max_gap, min_length, min_snr_db, float(resolution))
 
 
 class MultiLinker:

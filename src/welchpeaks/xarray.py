@@ -9,18 +9,20 @@
 ([50.0, 120.0], ['a', 'b'])
 
 The sample rate comes from the dimension's coordinate when it is evenly spaced (numbers in
-seconds, or datetime64), unless ``fs`` is given. The other dimensions and every coordinate
+seconds, or datetime64 / timedelta64), unless ``fs`` is given. The other dimensions and every coordinate
 not on ``dim`` are carried over; a dask-backed DataArray gives a lazy Dataset. Needs xarray
 (``pip install 'welchpeaks[xarray]'``).
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from welchpeaks import api
+from welchpeaks.numeric import shown
 
 
 def _xr():
@@ -36,25 +38,39 @@ def _check(da: Any, dim: str) -> None:
     if not isinstance(da, xr.DataArray):
         raise TypeError(f"da is a {type(da).__name__}; pass an xarray.DataArray (ds['name'] for a Dataset variable)")
     if dim not in da.dims:
-        raise ValueError(f"dim={dim!r} is not a dimension of the DataArray (its dimensions: {list(da.dims)})")
+        raise ValueError(f"dim={shown(dim)} is not a dimension of the DataArray (its dimensions: {list(da.dims)})")
+
+
+#: seconds per tick of each datetime64 / timedelta64 unit of a fixed length (not years or months)
+_SECONDS = {"W": Fraction(604800), "D": Fraction(86400), "h": Fraction(3600), "m": Fraction(60), "s": Fraction(1),
+            "ms": Fraction(1, 10**3), "us": Fraction(1, 10**6), "ns": Fraction(1, 10**9), "ps": Fraction(1, 10**12),
+            "fs": Fraction(1, 10**15), "as": Fraction(1, 10**18)}
 
 
 def sample_rate(da: Any, dim: str) -> float | None:
     """Samples per second from ``da``'s coordinate on ``dim`` when evenly spaced (relative
-    spread of the steps under 1e-3: datetime64 coordinates round each time to a nanosecond), else None."""
+    spread of the steps under 1e-3: datetime64 coordinates round each time to their unit), else
+    None. Numbers are seconds; datetime64 and timedelta64 coordinates are integer ticks of
+    their unit, read exactly: the rate is ``(n - 1) / (last - first)`` in seconds, rounded once."""
     if dim not in da.coords or da.sizes[dim] < 2:
         return None
     c = np.asarray(da.coords[dim].values)
-    if np.issubdtype(c.dtype, np.datetime64):
-        step = np.diff(c).astype("timedelta64[ns]").astype(np.float64) / 1e9
+    if c.dtype.kind in "mM":  # datetime64, timedelta64
+        unit, count = np.datetime_data(c.dtype)
+        if unit not in _SECONDS or np.isnat(c).any():
+            return None
+        ticks = c.view(np.int64)
+        step = np.diff(ticks).astype(np.float64)  # (exact integers before the cast)
+        mean = Fraction(int(ticks[-1]) - int(ticks[0]), len(ticks) - 1)
+        per_tick = _SECONDS[unit] * count
     elif np.issubdtype(c.dtype, np.number):
         step = np.diff(c.astype(np.float64))
+        mean, per_tick = float(np.mean(step)), 1
     else:
         return None
-    mean = float(np.mean(step))
-    if not np.isfinite(mean) or mean <= 0 or np.max(np.abs(step - mean)) > 1e-3 * mean:
+    if not (np.isfinite(float(mean)) and mean > 0) or np.max(np.abs(step - float(mean))) > 1e-3 * float(mean):
         return None
-    return 1.0 / mean
+    return float(1 / (mean * per_tick))
 
 
 def _layout(da: Any, dim: str, fs: float | None) -> tuple[Any, tuple[str, ...], dict[str, Any], float | None]:
@@ -95,7 +111,7 @@ def welch_peaks(da: Any, dim: str = "time", *, fs: float | None = None, **kw: An
 def track(da: Any, dim: str = "time", *, fs: float | None = None, **kw: Any) -> Any:
     """Peaks over time along ``dim``: a Dataset with ``freq``, ``power``, ``bin`` (and the
     ``measures`` asked for) over the other dimensions, ``frame`` and ``peak``; the ``frame`` dimension's coordinate ``dim`` holds each
-    frame's centre in the units of ``da``'s own coordinate (datetime64 stays datetime64).
+    frame's centre in the units of ``da``'s own coordinate (datetime64 and timedelta64 stay so).
     Keywords are those of :func:`welchpeaks.track`."""
     xr = _xr()
     data, other, coords, fs = _layout(da, dim, fs)
@@ -105,7 +121,7 @@ def track(da: Any, dim: str = "time", *, fs: float | None = None, **kw: Any) -> 
     frame_coords: dict[str, Any] = {"frame": np.arange(len(r))}
     if dim in da.coords and fs is not None:
         start = da.coords[dim].values[0]
-        if np.issubdtype(np.asarray(start).dtype, np.datetime64):
+        if np.asarray(start).dtype.kind in "mM":  # datetime64 and timedelta64 stay so
             frame_coords[dim] = ("frame", start + (r.times * 1e9).astype("timedelta64[ns]"))
         else:
             frame_coords[dim] = ("frame", float(start) + r.times)

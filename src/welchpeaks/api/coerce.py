@@ -8,11 +8,11 @@ or ValueError that says what to pass.
 from __future__ import annotations
 
 import math
-import numbers
-
 from typing import Any
 
 import numpy as np
+
+from welchpeaks.numeric import is_int, real
 
 
 def tensor_input(x: Any, name: str = "x") -> Any:
@@ -95,30 +95,18 @@ def wlen_samples(wlen: Any) -> int:
     is 3). Past :data:`WHOLE_ROW` (infinity too) it is the whole row."""
     if wlen is None:
         return -1
-    try:
-        larger = bool(1 < wlen)
-    except (TypeError, ValueError):
-        raise TypeError(f"wlen={wlen!r} must be a number of samples larger than 1, or None") from None
-    if not larger:
-        raise ValueError(f"wlen={wlen!r} must be larger than 1 (samples): pass a window of more than 1 sample, or "
-                         "None (the whole row)")
-    try:
-        if isinstance(wlen, float):
-            return min(math.ceil(wlen), WHOLE_ROW)
-        return min(int(wlen), WHOLE_ROW)
-    except OverflowError:  # infinity
+    larger = "larger than 1 (samples): pass a window of more than 1 sample, or None (the whole row)"
+    if isinstance(wlen, (bool, np.bool_)):  # scipy's 1 < True: refused as the 1 it is
+        raise ValueError(f"wlen={wlen!r} must be {larger}")
+    w = real("wlen", wlen, 1, low_open=True, inf=True, clamp=WHOLE_ROW,
+             kind="a number of samples larger than 1, or None", words=larger)
+    if w >= WHOLE_ROW:
         return WHOLE_ROW
-    except (TypeError, ValueError):
-        raise TypeError(f"wlen={wlen!r} must be a number of samples larger than 1, or None") from None
+    return math.ceil(w) if isinstance(wlen, float) else int(wlen) if is_int(wlen) else int(w)
 
 
 def rel_height_value(rel_height: Any) -> float:
-    """scipy's ``rel_height`` (``find_peaks``, ``peak_widths``): a number >= 0, where widths are
-    measured as a fraction of the prominence; a TypeError or ValueError naming it otherwise."""
-    if isinstance(rel_height, np.ndarray) and rel_height.ndim == 0:
-        rel_height = rel_height[()]
-    if isinstance(rel_height, (bool, np.bool_)) or not isinstance(rel_height, numbers.Real):
-        raise TypeError(f"rel_height={rel_height!r} must be a number >= 0")
-    if not float(rel_height) >= 0:
-        raise ValueError(f"rel_height={rel_height!r} must be >= 0")
-    return float(rel_height)
+    """scipy's ``rel_height`` (``find_peaks``, ``peak_widths``): a number >= 0 (infinity too),
+    where widths are measured as a fraction of the prominence; a TypeError or ValueError
+    naming it otherwise."""
+    return real("rel_height", rel_height, 0, inf=True, kind="a number >= 0", words=">= 0")

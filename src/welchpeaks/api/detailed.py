@@ -11,11 +11,11 @@ the planner prices, picks and explains it as any other graph. Without filters or
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
-from welchpeaks.api.find_peaks import filter_config
-from welchpeaks.params import PeakFilters, is_int
+from welchpeaks.api.find_peaks import MAX_SAMPLES, filter_config
+from welchpeaks.numeric import is_int, real, shown
+from welchpeaks.params import PeakFilters
 from welchpeaks.spec import MEASURES
 
 
@@ -26,7 +26,7 @@ def check_measures(measures: Any) -> tuple[str, ...]:
     names = (measures,) if isinstance(measures, str) else tuple(measures)
     bad = [m for m in names if m not in MEASURES]
     if bad:
-        raise ValueError(f"measures={measures!r}: {bad[0]!r} is unknown; ask for some of {list(MEASURES)}")
+        raise ValueError(f"measures={shown(measures)}: {shown(bad[0])} is unknown; ask for some of {list(MEASURES)}")
     return tuple(dict.fromkeys(names))
 
 
@@ -51,12 +51,12 @@ def merge_distance(distance: Any, min_distance: Any) -> Any:
     """``min_distance`` from scipy's ``distance`` (rounded up, as scipy does), or as given."""
     if distance is None:
         return min_distance
-    if min_distance != 1:
-        raise ValueError(f"distance={distance!r} and min_distance={min_distance!r} are the same setting; "
+    if not (is_int(min_distance) and min_distance == 1):
+        raise ValueError(f"distance={shown(distance)} and min_distance={shown(min_distance)} are the same setting; "
                          "give one of them")
-    if isinstance(distance, bool) or not isinstance(distance, numbers.Real) or not distance >= 1:
-        raise ValueError(f"distance={distance!r} must be a number >= 1 (bins), as in scipy.signal.find_peaks")
-    return math.ceil(distance)
+    must = "a number >= 1 (bins), as in scipy.signal.find_peaks"
+    # past any row (infinity too) every distance keeps one peak: make_params clamps it to the bins
+    return math.ceil(real("distance", distance, 1, inf=True, clamp=MAX_SAMPLES, kind=must, words=must))
 
 
 def make_filters(*, height: Any = None, threshold: Any = None, prominence: Any = None, width: Any = None,
@@ -66,13 +66,12 @@ def make_filters(*, height: Any = None, threshold: Any = None, prominence: Any =
     (the fast paths)."""
     names = check_measures(measures)
     noise = check_noise_bins(noise_bins)
-    if snr_db is not None and (isinstance(snr_db, bool) or not isinstance(snr_db, numbers.Real)
-                               or not math.isfinite(float(snr_db))):
-        raise ValueError(f"snr_db={snr_db!r} must be a finite number of dB (the least SNR a peak may have)")
-    if max_pvalue is not None and (isinstance(max_pvalue, bool) or not isinstance(max_pvalue, numbers.Real)
-                                   or not 0.0 < float(max_pvalue) <= 1.0):
-        raise ValueError(f"max_pvalue={max_pvalue!r} must be a probability in (0, 1] (for example 0.01: peaks that "
-                         "noise alone gives one bin in a hundred)")
+    if snr_db is not None:
+        must = "a finite number of dB (the least SNR a peak may have)"
+        snr_db = real("snr_db", snr_db, kind=must, words=must)
+    if max_pvalue is not None:
+        must = "a probability in (0, 1] (for example 0.01: peaks that noise alone gives one bin in a hundred)"
+        max_pvalue = real("max_pvalue", max_pvalue, 0, 1, low_open=True, kind=must, words=must)
     f = filter_config(height=height, threshold=threshold, prominence=prominence, width=width, wlen=wlen,
                       rel_height=rel_height)
     if all(v is None for v in (height, threshold, prominence, width, snr_db, max_pvalue)) and not names:
@@ -80,6 +79,5 @@ def make_filters(*, height: Any = None, threshold: Any = None, prominence: Any =
     pair = lambda lim, asked: None if not asked else tuple(None if math.isnan(v) else float(v) for v in lim)  # noqa: E731
     return PeakFilters(height=pair(f["h_lim"], height is not None), threshold=pair(f["t_lim"], threshold is not None),
                        prominence=pair(f["p_lim"], prominence is not None), width=pair(f["w_lim"], width is not None),
-                       wlen=f["wlen"], rel_height=f["rel_height"], snr_db=None if snr_db is None else float(snr_db),
-                       noise_bins=noise, measures=names,
-                       max_pvalue=None if max_pvalue is None else float(max_pvalue))
+                       wlen=f["wlen"], rel_height=f["rel_height"], snr_db=snr_db, noise_bins=noise, measures=names,
+                       max_pvalue=max_pvalue)

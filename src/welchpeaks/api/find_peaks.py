@@ -12,26 +12,22 @@ arrays) to a Triton kernel, one program per row, that writes only the peaks
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
 import numpy as np
 
 from welchpeaks import memory
 from welchpeaks.api.coerce import as_real_array, rel_height_value, tensor_input, wlen_samples
+from welchpeaks.numeric import integer, real, shown
 from welchpeaks.result import FoundPeaks
 
 _NONE = float("nan")
+_LIMIT = "a number, None, or a (min, max) pair of numbers or None"
 
 
-
-def _number(name: str, v: Any, forms: str = ", None, or a (min, max) pair of numbers or None") -> float:
-    """``v`` as a float; else a TypeError naming ``name`` and the ``forms`` it also takes."""
-    if isinstance(v, np.ndarray) and v.ndim == 0:
-        v = v[()]
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) or math.isnan(float(v)):
-        raise TypeError(f"{name}={v!r} must be a number{forms}")
-    return float(v)
+def _number(name: str, v: Any) -> float:
+    """A limit of a filter as a float (infinity is one, as in scipy); else an error naming ``name``."""
+    return real(name, v, inf=True, kind=_LIMIT, words=f"{_LIMIT}, not NaN")
 
 
 def _interval(name: str, value: Any) -> tuple[np.ndarray, bool]:
@@ -43,13 +39,13 @@ def _interval(name: str, value: Any) -> tuple[np.ndarray, bool]:
         value = tuple(value.tolist())
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
-            raise ValueError(f"{name}={value!r}: pass a number (the minimum) or a (min, max) pair")
+            raise ValueError(f"{name}={shown(value)}: pass a number (the minimum) or a (min, max) pair")
         lo, hi = (_NONE if v is None else _number(name, v) for v in value)
         return np.array([lo, hi]), True
     if isinstance(value, np.ndarray) and value.ndim > 0:
         raise ValueError(f"{name}: per-sample arrays are not supported; pass a number or a (min, max) pair")
     if isinstance(value, np.ndarray):  # (0-d: scipy refuses it too)
-        raise TypeError(f"{name}={value!r} must be a number, None, or a (min, max) pair of numbers or None")
+        raise TypeError(f"{name}={shown(value)} must be {_LIMIT}")
     return np.array([_number(name, value), _NONE]), True
 
 
@@ -71,11 +67,9 @@ def filter_config(*, height: Any = None, threshold: Any = None, distance: float 
     p_lim, need_prom = _interval("prominence", prominence)
     w_lim, need_width = _interval("width", width)
     dist = 0
-    if distance is not None:
-        d = _number("distance", distance, " or None")
-        if d < 1:
-            raise ValueError(f"distance={distance!r} must be >= 1 (samples)")
-        dist = math.ceil(min(d, MAX_SAMPLES))  # past any row's length (inf included) all are alike
+    if distance is not None:  # past any row's length (inf included) all are alike
+        dist = math.ceil(real("distance", distance, 1, inf=True, clamp=MAX_SAMPLES, kind="a number or None",
+                              words=">= 1 (samples)"))
     wl = min(wlen_samples(wlen), MAX_SAMPLES)  # past twice any row's length: the whole row
     rh = rel_height_value(rel_height)
     return dict(s_lim=s_lim, h_lim=h_lim, t_lim=t_lim, distance=dist, p_lim=p_lim, w_lim=w_lim, wlen=wl,
@@ -162,16 +156,16 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
                                       ("thresholds", threshold is not None), ("prominences", need_prom),
                                       ("widths", need_width)) if given]
     if not isinstance(edges, (bool, np.bool_)):
-        raise TypeError(f"edges={edges!r} must be True or False")
+        raise TypeError(f"edges={shown(edges)} must be True or False")
     cap = n // 2 + 2  # most peaks a row can hold
     if k is None:
         slots = cap
-    elif isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-        raise ValueError(f"k={k!r} must be a positive integer, or None for every peak")
     else:
-        slots = min(int(k), cap)
-        if k > cap and x.shape[0] * int(k) * 32 > memory.MAX_EMPTY_SLOT_BYTES:  # the result holds k slots per row
-            raise ValueError(f"k={k} asks for {x.shape[0] * int(k) * 32 / 2**30:.1f} GiB of results, but rows of {n} "
+        must = "a positive integer, or None for every peak"
+        k = integer("k", k, 1, kind=must, words=must)
+        slots = min(k, cap)
+        if k > cap and x.shape[0] * k * 32 > memory.MAX_EMPTY_SLOT_BYTES:  # the result holds k slots per row
+            raise ValueError(f"k={k} asks for {x.shape[0] * k * 32 / 2**30:.1f} GiB of results, but rows of {n} "
                              f"samples hold at most {cap} peaks, so every slot past {cap} is empty; pass k <= {cap} "
                              "or k=None (as many slots as the fullest row)")
     rows_n = x.shape[0]

@@ -6,12 +6,12 @@ budget, the layout, and whether a whole result fits in memory at all.
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
 
 from welchpeaks import backends, memory, spec
+from welchpeaks.numeric import INT_MAX, integer, is_int, real, shown
 from welchpeaks.params import PeakParams
 
 
@@ -63,7 +63,7 @@ def check_device(device: str) -> None:
 def resolve_strategy(strategy: str, params: PeakParams) -> backends.Execution | None:
     """The execution a strategy name asks for; None for 'auto' (the planner picks per call)."""
     if not isinstance(strategy, str):
-        raise TypeError(f"strategy={strategy!r} must be a string: 'auto' or one of {backends.names()}")
+        raise TypeError(f"strategy={shown(strategy)} must be a string: 'auto' or one of {backends.names()}")
     if strategy == "auto":
         return None
     if strategy not in backends.names():
@@ -81,8 +81,8 @@ def resolve_strategy(strategy: str, params: PeakParams) -> backends.Execution | 
 def learned_execution(strategy: str, model: Any, min_recall: Any, device: str,
                        params: PeakParams) -> backends.Execution | None:
     """The learned execution of ``model`` (None without one), after checking its options."""
-    if isinstance(min_recall, bool) or not isinstance(min_recall, numbers.Real) or not 0 <= min_recall <= 1:
-        raise ValueError(f"min_recall={min_recall!r} must be a fraction in [0, 1] (default 0.99)")
+    must = "a fraction in [0, 1] (default 0.99)"
+    real("min_recall", min_recall, 0, 1, kind=must, words=must)
     if model is None:
         if strategy == "learned":
             raise ValueError("strategy='learned' needs model=: a ButterflyFFT or the path of its weights "
@@ -102,22 +102,22 @@ def learned_execution(strategy: str, model: Any, min_recall: Any, device: str,
 def check_max_memory(max_memory: Any) -> int | None:
     if max_memory is None:
         return None
-    if isinstance(max_memory, bool) or not isinstance(max_memory, numbers.Integral):
-        raise TypeError(f"max_memory={max_memory!r} must be a number of bytes (an integer) or None")
-    if max_memory < 1 << 20:
-        raise ValueError(f"max_memory={max_memory} bytes is below 1 MiB; pass a budget in bytes such as 2 * 2**30, "
+    # a budget past any machine's memory means the same as one of 2**63 - 1 bytes
+    budget = integer("max_memory", max_memory, clamp=INT_MAX, kind="a number of bytes (an integer) or None")
+    if budget < 1 << 20:
+        raise ValueError(f"max_memory={budget} bytes is below 1 MiB; pass a budget in bytes such as 2 * 2**30, "
                          "or None for half the available memory")
-    return int(max_memory)
+    return budget
 
 
 def check_layout(layout: str | None, segments: Any) -> str | None:
     if layout is None:
         return None
     if layout != "auto":
-        raise ValueError(f"layout={layout!r} is unknown; use layout='auto' (or choose a layout with "
+        raise ValueError(f"layout={shown(layout)} is unknown; use layout='auto' (or choose a layout with "
                          "segments='ultra', 'fast' or 'reference')")
     default = (segments is None or (isinstance(segments, str) and segments == "fast")
-               or (isinstance(segments, numbers.Integral) and not isinstance(segments, bool) and segments == 2))
+               or (is_int(segments) and segments == 2))
     if not default:  # (the default, 2, given by name is allowed; 2.0 is refused, as without layout)
-        raise ValueError(f"layout='auto' chooses the number of segments itself; drop segments={segments!r}")
+        raise ValueError(f"layout='auto' chooses the number of segments itself; drop segments={shown(segments)}")
     return layout

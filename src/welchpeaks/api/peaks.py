@@ -9,7 +9,6 @@ turns its rows into a :class:`PeakResult`.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from typing import Any, Callable
 
 import numpy as np
@@ -20,12 +19,18 @@ from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_in
 from welchpeaks.api.detailed import make_filters, merge_distance
 from welchpeaks.api.options import (check_device, check_layout, check_max_memory,
                                     check_result_size, learned_execution, resolve_strategy)
+from welchpeaks.numeric import integer, shown
 from welchpeaks.params import make_params
 from welchpeaks.plan import measure
 from welchpeaks.plan.call import CallPlan
 from welchpeaks.plan.planner import PROVISIONAL, Planner
 from welchpeaks.result import PeakResult
 from welchpeaks.sources import SignalSource
+
+
+#: the most values of a call ``WelchPeaks.explain`` describes: its input's or its segments'
+#: (complex128 arrays of them stay under 2**63 bytes, what NumPy shapes hold)
+EXPLAIN_VALUES = 1 << 59
 
 
 class WelchPeaks:
@@ -122,14 +127,25 @@ class WelchPeaks:
         signal of exactly one frame)."""
         p = self.params
         last = self._last or (1, p.frame_length(p.segments or 1), np.dtype(p.dtype or "float32"))
+        given = {}
         for name, v in (("batch", batch), ("length", length)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
+            try:
+                given[name] = None if v is None else integer(name, v, 1)
+            except (TypeError, ValueError):
                 unit = "signals" if name == "batch" else "samples"
-                raise ValueError(f"explain({name}={v!r}): pass a whole number of {unit} >= 1, or None for the last "
-                                 "call's")
-        batch = last[0] if batch is None else int(batch)
-        length = last[1] if length is None else int(length)
-        p.check_length(length)
+                raise ValueError(f"explain({name}={shown(v)}): pass a whole number of {unit} from 1 to 2**63 - 1, "
+                                 "or None for the last call's") from None
+        batch = last[0] if given["batch"] is None else given["batch"]
+        length = last[1] if given["length"] is None else given["length"]
+        try:
+            p.check_length(length)
+        except ValueError as exc:
+            raise ValueError(f"explain(length={length}): {exc}") from None
+        values = batch * max(length, p.n_segments_for(length) * p.n_fft)  # its input's, or its segments'
+        if values > EXPLAIN_VALUES:
+            raise ValueError(f"explain(batch={batch}, length={length}): a call of that size has {values:.3g} values, "
+                             f"more than an array holds ({EXPLAIN_VALUES:.3g}, complex128); pass fewer or shorter "
+                             "signals")
         return {"requested": self.requested, **self.planner.explain(batch, length, last[2]), "params": p.to_dict()}
 
     def __call__(self, x: Any) -> PeakResult:

@@ -18,7 +18,6 @@ executions compute each frame whole.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from typing import Any, Iterator
 
 import numpy as np
@@ -28,6 +27,7 @@ from welchpeaks import memory, spec
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
 from welchpeaks.api.options import check_result_size
+from welchpeaks.numeric import integer, shown
 from welchpeaks.api.peaks import WelchPeaks
 from welchpeaks.result import PeakResult, TrackResult
 from welchpeaks.sources import SignalSource
@@ -36,14 +36,6 @@ from welchpeaks.tracks import DEFAULT_MIN_SNR_DB
 #: How a result too large for memory is computed instead
 WRITE_TO_DISK = ("track it on the command line, which writes frames to disk as they are computed: welchpeaks track "
                  "FILE --out results.parquet")
-
-
-def _check_count(name: str, value: Any, fix: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name}={value!r} must be an integer; {fix}")
-    if value < 1:
-        raise ValueError(f"{name}={value} must be >= 1; {fix}")
-    return int(value)
 
 
 class Tracker:
@@ -62,10 +54,10 @@ class Tracker:
                  prominence: Any = None, width: Any = None, wlen: float | None = None, rel_height: float = 0.5,
                  snr_db: float | None = None, measures: Any = None, noise_bins: int | None = None,
                  resolution_hz: float | None = None, max_pvalue: float | None = None):
-        self.frame_segments = _check_count("frame_segments", frame_segments,
-                                           "pass the number of Welch segments per frame (8 by default)")
-        self.frame_hop = self.frame_segments if frame_hop is None else _check_count(
-            "frame_hop", frame_hop, "pass how many segments a frame advances (default frame_segments: no overlap)")
+        self.frame_segments = integer("frame_segments", frame_segments, 1,
+                                      fix="pass the number of Welch segments per frame (8 by default)")
+        self.frame_hop = self.frame_segments if frame_hop is None else integer(
+            "frame_hop", frame_hop, 1, fix="pass how many segments a frame advances (default frame_segments: no overlap)")
         # the executor always leaves non-finite frames empty; the policy is applied here, per frame
         passed = {name: value for name, value in spec.pick(locals(), "Tracker").items()
                   if name not in ("frame_segments", "frame_hop", "nan_policy")}
@@ -151,7 +143,7 @@ class Tracker:
         n_frames, k = self.n_frames(length), self.params.k
         check_result_size(self.params, rows.shape[0], n_frames, np_dtype(t), self.peaks.planner.max_memory,
                           WRITE_TO_DISK)
-        frames = rows.unfold(1, self.frame, self.step)  # [rows, T, frame], a view
+        frames = rows.unfold(1, self.frame, min(self.step, length))  # [rows, T, frame], a view (the same T)
         per_block = max(1, memory.BLOCK_BYTES // (self.frame * t.element_size()))  # frames per block
         peaks = self.executor(np_dtype(t), tensor=True)
         f_block = max(1, min(n_frames, per_block))
@@ -205,8 +197,10 @@ class Tracker:
             r1 = min(n_rows, r0 + rows_per_block)
             for t0 in range(0, n_frames, frames_per_block):
                 t1 = min(n_frames, t0 + frames_per_block)
+                # (a block of one frame: its step, which may be past any array's strides, is not used)
+                step = self.step if t1 - t0 > 1 else 1
                 view = as_strided(rows[r0:, t0 * self.step:], shape=(r1 - r0, t1 - t0, self.frame),
-                                  strides=(row_stride, self.step * item, item), writeable=False)
+                                  strides=(row_stride, step * item, item), writeable=False)
                 flagged = None  # the shared pass's frames left empty for a non-finite power
                 try:
                     if shared is not None:
@@ -441,7 +435,7 @@ class WelchPeakStream:
             if link is True:
                 link = {}
             if not isinstance(link, dict) or set(link) - {"max_jump_hz", "max_gap", "min_snr_db"}:
-                raise ValueError(f"link={link!r}: pass True (the defaults) or a dict of max_jump_hz, max_gap and "
+                raise ValueError(f"link={shown(link)}: pass True (the defaults) or a dict of max_jump_hz, max_gap and "
                                  "min_snr_db (min_length applies to finished tracks only: link the collected result "
                                  "for it)")
             check_link(**dict(link, min_length=1), resolution=1.0)  # (the types and ranges, before any work)

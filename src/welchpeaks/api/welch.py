@@ -3,7 +3,6 @@ where it applies (real input, the usual options), else SciPy itself."""
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
@@ -11,7 +10,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from welchpeaks.api import lazy
-from welchpeaks.params import is_int
+from welchpeaks.numeric import integer, is_int, real, shown
+from welchpeaks.params import MAX_N_FFT, check_window_args
 from welchpeaks.spectral import welch_psd
 
 
@@ -51,6 +51,7 @@ def welch(
     """
     import scipy.signal
 
+    _check_numbers(x, fs, window, nperseg, noverlap, nfft, axis)
     args = dict(
         fs=fs, window=window, nperseg=nperseg, noverlap=noverlap, nfft=nfft, detrend=detrend,
         return_onesided=return_onesided, scaling=scaling, axis=axis, average=average,
@@ -73,6 +74,35 @@ def welch(
     freqs = np.fft.rfftfreq(int(n_fft_out), 1.0 / fs)
     psd = np.moveaxis(psd.reshape(lead + (psd.shape[-1],)), -1, ax)
     return freqs, psd
+
+
+def _check_numbers(x: Any, fs: Any, window: Any, nperseg: Any, noverlap: Any, nfft: Any, axis: Any) -> None:
+    """welch's numbers, checked before SciPy or welchpeaks' path sees them (SciPy takes any
+    real number for the lengths and truncates it): ``fs`` positive and finite, ``axis`` an axis
+    of ``x``, ``nperseg`` >= 1, ``noverlap`` from 0 to less than the samples along ``axis``
+    (SciPy then requires it to be less than ``nperseg``), ``nfft`` from 1 to ``MAX_N_FFT`` (as
+    ``n_fft``; SciPy then requires ``nfft >= nperseg``), each a number within float64's range,
+    and the parameters of a ``(name, parameter, ...)`` window finite numbers."""
+    real("fs", fs, 0, low_open=True, kind="a positive number (Hz)", words="a positive, finite sample rate in Hz")
+    try:
+        shape = tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
+    except ValueError:
+        raise ValueError("x could not be read as an array; pass equal-length rows") from None
+    if not shape:
+        raise ValueError("x is a scalar; pass signals with their samples along axis")
+    ndim = len(shape)
+    ax = integer("axis", axis, -ndim, ndim - 1, words=f"an axis of x, which has {ndim} dimension(s): from {-ndim} to "
+                                                      f"{ndim - 1}")
+    samples = int(shape[ax])
+    lengths = "a number of samples, or None"
+    if nperseg is not None:
+        real("nperseg", nperseg, 1, kind=lengths)
+    if noverlap is not None:
+        real("noverlap", noverlap, 0, samples or None, high_open=True, kind=lengths,
+             words=f"from 0 to less than nperseg (x has {samples} samples along axis {axis})")
+    if nfft is not None:
+        real("nfft", nfft, 1, MAX_N_FFT, kind=lengths)
+    check_window_args(window)
 
 
 def _welch_dask(x, fs, window, nperseg, noverlap, nfft, detrend, return_onesided, scaling, axis, average):
@@ -106,31 +136,32 @@ def _welch_fast_args(x, fs, window, nperseg, noverlap, nfft, detrend, return_one
     import scipy.signal
 
     arr = np.asarray(x)
-    real = arr.dtype.kind in "iuf" and arr.dtype != np.float16 and arr.dtype.itemsize <= 8
-    if not (real and arr.ndim >= 1 and arr.size > 0 and return_onesided is True):
+    is_real = arr.dtype.kind in "iuf" and arr.dtype != np.float16 and arr.dtype.itemsize <= 8
+    if not (is_real and arr.ndim >= 1 and arr.size > 0 and return_onesided is True):
         return None
     if average not in ("mean", "median") or scaling not in ("density", "spectrum"):
         return None
     if not (detrend is False or (isinstance(detrend, str) and detrend in ("constant", "linear"))):
         return None
-    if not (isinstance(fs, numbers.Real) and np.isfinite(fs) and fs > 0):
-        return None
-    if not (is_int(axis) and -arr.ndim <= axis < arr.ndim):
-        return None
-    ax = axis % arr.ndim
+    ax = axis % arr.ndim  # (checked: an axis of x)
     seg = 256 if nperseg is None else nperseg
     if not (is_int(seg) and 0 < seg <= arr.shape[ax]):
         return None
     ovl = seg // 2 if noverlap is None else noverlap
     n_out = seg if nfft is None else nfft
-    if not (is_int(ovl) and 0 <= ovl < seg and is_int(n_out) and n_out >= seg):
+    if not (is_int(ovl) and 0 <= ovl < seg and is_int(n_out)):
         return None
+    if n_out < seg:
+        raise ValueError(f"nfft={n_out} must be >= nperseg={seg}, as in scipy.signal.welch")
     try:
         win = scipy.signal.get_window(window, seg) if isinstance(window, (str, tuple)) else np.asarray(window)
     except (ValueError, TypeError):
         return None
     if not (win.ndim == 1 and win.shape[0] == seg and win.dtype.kind in "iuf"):
         return None
+    if not np.all(np.isfinite(win)):  # (SciPy refuses it too: "Parameter win must have finite entries")
+        raise ValueError(f"window={shown(window)} has NaN or infinity (for a (name, parameter) window: that "
+                         "parameter is out of its range); pass finite values, such as ('kaiser', 8.0)")
     with np.errstate(all="ignore"):
         energy, total = float(np.sum(np.square(win, dtype=np.float64))), float(np.sum(win, dtype=np.float64))
     if not (np.isfinite(energy) and energy > 0 and (scaling == "density" or (np.isfinite(total) and total != 0))):

@@ -491,7 +491,7 @@ def test_a_changed_input_or_an_output_over_an_input_is_refused(tmp_path, monkeyp
     before = (tmp_path / "a.npy").read_bytes()
     for out in ("a.npy", "a.zarr"):
         res = runner.invoke(app, TRACK + [str(tmp_path / out), "--out", str(tmp_path / out)])
-        assert res.exit_code == 2 and "which the output would replace" in res.output
+        assert res.exit_code == 2 and "which writing it would replace" in res.output
     assert (tmp_path / "a.npy").read_bytes() == before and zarr.open_array(str(tmp_path / "a.zarr"), mode="r").shape
 
 

@@ -46,9 +46,9 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from welchpeaks.cli.job_output import JobError, write_output
+from welchpeaks.files import FileContentError, as_umask_allows, load_json, quoted, read_regular, write_atomic
 from welchpeaks.memory import UNIT_BYTES
 from welchpeaks.result import time_column
-from welchpeaks.files import FileContentError, as_umask_allows, load_json, read_regular, write_atomic
 
 try:
     import fcntl
@@ -230,6 +230,21 @@ def staging_dir(out: Path) -> Path:
     return out.with_name(out.name + ".partial")
 
 
+def check_format(out: Path) -> None:
+    """A ``JobError`` unless ``out``'s suffix names an output format."""
+    if out.suffix.lower() not in FORMATS:
+        raise JobError(f"--out {quoted(out)}: unknown format {out.suffix!r}; use one of {', '.join(FORMATS)}")
+
+
+def made_beside(out: Path) -> list[Path]:
+    """What a job writing ``out`` makes beside it, each with the longest name it takes (random
+    parts as 8 characters, a process id as 7 digits): the staging folder (first), its temporary
+    and set-aside names, the output's temporary file or folder, an old Zarr output set aside."""
+    stage = staging_dir(out)
+    return [stage, stage.with_name(f".{stage.name}.xxxxxxxx"), stage.with_name(f".{stage.name}.done.9999999"),
+            out.with_name(f".{out.name}.xxxxxxxx.tmp"), out.with_name(f".{out.name}.old.xxxxxxxx")]
+
+
 def pin_execution(kind: str, kw: dict[str, Any], rows: int, length: int, dtype: np.dtype) -> dict[str, Any]:
     """The execution and precision a job runs for its every unit (``{'strategy', 'dtype'}``):
     under 'auto' the planner's choice for the whole source in memory, with the machine's
@@ -293,8 +308,7 @@ class Job:
 
     def __init__(self, kind: str, paths: list[str], sources: list[Any], kw: list[dict[str, Any]], out: Path,
                  memory: int, link: dict[str, Any] | None = None):
-        if out.suffix.lower() not in FORMATS:
-            raise JobError(f"--out {str(out)!r}: unknown format {out.suffix!r}; use one of {', '.join(FORMATS)}")
+        check_format(out)
         self.kind, self.paths, self.sources, self.kw, self.out = kind, paths, sources, kw, out
         self.budget = UNIT_BYTES
         names = [part.name for src in sources for part in src.parts]

@@ -92,6 +92,12 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
             err.print("measuring this machine's speeds once (about 40 s on 2 cores), so that the whole job runs the "
                       "one execution they choose", highlight=False)
         todo = job.prepare()
+        if job.discarded:
+            name, why = job.discarded[0]
+            more = f"; and {len(job.discarded) - 1} more" if len(job.discarded) > 1 else ""
+            console.print(f"discarded {len(job.discarded)} saved chunk(s) of {staging_dir(out)} that could not be "
+                          f"trusted ({name}: {why}{more}); computing them again", markup=False, highlight=False,
+                          soft_wrap=True)
     except (JobError, ValueError, TypeError) as exc:
         _fail(str(exc))
     except OSError as exc:

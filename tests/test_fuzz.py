@@ -1203,20 +1203,13 @@ def _forge(stage, unit, how, rng):
 @pytest.fixture(scope="module")
 def saved_stage(resume_recording, tmp_path_factory):
     """The staging folder of ``resume_recording``'s job stopped by Ctrl-C after two units."""
+    from helpers import interrupted
+
     path, _ = resume_recording
-    job = importlib.import_module("welchpeaks.cli.job")
-    out, real, started = tmp_path_factory.mktemp("saved") / "o.csv", job.compute_unit, []
-
-    def ctrl_c(spec, unit, data=None):
-        if len(started) == 2:
-            raise KeyboardInterrupt
-        started.append(unit)
-        return real(spec, unit, data)
-
+    out = tmp_path_factory.mktemp("saved") / "o.csv"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(job, "compute_unit", ctrl_c)
-        assert _track_cli(path, out).exit_code == 130
-    return job.staging_dir(out)
+        interrupted(mp, ["track", str(path), "--out", str(out)] + RESUME_ARGS)
+    return importlib.import_module("welchpeaks.cli.job").staging_dir(out)
 
 
 @settings(fuzz, max_examples=max(EXAMPLES // 20, 10))

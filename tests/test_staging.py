@@ -19,6 +19,8 @@ from typer.testing import CliRunner
 
 from welchpeaks.cli import app
 
+from helpers import interrupted as _interrupted
+
 job_mod = importlib.import_module("welchpeaks.cli.job")
 runner = CliRunner()
 
@@ -39,21 +41,6 @@ def job(tmp_path_factory):
         clean[name] = (d / f"clean-{name}.csv").read_bytes()
     assert clean["plain"] != clean["float64"]  # (so that a job mixing the two shows)
     return d, args, clean
-
-
-def _interrupted(monkeypatch, args, after=2):
-    """Run ``args`` with a Ctrl-C as unit ``after + 1`` starts: ``after`` units saved."""
-    real, calls = job_mod.compute_unit, []
-
-    def stop(spec, unit, data=None):
-        calls.append(unit)
-        if len(calls) > after:
-            raise KeyboardInterrupt
-        return real(spec, unit, data)
-
-    with monkeypatch.context() as m:
-        m.setattr(job_mod, "compute_unit", stop)
-        assert runner.invoke(app, args).exit_code == 130
 
 
 def _prepared(monkeypatch, args):
@@ -269,6 +256,26 @@ def test_compressed_or_overstated_members_are_refused_before_they_are_read(job, 
         assert res.exit_code == 0 and out.read_bytes() == clean["plain"], res.output
 
 
+def _edited_pin(job, tmp_path, monkeypatch, field, value, redigest):
+    """A job stopped after two units, its manifest's pin ``field`` set to ``value`` (and its
+    digest recomputed, as a forger who knows the scheme would, with ``redigest``); the rerun."""
+    d, args, _ = job
+    out = tmp_path / "o.csv"
+    _interrupted(monkeypatch, args + ["--out", str(out)])
+    stage = job_mod.staging_dir(out)
+    doc = _manifest(stage)
+    doc["pins"][0][field] = value
+    if redigest:
+        doc["job"] = job_mod.job_digest(doc["key"], doc["pins"], doc["units"])
+    (stage / "manifest.json").write_text(json.dumps(doc))
+    return out, stage, runner.invoke(app, args + ["--out", str(out)])
+
+
+def _altered(res, stage):
+    assert res.exit_code == 2 and "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+    assert "manifest was altered" in res.output and str(stage) in res.output and "delete that folder" in res.output
+
+
 @pytest.mark.parametrize("redigest", [False, True], ids=["digest as it was", "digest recomputed"])
 def test_edited_pins_are_an_altered_manifest_or_recompute_every_unit(job, tmp_path, monkeypatch, redigest):
     """N12: a manifest whose pinned dtype was edited (float64 for the first run's float32)
@@ -276,40 +283,22 @@ def test_edited_pins_are_an_altered_manifest_or_recompute_every_unit(job, tmp_pa
     manifest (one line, the folder to delete); a forger who recomputes its digest changes the
     key of every listed unit, so every unit is computed again under the new pins: the output of
     an uninterrupted float64 run, never a mixture."""
-    d, args, clean = job
-    out = tmp_path / "o.csv"
-    _interrupted(monkeypatch, args + ["--out", str(out)])
-    stage = job_mod.staging_dir(out)
-    doc = _manifest(stage)
-    doc["pins"][0]["dtype"] = "float64"
-    if redigest:
-        doc["job"] = job_mod.job_digest(doc["key"], doc["pins"], doc["units"])
-    (stage / "manifest.json").write_text(json.dumps(doc))
-    res = runner.invoke(app, args + ["--out", str(out)])
+    out, stage, res = _edited_pin(job, tmp_path, monkeypatch, "dtype", "float64", redigest)
     if not redigest:
-        assert res.exit_code == 2 and "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
-        assert "manifest was altered" in res.output and "delete that folder" in res.output, res.output
+        _altered(res, stage)
         return
     assert res.exit_code == 0, res.output
     assert "discarded 2 saved chunk(s)" in res.output and "do not match its listed digest" in res.output
-    assert out.read_bytes() == clean["float64"]
+    assert out.read_bytes() == job[2]["float64"]
 
 
 @pytest.mark.parametrize("redigest", [False, True], ids=["digest as it was", "digest recomputed"])
 def test_an_edited_strategy_is_an_altered_manifest_not_an_unknown_option(job, tmp_path, monkeypatch, redigest):
     """N10: a manifest whose pinned strategy was edited was reported as "strategy='bogus' is
-    unknown", naming an option the user never gave; now it is the altered manifest it is."""
-    d, args, _ = job
-    out = tmp_path / "o.csv"
-    _interrupted(monkeypatch, args + ["--out", str(out)])
-    stage = job_mod.staging_dir(out)
-    doc = _manifest(stage)
-    doc["pins"][0]["strategy"] = "bogus"
-    if redigest:
-        doc["job"] = job_mod.job_digest(doc["key"], doc["pins"], doc["units"])
-    (stage / "manifest.json").write_text(json.dumps(doc))
-    res = runner.invoke(app, args + ["--out", str(out)])
-    assert res.exit_code == 2 and "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
-    assert "manifest was altered" in res.output and str(stage) in res.output and "bogus" not in res.output
+    unknown", naming an option the user never gave; now it is the altered manifest it is, and
+    deleting the folder, as the line says, runs the job afresh."""
+    out, stage, res = _edited_pin(job, tmp_path, monkeypatch, "strategy", "bogus", redigest)
+    _altered(res, stage)
+    assert "bogus" not in res.output
     shutil.rmtree(stage)
-    assert runner.invoke(app, args + ["--out", str(out)]).exit_code == 0
+    assert runner.invoke(app, job[1] + ["--out", str(out)]).exit_code == 0 and out.read_bytes() == job[2]["plain"]

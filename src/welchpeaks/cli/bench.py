@@ -11,11 +11,11 @@ import typer
 from rich.table import Table
 
 from welchpeaks.cli.common import app_options, console, err, write_output
-from welchpeaks.cli.paths import check_paths
 from welchpeaks.cli.common import check_mode as _check_mode
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.common import int_list as _int_list
 from welchpeaks.cli.common import write_json as _write_json
+from welchpeaks.cli.paths import check_paths
 from welchpeaks.files import write_atomic
 
 bench_app = typer.Typer(**{**app_options(

@@ -485,7 +485,8 @@ class Job:
 
     def prepare(self) -> list[int]:
         """Open (or create) the staging folder and take its lock; the indices of the units
-        still to compute (a saved unit whose bytes match its listed digest is reused)."""
+        still to compute (a saved unit that :meth:`_load` trusts is reused; those it does not
+        are listed in :attr:`discarded`)."""
         for attempt in range(3):
             self.discarded = []
             if self.stage.is_symlink() or (self.stage.exists() and not self.stage.is_dir()):

@@ -10,9 +10,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from welchpeaks.cli.common import app_options, console, err
-from welchpeaks.cli.paths import check_paths
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.common import write_json as _write_json
+from welchpeaks.cli.paths import check_paths
 
 learn_app = typer.Typer(**app_options("Learned butterfly FFTs: train, prune for a signal domain, evaluate (needs torch)."))
 

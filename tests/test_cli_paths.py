@@ -8,7 +8,6 @@ the output of the same command written apart from the inputs."""
 import hashlib
 import importlib
 import os
-import sys
 
 import numpy as np
 import pandas as pd

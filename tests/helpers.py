@@ -1,4 +1,5 @@
-"""Comparison of an execution's result with the plain reference (spectral.reference_peaks)."""
+"""Comparison of an execution's result with the plain reference (spectral.reference_peaks);
+a command-line job stopped part-way."""
 
 import numpy as np
 
@@ -67,3 +68,26 @@ def synthetic_cpu_model(fused_ns_per_row=1000.0, fft_ns_per_row=200.0, select_ns
                 d2h_bw=10.0, threads=2, tables=tables, min_gain_ns=1000.0)
     args.update(kw)
     return cpu_cost_model(**args)
+
+
+def interrupted(monkeypatch, args, after=2):
+    """Run the command line ``args`` (a job) with a Ctrl-C as unit ``after + 1`` starts:
+    ``after`` units saved in its staging folder."""
+    import importlib
+
+    from typer.testing import CliRunner
+
+    from welchpeaks.cli import app
+
+    job = importlib.import_module("welchpeaks.cli.job")
+    real, calls = job.compute_unit, []
+
+    def stop(spec, unit, data=None):
+        calls.append(unit)
+        if len(calls) > after:
+            raise KeyboardInterrupt
+        return real(spec, unit, data)
+
+    with monkeypatch.context() as m:
+        m.setattr(job, "compute_unit", stop)
+        assert CliRunner().invoke(app, args).exit_code == 130

@@ -17,6 +17,8 @@ from typer.testing import CliRunner
 import welchpeaks
 from welchpeaks.cli import app
 
+from helpers import interrupted as _interrupted
+
 pytest.importorskip("pyarrow", reason="the io extra is part of the test install")
 zarr = pytest.importorskip("zarr", reason="the io extra is part of the test install")
 job_mod = importlib.import_module("welchpeaks.cli.job")
@@ -248,21 +250,6 @@ def test_a_file_failing_while_a_job_runs_is_one_line_and_exit_2(tmp_path, monkey
 TRACK = ["track", "--n-fft", "64", "--k", "2", "--frame-segments", "2", "--quiet"]
 
 
-def _interrupted(monkeypatch, args, after=2):
-    """Run ``args`` with a Ctrl-C as unit ``after + 1`` starts: ``after`` units saved."""
-    real, calls = job_mod.compute_unit, []
-
-    def stop(spec, unit, data=None):
-        calls.append(unit)
-        if len(calls) > after:
-            raise KeyboardInterrupt
-        return real(spec, unit, data)
-
-    monkeypatch.setattr(job_mod, "compute_unit", stop)
-    assert runner.invoke(app, args).exit_code == 130
-    monkeypatch.setattr(job_mod, "compute_unit", real)
-
-
 def _counting(monkeypatch):
     real, calls = job_mod.compute_unit, []
     monkeypatch.setattr(job_mod, "compute_unit", lambda spec, unit, data=None: calls.append((unit, spec)) or
@@ -491,7 +478,7 @@ def test_a_changed_input_or_an_output_over_an_input_is_refused(tmp_path, monkeyp
     before = (tmp_path / "a.npy").read_bytes()
     for out in ("a.npy", "a.zarr"):
         res = runner.invoke(app, TRACK + [str(tmp_path / out), "--out", str(tmp_path / out)])
-        assert res.exit_code == 2 and "which the output would replace" in res.output
+        assert res.exit_code == 2 and "which writing it would replace" in res.output
     assert (tmp_path / "a.npy").read_bytes() == before and zarr.open_array(str(tmp_path / "a.zarr"), mode="r").shape
 
 

@@ -1,6 +1,7 @@
 """Files, safely: every file welchpeaks writes (results, reports, weights, the cost-model cache,
 plots) goes through :func:`write_atomic`, the command line checks an output path with
-:func:`check_writable` before it starts the work that fills it, and every small file it reads
+:func:`check_writable` (and every name with :func:`name_problem`) before it starts the work
+that fills it, and every small file it reads
 back and cannot trust (manifests, saved units, weights, caches) goes through
 :func:`read_regular` or :func:`load_json`: a regular file only (never a pipe, a device or a
 folder), at most a stated number of bytes, JSON of bounded nesting, or a
@@ -31,9 +32,61 @@ class OutputPathError(ValueError):
     """An output path that cannot be written; the message says why and what to do."""
 
 
+#: what :func:`write_atomic` adds to a name for its temporary file: ``.NAME.`` + 8 random
+#: characters (``tempfile``'s) + ``.tmp``
+TEMPORARY_EXTRA = 14
+
+
+def _limit(path: str, name: str, default: int) -> int:
+    """``os.pathconf(path, name)``, or ``default`` where the system does not say."""
+    try:
+        value = os.pathconf(path, name)
+    except (OSError, ValueError, AttributeError):
+        return default
+    return value if value and value > 0 else default
+
+
+def name_problem(path: str | os.PathLike, name_extra: int = 0, path_extra: int = 0) -> str | None:
+    """Why the filesystem cannot take ``path`` as a name, or None: a name that cannot be encoded
+    for it, a component longer than its ``NAME_MAX`` (``os.pathconf``, usually 255 bytes; the
+    last less ``name_extra``, what a writer adds to it for the files it makes beside it), or
+    the whole longer than its ``PATH_MAX`` less ``path_extra``. The limits are those of the
+    nearest folder above ``path`` that exists."""
+    text = os.fspath(path)
+    try:
+        raw = os.fsencode(text)
+    except UnicodeError:
+        return "the name cannot be encoded for the filesystem; give a name of plain characters"
+    if b"\0" in raw:
+        return "the name holds a NUL character"
+    where = os.path.dirname(os.path.abspath(text))
+    while not os.path.isdir(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    name_max, path_max = _limit(where, "PC_NAME_MAX", 255), _limit(where, "PC_PATH_MAX", 4096)
+    parts = [part for part in raw.split(b"/") if part]
+    for i, part in enumerate(parts):
+        extra = name_extra if i == len(parts) - 1 else 0
+        if len(part) + extra > name_max:
+            shown = os.fsdecode(part)
+            shown = shown if len(shown) <= 40 else f"{shown[:24]}...{shown[-12:]}"
+            more = (f", and welchpeaks adds up to {extra} to it for the files it makes beside it: give a name of "
+                    f"at most {name_max - extra} bytes") if extra else "; give a shorter name"
+            return f"the name {shown!r} is {len(part)} bytes; this filesystem takes names of at most {name_max}{more}"
+    whole = len(os.fsencode(os.path.abspath(text)))
+    if whole + path_extra >= path_max:
+        return (f"the path is {whole} bytes in full; this filesystem takes paths under {path_max}"
+                + (f", and welchpeaks needs {path_extra} more for the files it makes there" if path_extra else "")
+                + "; give a shorter path")
+    return None
+
+
 def check_writable(path: str | os.PathLike, what: str = "output") -> Path:
     """``path`` if a file can be created or replaced there, else an :class:`OutputPathError`
-    naming ``what`` (an option such as ``--json``) and the reason."""
+    naming ``what`` (an option such as ``--json``) and the reason (a name the filesystem cannot
+    take, for the file or its temporary file, included)."""
+    problem = name_problem(path, TEMPORARY_EXTRA, TEMPORARY_EXTRA)
+    if problem is not None:
+        raise OutputPathError(f"{what} {quoted(path)}: {problem}")
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
@@ -48,6 +101,12 @@ def check_writable(path: str | os.PathLike, what: str = "output") -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputPathError(f"{what} {str(path)!r}: the directory {str(parent)!r} is not writable")
     return path
+
+
+def quoted(path: str | os.PathLike) -> str:
+    """``path`` quoted for a message, its middle left out when it is long."""
+    text = os.fspath(path)
+    return repr(text if len(text) <= 80 else f"{text[:48]}...{text[-24:]}")
 
 
 def umask() -> int:

@@ -448,26 +448,14 @@ def open_signals(source: str | os.PathLike) -> SignalSource:
     * ``x.wav``, ``.flac``, ``.ogg``, a directory, or a glob (``'rec/*.flac'``): sound files
       (soundfile), a row per channel, each file its own part; all files must share a sample rate.
     """
-    text = os.fspath(source)
-    head, sep, dataset = text.partition(":")
-    if sep and Path(head).suffix.lower() in (".h5", ".hdf5"):
-        return _hdf5(_regular_file(Path(head)), dataset)
-    path = Path(text)
-    if any(c in text for c in "*?["):
-        paths = sorted(Path(p) for p in _glob.glob(text) if Path(p).suffix.lower() in AUDIO_SUFFIXES)
-        if not paths:
-            raise SignalFileError(f"{text}: the pattern matches no .wav, .flac or .ogg file")
-        return _audio([_regular_file(p) for p in paths], text)
-    if path.suffix.lower() == ".zarr" or (path.is_dir() and (path / "zarr.json").exists()):
-        if not path.exists():
-            raise SignalFileError(f"{path}: no such Zarr store")
-        return _zarr(path)
-    if path.is_dir():
-        paths = sorted(p for p in path.iterdir() if p.suffix.lower() in AUDIO_SUFFIXES)
-        if not paths:
-            raise SignalFileError(f"{path}: the directory holds no .wav, .flac or .ogg file")
-        return _audio([_regular_file(p) for p in paths], str(path))
-    _regular_file(path)
+    kind, paths, detail = _locate(os.fspath(source))
+    if kind == "hdf5":
+        return _hdf5(_regular_file(paths[0]), detail)
+    if kind in ("glob", "folder"):
+        return _audio([_regular_file(p) for p in paths], detail)
+    if kind == "zarr":
+        return _zarr(paths[0])
+    path = _regular_file(paths[0])
     suffix = path.suffix.lower()
     if suffix == ".npy":
         return _npy(path)
@@ -476,3 +464,57 @@ def open_signals(source: str | os.PathLike) -> SignalSource:
     if suffix in AUDIO_SUFFIXES:
         return _audio([path], str(path))
     raise SignalFileError(f"{path}: unsupported file type {suffix!r}; use .npy, .zarr, .h5:/dataset, .wav, .flac or .ogg")
+
+
+def _locate(text: str) -> tuple[str, list[Path], str]:
+    """What ``open_signals(text)`` reads, before anything is opened: ``(kind, paths, detail)``,
+    kind one of ``hdf5`` (the file; detail: the dataset), ``glob`` (the sound files matched, in
+    order; detail: the pattern), ``folder`` (the sound files in it; detail: the folder), ``zarr``
+    (the store) or ``file`` (a path of any suffix, not yet checked)."""
+    try:
+        head, sep, dataset = text.partition(":")
+        if sep and Path(head).suffix.lower() in (".h5", ".hdf5"):
+            return "hdf5", [Path(head)], dataset
+        path = Path(text)
+        if any(c in text for c in "*?["):
+            paths = sorted(Path(p) for p in _glob.glob(text) if Path(p).suffix.lower() in AUDIO_SUFFIXES)
+            if not paths:
+                raise SignalFileError(f"{text}: the pattern matches no .wav, .flac or .ogg file")
+            return "glob", paths, text
+        if path.suffix.lower() == ".zarr" or (path.is_dir() and (path / "zarr.json").exists()):
+            if not path.exists():
+                raise SignalFileError(f"{path}: no such Zarr store")
+            return "zarr", [path], str(path)
+        if path.is_dir():
+            paths = sorted(p for p in path.iterdir() if p.suffix.lower() in AUDIO_SUFFIXES)
+            if not paths:
+                raise SignalFileError(f"{path}: the directory holds no .wav, .flac or .ogg file")
+            return "folder", paths, str(path)
+        return "file", [path], str(path)
+    except OSError as exc:  # a name too long for the filesystem, a folder that cannot be listed
+        raise SignalFileError(f"{text}: cannot be read ({exc.strerror or exc})") from None
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What a source argument reads on disk (:func:`footprint`), for the command line's check
+    of the paths it writes: ``files`` read, ``folders`` read whole (a Zarr store, a folder of
+    sound files: anything inside is part of the input), ``pattern`` (a glob: a sound file it
+    matches later is an input of a rerun) and ``names``, the names its parts carry."""
+
+    files: tuple[Path, ...]
+    folders: tuple[Path, ...]
+    pattern: str | None
+    names: tuple[str, ...]
+
+
+def footprint(source: str | os.PathLike) -> Footprint:
+    """What ``open_signals(source)`` would read, found as it finds it (nothing is opened); a
+    :class:`SignalFileError` where it would fail to find anything (a glob matching no sound
+    file, a folder without one)."""
+    kind, paths, detail = _locate(os.fspath(source))
+    if kind == "hdf5":
+        return Footprint((paths[0],), (), None, (f"{paths[0]}:{detail}",))
+    folders = (Path(detail),) if kind in ("folder", "zarr") else ()
+    return Footprint(() if kind == "zarr" else tuple(paths), folders, detail if kind == "glob" else None,
+                     tuple(str(p) for p in paths))

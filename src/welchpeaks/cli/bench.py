@@ -10,11 +10,12 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from welchpeaks.cli.common import app_options, check_output, console, err, write_output
+from welchpeaks.cli.common import app_options, console, err, write_output
 from welchpeaks.cli.common import check_mode as _check_mode
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.common import int_list as _int_list
 from welchpeaks.cli.common import write_json as _write_json
+from welchpeaks.cli.paths import check_paths
 from welchpeaks.files import write_atomic
 
 bench_app = typer.Typer(**{**app_options(
@@ -49,8 +50,7 @@ def bench(
         _fail("--repeats must be >= 3 for a median and a range")
     if device not in ("cpu", "cuda") or resident not in ("device", "host"):
         _fail(f"--device {device!r} --resident {resident!r}: use --device cpu or cuda, --resident device or host")
-    check_output(json_path, "--json")
-    check_output(md_path, "--md")
+    check_paths({"--json": json_path, "--md": md_path})
     modes = _check_mode(mode)
     cells = [
         Cell(b, n, kk, s, m)
@@ -99,7 +99,7 @@ def bench_phases(
     from welchpeaks.bench.phases import run_phases
     from welchpeaks.machine import machine_info
 
-    check_output(json_path, "--json")
+    check_paths({"--json": json_path})
     _check_mode(mode)
     reports = []
     for b in _int_list(batch, "batch"):
@@ -160,7 +160,7 @@ def bench_scale(
         _fail(f"--dir {str(workdir)!r} is not a folder")
     if repeats < 1 or size_gb <= 0:
         _fail("--repeats must be >= 1 and --size-gb > 0")
-    check_output(json_path, "--json")
+    check_paths({"--json": json_path})
     info = machine_info()
     try:
         res = run(chosen, workdir, size_gb, repeats, lambda s: err.print(s, highlight=False))
@@ -187,8 +187,7 @@ def bench_accuracy(
 
     if trials < 10 or n_fft < 64:
         _fail("--trials must be >= 10 and --n-fft >= 64 (tones sit 10 bins from DC and Nyquist)")
-    check_output(json_path, "--json")
-    check_output(md_path, "--md")
+    check_paths({"--json": json_path, "--md": md_path})
     res = run(n_fft=n_fft, trials=trials, seed=seed)
     res32 = run(n_fft=n_fft, trials=trials, seed=seed, dtype="float32", snrs_db=(None,))
     checks = targets(res, res32)
@@ -223,8 +222,7 @@ def bench_near_dc(
 
     if n_fft < 32 or phases < 1:
         _fail("--n-fft must be >= 32 and --phases >= 1")
-    check_output(json_path, "--json")
-    check_output(md_path, "--md")
+    check_paths({"--json": json_path, "--md": md_path})
     res = near_dc(n_fft=n_fft, phases=phases)
     table_md = near_dc_markdown(res)
     console.print(table_md)
@@ -254,7 +252,7 @@ def bench_find_peaks(
 
     if rows < 1 or n < 3 or k < 0 or repeats < 1:
         _fail("--rows and --repeats must be >= 1, --k >= 0 (0: every peak) and --n >= 3")
-    check_output(json_path, "--json")
+    check_paths({"--json": json_path})
     res = run(rows, n, k or None, repeats, progress=lambda s: err.print(s, highlight=False))
     table = Table(title=f"find_peaks: {rows} rows of {n}, k {k or 'None (every peak)'}, medians of {repeats} "
                         "(min-max)")
@@ -285,7 +283,7 @@ def bench_measures(
 
     if min(batch, k, repeats, segments) < 1 or n_fft < 4:
         _fail("--batch, --k, --segments and --repeats must be >= 1 and --n-fft >= 4")
-    check_output(json_path, "--json")
+    check_paths({"--json": json_path})
     res = run(batch, n_fft, segments, k, repeats, progress=lambda s: err.print(s, highlight=False))
     table = Table(title=f"welch_peaks: {batch} x {n_fft}, {segments} segments, k {k}, medians of {repeats} (min-max)")
     for col in ("call", "ran", "ms", "ratio"):
@@ -341,7 +339,7 @@ def bench_picker(
     from welchpeaks.plan import calibrate as cal
     from welchpeaks.plan.cost import set_cost_model
 
-    check_output(json_path, "--json")
+    check_paths({"--json": json_path})
     _check_mode(mode)
     calibration = "loaded" if loaded else calibration
     if calibration not in ("cached", "quiet", "loaded"):

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from welchpeaks import spec
-from welchpeaks.files import OutputPathError, check_writable, write_atomic
+from welchpeaks.files import write_atomic
 
 console = Console()
 err = Console(stderr=True)
@@ -31,23 +31,12 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def check_output(path: Optional[Path], option: str) -> Optional[Path]:
-    """``path`` (or None) if a file can be written there; else a one-line error naming ``option``.
-    Commands call it before their work, so a bad path never costs the result."""
-    if path is not None:
-        try:
-            check_writable(path, option)
-        except OutputPathError as exc:
-            fail(str(exc))
-    return path
-
-
 def pyplot_for(path: Optional[Path]) -> Any:
-    """``matplotlib.pyplot`` (Agg) when ``path`` is given, checked before any work: a missing
-    extra or an unwritable path must not cost the run; None without a path."""
+    """``matplotlib.pyplot`` (Agg) when ``path`` is given (its place checked by the command's
+    ``paths.check_paths``), before any work: a missing extra must not cost the run; None
+    without a path."""
     if path is None:
         return None
-    check_output(path, "--plot")
     try:
         import matplotlib
 

@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from welchpeaks.cli.common import check_mode, check_output, console, err, fail, int_list, write_json
+from welchpeaks.cli.common import check_mode, console, err, fail, int_list, write_json
+from welchpeaks.cli.paths import check_paths
 
 
 def gpu_check(
@@ -48,7 +49,7 @@ def gpu_check(
     from welchpeaks.machine import machine_info
     from welchpeaks.params import PRECISIONS
 
-    check_output(json_path, "--json")
+    check_paths({"--json": json_path}, reads=[triton])
     if triton_version is not None:
         if triton is not None:
             fail("give --triton DIR or --triton-version VERSION, not both")

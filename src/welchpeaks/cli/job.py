@@ -26,7 +26,10 @@ as soon as it is done, the output assembled at the end.
 * **One run at a time**: a run holds a lock on ``OUT.partial/lock``; a second run on the same
   output is refused with a message (the lock goes with the process, a kill included).
 * Everything read back from the staging folder is untrusted: regular files only, bounded
-  sizes and JSON nesting (:func:`welchpeaks.files.load_json`).
+  sizes and JSON nesting (:func:`welchpeaks.files.load_json`); the manifest's pins must match
+  its digest, which every unit's listed digest is keyed with, and a unit's members and columns
+  are checked against the job (:func:`read_columns`, :meth:`Job._unit_columns`) before it is
+  used; a unit that fails is removed and computed again.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import os
 import shutil
 import stat
 import tempfile
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,9 +50,10 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from welchpeaks.cli.job_output import JobError, write_output
+from welchpeaks.files import FileContentError, as_umask_allows, load_json, quoted, read_regular, write_atomic
+from welchpeaks.loaders import SignalFileError, read_npy_header
 from welchpeaks.memory import UNIT_BYTES
 from welchpeaks.result import time_column
-from welchpeaks.files import FileContentError, as_umask_allows, load_json, read_regular, write_atomic
 
 try:
     import fcntl
@@ -60,10 +65,16 @@ FORMATS = (".parquet", ".zarr", ".csv", ".jsonl")
 #: ``time`` is ``time_samples`` (in samples) unless every source has a sample rate
 COLUMNS = {"peaks": ("file", "signal", "rank", "bin", "freq", "power"),
            "track": ("file", "signal", "time", "rank", "bin", "freq", "power")}
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 #: the most bytes a manifest holds (arguments, sources, pins), and a line of the unit list
 MANIFEST_BYTES = 1 << 20
 DONE_LINE_BYTES = 128
+#: the dtype of each column a unit saves (:func:`compute_unit`; a measure's is float64)
+SAVED_DTYPES = {"file": np.int32, "signal": np.int64, "frame": np.int64, "time": np.float64,
+                "time_samples": np.float64, "rank": np.int32, "bin": np.int32, "freq": np.float64, "power": np.float64}
+#: bytes a saved unit may hold beyond its columns' values: per member (its zip entries and
+#: .npy header), and for the archive
+MEMBER_BYTES, ARCHIVE_BYTES = 512, 1024
 
 
 @dataclass(frozen=True)
@@ -129,24 +140,64 @@ def compute_unit(spec: dict[str, Any], unit: Unit, data: np.ndarray | None = Non
     src, ex = _executor(spec, unit)
     if data is None:
         data = read_unit(spec, unit)
-    times = None
     if spec["kind"] == "peaks":
         res = ex.source_block(src, unit.part, unit.r0, unit.r1, spec["budget"], data)
     else:
         res = ex.run(data, unit_read(spec, unit)[3])
-        times = res.times
     bins, power, freqs = res.bins, res.power, res.freqs
     sig, *rest = np.nonzero(bins >= 0)
     cols = {"file": np.full(sig.shape, spec["file_index"][unit.source][unit.part], np.int32),
             "signal": (sig + unit.r0).astype(np.int64)}
-    if times is not None:
+    if spec["kind"] == "track":
         cols["frame"] = (rest[0] + unit.t0).astype(np.int64)  # not written: what linking orders by
-        fs = ex.params.fs
-        cols[spec["time"]] = times[rest[0]] * (fs if fs and spec["time"] == "time_samples" else 1.0)
+        cols[spec["time"]] = frame_times(spec, unit)[rest[0]]
     cols.update(rank=rest[-1].astype(np.int32), bin=bins[bins >= 0].astype(np.int32),
                 freq=freqs[bins >= 0].astype(np.float64), power=power[bins >= 0].astype(np.float64))
     for name in spec["measures"]:
         cols[name] = np.asarray(res.measures.get(name, np.full(bins.shape, np.nan)), np.float64)[bins >= 0]
+    return cols
+
+
+def frame_times(spec: dict[str, Any], unit: Unit) -> np.ndarray:
+    """The time column's value for each frame of a track unit (seconds, or samples in a job
+    whose time is ``time_samples``): the frames' centres, as ``Tracker.run`` gives them."""
+    ex = _executor(spec, unit)[1]
+    times = ex.times(unit.t1 - unit.t0, unit.t0 * ex.step)
+    fs = ex.params.fs
+    return times * (fs if fs and spec["time"] == "time_samples" else 1.0)
+
+
+def read_columns(data: bytes, dtypes: dict[str, Any], most: int) -> dict[str, np.ndarray]:
+    """The columns in a saved unit's bytes (an .npz as ``np.savez`` writes it: one member
+    ``c_NAME.npy`` per column), read as untrusted data: exactly the members of ``dtypes``, none
+    compressed (nothing is inflated), each a 1-D array of its dtype of at most ``most`` values
+    whose declared size is the member's, checked before its values are read; else a
+    ``ValueError`` saying what is wrong."""
+    want = {f"c_{name}.npy": name for name in dtypes}
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        members = archive.infolist()
+        if len(members) != len(want) or {m.filename for m in members} != set(want):
+            raise ValueError("its members are not the job's columns")
+        cols = {}
+        for m in members:
+            if m.compress_type != zipfile.ZIP_STORED or m.compress_size != m.file_size or m.flag_bits & 1:
+                raise ValueError(f"its member {m.filename} is compressed or encrypted (units are saved as they are)")
+            expected = np.dtype(dtypes[want[m.filename]])
+            with archive.open(m) as fh:
+                try:
+                    shape, _, dtype = read_npy_header(fh, Path(m.filename))
+                except SignalFileError:
+                    raise ValueError(f"its member {m.filename} is not a NumPy array") from None
+                if dtype != expected or len(shape) != 1 or not 0 <= shape[0] <= most:
+                    raise ValueError(f"its member {m.filename} does not declare a column of at most {most} "
+                                     f"{expected.str} values")
+                size = shape[0] * dtype.itemsize
+                if fh.tell() + size != m.file_size:
+                    raise ValueError(f"its member {m.filename} holds other than the bytes its header declares")
+                cols[want[m.filename]] = np.frombuffer(fh.read(size), dtype)
+                fh.read()  # to its end, where zipfile checks the member's CRC
+    if len({len(v) for v in cols.values()}) > 1:
+        raise ValueError("its columns are of different lengths")
     return cols
 
 
@@ -230,6 +281,27 @@ def staging_dir(out: Path) -> Path:
     return out.with_name(out.name + ".partial")
 
 
+def check_format(out: Path) -> None:
+    """A ``JobError`` unless ``out``'s suffix names an output format."""
+    if out.suffix.lower() not in FORMATS:
+        raise JobError(f"--out {quoted(out)}: unknown format {out.suffix!r}; use one of {', '.join(FORMATS)}")
+
+
+def made_beside(out: Path) -> list[Path]:
+    """What a job writing ``out`` makes beside it, each with the longest name it takes (random
+    parts as 8 characters, a process id as 7 digits): the staging folder (first), its temporary
+    and set-aside names, the output's temporary file or folder, an old Zarr output set aside."""
+    stage = staging_dir(out)
+    return [stage, stage.with_name(f".{stage.name}.xxxxxxxx"), stage.with_name(f".{stage.name}.done.9999999"),
+            out.with_name(f".{out.name}.xxxxxxxx.tmp"), out.with_name(f".{out.name}.old.xxxxxxxx")]
+
+
+def job_digest(key: str, pins: Any, units: Any) -> str:
+    """The digest a manifest carries over its job's key, pins and unit count: an edited pin is
+    an altered manifest, and every unit's listed digest is keyed with it (:func:`_digest`)."""
+    return hashlib.sha256(json.dumps([key, pins, units], sort_keys=True).encode()).hexdigest()
+
+
 def pin_execution(kind: str, kw: dict[str, Any], rows: int, length: int, dtype: np.dtype) -> dict[str, Any]:
     """The execution and precision a job runs for its every unit (``{'strategy', 'dtype'}``):
     under 'auto' the planner's choice for the whole source in memory, with the machine's
@@ -258,8 +330,16 @@ def model_identity() -> str | None:
     return f"{model.status}:{hashlib.sha256(doc).hexdigest()[:16]}"
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def _digest(job: str, data: bytes) -> str:
+    """A saved unit's listed digest: SHA-256 over its job's digest and its bytes."""
+    return hashlib.sha256(job.encode() + data).hexdigest()
+
+
+def _reason(exc: BaseException, known: str = "") -> str:
+    """The first line of an error's message, ``known`` (what the report says already) left
+    out, at most 160 characters, for a one-line report."""
+    text = (str(exc).splitlines()[0] if str(exc) else type(exc).__name__).replace(known, "")
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 class _BlockLinker:
@@ -293,8 +373,7 @@ class Job:
 
     def __init__(self, kind: str, paths: list[str], sources: list[Any], kw: list[dict[str, Any]], out: Path,
                  memory: int, link: dict[str, Any] | None = None):
-        if out.suffix.lower() not in FORMATS:
-            raise JobError(f"--out {str(out)!r}: unknown format {out.suffix!r}; use one of {', '.join(FORMATS)}")
+        check_format(out)
         self.kind, self.paths, self.sources, self.kw, self.out = kind, paths, sources, kw, out
         self.budget = UNIT_BYTES
         names = [part.name for src in sources for part in src.parts]
@@ -317,6 +396,9 @@ class Job:
         self.key = _fingerprint(kind, paths, sources, kw, self.budget, out)
         self.units: list[Unit] = []
         self.pins: list[dict[str, Any]] = []
+        self.job = ""  # the manifest's digest (job_digest)
+        #: the saved units found untrustworthy, removed and computed again: (file name, why)
+        self.discarded: list[tuple[str, str]] = []
         self._done: dict[int, str] = {}
         self._lock: int | None = None
         #: called with each unit's columns as the output is written (``track --plot``)
@@ -337,6 +419,7 @@ class Job:
         self.kw = [dict(kw, **pin) for kw, pin in zip(self.kw, pins)]
         self.spec["kw"] = self.kw
         self.units = plan_units(self.kind, self.sources, self.kw, self.budget)
+        self.job = job_digest(self.key, pins, len(self.units))
 
     def _create_stage(self) -> None:
         """Make the staging folder with its manifest at once: built under a temporary name
@@ -349,7 +432,7 @@ class Job:
             as_umask_allows(tmp, directory=True)
             write_atomic(tmp / "manifest.json", json.dumps({
                 "format": MANIFEST_VERSION, "key": self.key, "kind": self.kind, "sources": self.paths,
-                "units": len(self.units), "pins": self.pins, "cost_model": model_identity()}))
+                "units": len(self.units), "pins": self.pins, "job": self.job, "cost_model": model_identity()}))
             os.rename(tmp, self.stage)
         except OSError:
             if not self.stage.exists():
@@ -382,22 +465,30 @@ class Job:
             doc = load_json(self.stage / "manifest.json", MANIFEST_BYTES, "manifest")
         except FileContentError as exc:
             raise self._refuse(f"its manifest is unusable ({exc})") from None
-        if not isinstance(doc, dict) or doc.get("key") != self.key:
+        if not isinstance(doc, dict) or doc.get("format") != MANIFEST_VERSION:
+            raise self._refuse("its manifest was not written by this version of welchpeaks")
+        if doc.get("key") != self.key:
             raise JobError(f"{self.stage} holds an unfinished run with other arguments or inputs; rerun that "
                            "command to finish it, or delete the folder to start this one")
+        from welchpeaks.backends import names
+
         pins = doc.get("pins")
-        if (doc.get("format") != MANIFEST_VERSION or not isinstance(pins, list) or len(pins) != len(self.sources)
+        if (not isinstance(pins, list) or len(pins) != len(self.sources)
                 or not all(isinstance(q, dict) and set(q) == {"strategy", "dtype", "max_memory"}
-                           and isinstance(q["strategy"], str) and q["dtype"] in (None, "float32", "float64")
+                           and q["strategy"] in names() and q["dtype"] in (None, "float32", "float64")
                            and (q["max_memory"] is None or type(q["max_memory"]) is int and q["max_memory"] >= 1 << 20)
-                           for q in pins)):
-            raise self._refuse("its manifest was not written by this version of welchpeaks, or was altered")
+                           for q in pins)
+                or doc.get("job") != job_digest(self.key, pins, doc.get("units"))):
+            raise self._refuse("its manifest was altered (its pinned executions are not what this version of "
+                               "welchpeaks wrote, or do not match its digest)")
         return doc
 
     def prepare(self) -> list[int]:
         """Open (or create) the staging folder and take its lock; the indices of the units
-        still to compute (a saved unit whose bytes match its listed digest is reused)."""
+        still to compute (a saved unit that :meth:`_load` trusts is reused; those it does not
+        are listed in :attr:`discarded`)."""
         for attempt in range(3):
+            self.discarded = []
             if self.stage.is_symlink() or (self.stage.exists() and not self.stage.is_dir()):
                 raise self._refuse("it is not a folder welchpeaks made (a link or a file)")
             if not self.stage.exists():
@@ -447,7 +538,7 @@ class Job:
         np.savez(buf, **{"c_" + c: v for c, v in cols.items()})  # 'file' is savez's own argument
         data = buf.getvalue()
         write_atomic(self._unit_path(i), data)
-        digest = _digest(data)
+        digest = _digest(self.job, data)
         line = json.dumps({"unit": i, "sha256": digest}) + "\n"
         fd = os.open(self.stage / "done.jsonl", os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
                      0o666)
@@ -462,9 +553,10 @@ class Job:
         self._done[i] = digest
 
     def _load(self, i: int) -> dict[str, np.ndarray] | None:
-        """Unit ``i``'s columns if it was saved, is a regular file (not a link) and its bytes
-        match its listed digest; else None, and whatever is in its place is removed (it is
-        computed again). A folder in its place is refused."""
+        """Unit ``i``'s columns if it was saved, is a regular file (not a link), its bytes match
+        its listed digest and its columns pass :meth:`_unit_columns`; else None, and whatever
+        is in its place is removed (it is computed again) and listed in :attr:`discarded`. A
+        folder in its place is refused."""
         path = self._unit_path(i)
         try:
             st = os.lstat(path)
@@ -473,19 +565,57 @@ class Job:
         if stat.S_ISDIR(st.st_mode):
             raise self._refuse(f"{path.name} is a folder, not a unit welchpeaks saved")
         try:
-            if not stat.S_ISREG(st.st_mode) or i not in self._done:
-                raise ValueError("not a listed unit")
-            data = read_regular(path, max(64 << 20, 64 * self.budget), "saved unit")
-            if _digest(data) != self._done[i]:
-                raise ValueError("its bytes do not match its digest")
-            with np.load(io.BytesIO(data), allow_pickle=False) as z:
-                cols = {c: z["c_" + c] for c in self.saved_names}
-            if len({len(v) for v in cols.values()}) != 1:
-                raise ValueError("columns of different lengths")
-        except Exception:
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError("not a regular file (a link, a pipe or a device)")
+            if i not in self._done:
+                raise ValueError("not listed in done.jsonl")
+            data = read_regular(path, self._unit_bytes(i), "saved unit")
+            if _digest(self.job, data) != self._done[i]:
+                raise ValueError("its bytes do not match its listed digest")
+            cols = self._unit_columns(i, data)
+        except Exception as exc:  # whatever a forged file makes zipfile or NumPy raise
             path.unlink(missing_ok=True)
             self._done.pop(i, None)
+            self.discarded.append((path.name, _reason(exc, f"saved unit {path}: ")))
             return None
+        return cols
+
+    def _unit_bytes(self, i: int) -> int:
+        """The most bytes unit ``i``'s file may hold: every slot of its rows (and frames) a peak."""
+        unit = self.units[i]
+        slots = (unit.r1 - unit.r0) * max(1, unit.t1 - unit.t0) * self.kw[unit.source]["k"]
+        per_row = sum(np.dtype(SAVED_DTYPES.get(c, np.float64)).itemsize for c in self.saved_names)
+        return slots * per_row + MEMBER_BYTES * len(self.saved_names) + ARCHIVE_BYTES
+
+    def _unit_columns(self, i: int, data: bytes) -> dict[str, np.ndarray]:
+        """Unit ``i``'s columns from its saved bytes (:func:`read_columns`), checked against the
+        job: its file's index, signals, frames and ranks within the unit's, bins within the
+        spectrum, rows in the order they are computed in (no repeat), frequencies and powers
+        finite, powers not negative, each time its frame's; else a ``ValueError`` saying why."""
+        unit = self.units[i]
+        ex = _executor(self.spec, unit)[1]
+        k = self.kw[unit.source]["k"]
+        frames = unit.t1 - unit.t0 if self.kind == "track" else 1
+        dtypes = {c: SAVED_DTYPES.get(c, np.float64) for c in self.saved_names}
+        cols = read_columns(data, dtypes, (unit.r1 - unit.r0) * frames * k)
+        file = self.spec["file_index"][unit.source][unit.part]
+        ranges = {"file": (file, file + 1), "signal": (unit.r0, unit.r1), "rank": (0, k), "bin": (0, ex.params.n_bins)}
+        if self.kind == "track":
+            ranges["frame"] = (unit.t0, unit.t1)
+        for name, (lo, hi) in ranges.items():
+            values = cols[name]
+            if values.size and (values.min() < lo or values.max() >= hi):
+                raise ValueError(f"its {name} column holds values outside {lo}..{hi - 1}, the unit's")
+        order = cols["signal"] - unit.r0
+        if self.kind == "track":
+            order = order * frames + (cols["frame"] - unit.t0)
+            if not np.array_equal(cols[self.spec["time"]], frame_times(self.spec, unit)[cols["frame"] - unit.t0]):
+                raise ValueError("its times are not its frames' times")
+        order = order * k + cols["rank"]
+        if np.any(np.diff(order) <= 0):
+            raise ValueError("its rows are out of order or repeat")
+        if not (np.isfinite(cols["freq"]).all() and np.isfinite(cols["power"]).all() and (cols["power"] >= 0).all()):
+            raise ValueError("its frequencies or powers are not finite, or a power is negative")
         return cols
 
     # ------------------------------------------------------------------ running

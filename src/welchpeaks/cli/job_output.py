@@ -69,6 +69,12 @@ def check_output(out: Path) -> None:
         raise JobError(f"--out {str(out)!r}: the directory {str(parent)!r} is not writable")
 
 
+def removed_beside(out: Path, name: str) -> bool:
+    """Whether an entry called ``name`` in the folder of ``out`` has a name an assembly of
+    ``out`` removes as left behind by a killed one (:data:`_LEFT_BEHIND`, a folder or not)."""
+    return any(re.fullmatch(p.format(name=re.escape(out.name)), name) for p, _ in _LEFT_BEHIND)
+
+
 def _remove_left_behind(out: Path) -> None:
     """Remove what killed assemblies of ``out`` left beside it (:data:`_LEFT_BEHIND`): the
     job's lock is held, so no other run is writing them."""

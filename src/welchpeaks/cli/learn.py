@@ -9,9 +9,10 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from welchpeaks.cli.common import app_options, check_output, console, err
+from welchpeaks.cli.common import app_options, console, err
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.common import write_json as _write_json
+from welchpeaks.cli.paths import check_paths
 
 learn_app = typer.Typer(**app_options("Learned butterfly FFTs: train, prune for a signal domain, evaluate (needs torch)."))
 
@@ -38,6 +39,11 @@ def _summary(title: str, rows: dict[str, Any]) -> None:
     console.print(table)
 
 
+def _npy_data(data: Optional[str]) -> Optional[str]:
+    """The file a ``--data npy:PATH`` domain reads (None for the other domains)."""
+    return data[4:] if data is not None and data.startswith("npy:") else None
+
+
 @learn_app.command("fft")
 def learn_fft(
     n_fft: int = typer.Option(256, "--n-fft", help="Transform size (a power of two >= 4)."),
@@ -52,8 +58,7 @@ def learn_fft(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the training record as JSON."),
 ) -> None:
     """Train a butterfly network to reference precision and write its weights."""
-    check_output(out, "--out")
-    check_output(json_path, "--json")
+    check_paths({"--out": out, "--json": json_path})
     learned = _learned()
     with _bar() as bar:
         task = bar.add_task(f"n_fft {n_fft}, {init}, seed {seed}", total=None, info="")
@@ -94,8 +99,7 @@ def learn_prune(
     json_path: Optional[Path] = typer.Option(None, "--json"),
 ) -> None:
     """Learn which butterflies the top-k Welch peaks of a signal domain need; prune the rest."""
-    check_output(out, "--out")
-    check_output(json_path, "--json")
+    check_paths({"--out": out, "--json": json_path}, reads=[weights, _npy_data(data)])
     learned = _learned()
     start = None
     if weights is not None:
@@ -135,7 +139,7 @@ def learn_eval(
     json_path: Optional[Path] = typer.Option(None, "--json"),
 ) -> None:
     """Reference errors, peak recall, active fraction, and compiled timing of saved weights."""
-    check_output(json_path, "--json")
+    check_paths({"--json": json_path}, reads=[weights, _npy_data(data)])
     learned = _learned()
     try:
         model = learned.load(weights)

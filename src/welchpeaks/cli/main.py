@@ -15,10 +15,11 @@ import typer
 from rich.table import Table
 
 from welchpeaks.cli import gpu, scale
-from welchpeaks.cli.common import (app_options, check_output, check_parameters, console, err, filter_options,
+from welchpeaks.cli.common import (app_options, check_parameters, console, err, filter_options,
                                    finish_background_calibration, option, parse_choice, parse_segments, parse_window,
                                    pyplot_for, write_output)
 from welchpeaks.cli.common import fail as _fail
+from welchpeaks.cli.paths import check_paths
 
 app = typer.Typer(**app_options("The strongest spectral peaks of batches of signals (Welch PSD + top-K)."))
 
@@ -103,8 +104,7 @@ def peaks(
             _fail("--out writes the results itself; drop --json/--csv/--plot/--model/--device/--layout")
         scale.run_job("peaks", [str(f) for f in files], kw, fs, out, memory, workers, scheduler, quiet)
         return
-    check_output(json_path, "--json")
-    check_output(csv_path, "--csv")
+    check_paths({"--json": json_path, "--csv": csv_path, "--plot": plot}, files, reads=[model])
     plt = pyplot_for(plot)
     net = None
     if model is not None:
@@ -229,7 +229,8 @@ def demo(
     fs, n_fft = 8000.0, 256
     if batch < 1 or tones < 1:
         _fail("--batch and --tones must be >= 1")
-    plt = pyplot_for(plot)  # before the work: a missing extra or a bad path must not cost the run
+    check_paths({"--plot": plot})  # before the work: a bad path or a missing extra must not cost the run
+    plt = pyplot_for(plot)
     x, true = tones_in_noise(batch=batch, n_tones=tones, fs=fs, n_fft=n_fft, seed=seed)
     wp = welchpeaks.WelchPeaks(n_fft=n_fft, k=tones, segments=None, fs=fs)
     wp(x[:1])  # first call compiles or loads the cached kernel
@@ -363,7 +364,7 @@ def calibrate(
     except OSError as exc:
         _fail(f"cannot create the cache directory {str(path.parent)!r} ({exc.strerror or exc}); set "
               "WELCHPEAKS_CACHE_DIR to a writable directory")
-    check_output(path, "the cost-model cache (WELCHPEAKS_CACHE_DIR)")
+    check_paths({"the cost-model cache (WELCHPEAKS_CACHE_DIR)": path})
     t0 = time.perf_counter()
     try:
         model = _measure(device, quick, Progress)

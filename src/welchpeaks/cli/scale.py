@@ -12,12 +12,12 @@ from typing import Any, Optional
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from welchpeaks.cli.common import (check_output, check_parameters, console, err, filter_options,
-                                   finish_background_calibration, option, parse_choice, parse_window, pyplot_for)
+from welchpeaks.cli.common import (check_parameters, console, err, filter_options, finish_background_calibration,
+                                   option, parse_choice, parse_window, pyplot_for)
 from welchpeaks.cli.common import fail as _fail
-from welchpeaks.spec import MEASURES
 from welchpeaks.cli.job import Job, JobError, Unit, bytes_of, staging_dir
-from welchpeaks.cli.job_output import check_output as check_job_output
+from welchpeaks.cli.paths import check_paths
+from welchpeaks.spec import MEASURES
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "kib": 2**10, "mib": 2**20,
           "gib": 2**30}
@@ -81,16 +81,10 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
             link: Optional[dict[str, Any]] = None, plot: Optional[Path] = None) -> None:
     """Run (or resume) the job and report it; every failure is a one-line error. ``plot``
     (track): a PNG of the first signal's peaks over time, drawn as the output is written."""
-    plt = pyplot_for(plot)  # a missing extra or an unwritable path: before any work
-    if out.suffix.lower() != ".zarr":  # (a .zarr output is a folder: job_output checks it)
-        check_output(out, "--out")
-    try:
-        check_job_output(out)  # the format's extra, a folder it must not replace: before any work
-    except JobError as exc:
-        _fail(str(exc))
+    check_paths({"--out": out, "--plot": plot}, files, job="--out")  # before any work
+    plt = pyplot_for(plot)
     budget = parse_memory(memory)
     sources, rates = open_sources(files, fs)
-    _check_not_an_input(out, sources)
     kws = [dict(kw, fs=rate, max_memory=max(1 << 20, budget // 4)) for rate in rates]
     try:
         job = Job(kind, files, sources, kws, out, budget, link)
@@ -98,6 +92,12 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
             err.print("measuring this machine's speeds once (about 40 s on 2 cores), so that the whole job runs the "
                       "one execution they choose", highlight=False)
         todo = job.prepare()
+        if job.discarded:
+            name, why = job.discarded[0]
+            more = f"; and {len(job.discarded) - 1} more" if len(job.discarded) > 1 else ""
+            console.print(f"discarded {len(job.discarded)} saved chunk(s) of {staging_dir(out)} that could not be "
+                          f"trusted ({name}: {why}{more}); computing them again", markup=False, highlight=False,
+                          soft_wrap=True)
     except (JobError, ValueError, TypeError) as exc:
         _fail(str(exc))
     except OSError as exc:
@@ -114,18 +114,6 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
     if points is not None:
         points.draw(plt, plot, job.names[0], job.spec["time"] == "time", link is not None)
     finish_background_calibration()
-
-
-def _check_not_an_input(out: Path, sources: list[Any]) -> None:
-    """Refuse an output that is an input, holds one, or lies inside one (a Zarr store): the
-    output is replaced whole at the end, which would destroy the recording."""
-    target = out.resolve()
-    for src in sources:
-        for part in src.parts:
-            base = Path(part.name.split(":")[0]).resolve()
-            if target == base or base in target.parents or target in base.parents:
-                _fail(f"--out {str(out)!r} is, holds or lies inside the input {part.name.split(':')[0]!r}, which the "
-                      "output would replace; name another output")
 
 
 def _os_error(exc: OSError, out: Path) -> str:

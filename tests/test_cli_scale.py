@@ -542,28 +542,40 @@ def _chirp_and_tones(path):
 
 def test_track_link_column_is_the_apis_tracks_across_time_units(tmp_path, monkeypatch):
     """--link: each peak's track, linked across the job's time units (many, with small units) as
-    TrackResult.link links the whole recording (one block of rows, so the very same numbers)."""
+    TrackResult.link links the whole recording (one block of rows, so the very same numbers),
+    with its defaults (the SNR floor's snr_db column written, min_length over a first pass) or
+    options given."""
     monkeypatch.setattr(job_mod, "UNIT_BYTES", 64 << 10)
     calls = []
     real = job_mod._BlockLinker.__call__
     monkeypatch.setattr(job_mod._BlockLinker, "__call__", lambda self, unit, cols: calls.append(unit) or
                         real(self, unit, cols))
     x, fs = _chirp_and_tones(tmp_path / "x.npy")
-    out = tmp_path / "t.csv"
-    res = runner.invoke(app, ["track", str(tmp_path / "x.npy"), "--out", str(out), "--fs", "8000", "--n-fft", "256",
-                              "--k", "2", "--frame-segments", "2", "--link", "30", "--max-gap", "3", "--quiet"])
-    assert res.exit_code == 0, res.output
-    assert len({(u.r0, u.r1) for u in calls}) == 1 and len({u.t0 for u in calls}) > 3  # one block, many time units
-    df = pd.read_csv(out)
-    assert list(df.columns) == ["file", "signal", "time", "rank", "bin", "freq", "power", "track"]
-    ref = welchpeaks.track(x, fs=fs, n_fft=256, k=2, frame_segments=2)
+    base = ["track", str(tmp_path / "x.npy"), "--fs", "8000", "--n-fft", "256", "--k", "4", "--frame-segments", "2",
+            "--quiet"]
+    ref = welchpeaks.track(x, fs=fs, n_fft=256, k=4, frame_segments=2, measures=("snr",))
     ok = ref.bins >= 0
-    got = _canonical(df, ["signal", "time", "rank"])  # the API's order: signal, frame, rank
-    np.testing.assert_array_equal(got["bin"].to_numpy(), ref.bins[ok])
-    np.testing.assert_array_equal(got["track"].to_numpy(), ref.link(max_jump_hz=30, max_gap=3).ids[ok])
-    assert df["track"].max() >= 2
-    res = runner.invoke(app, ["track", str(tmp_path / "x.npy"), "--out", str(tmp_path / "u.csv"), "--link", "0"])
-    assert res.exit_code != 0 and "--link=0" in res.output
+    for i, (opts, want) in enumerate([(["--link", "auto"], ref.link()),
+                                      (["--link", "30", "--max-gap", "3", "--min-length", "1", "--min-snr-db", "6"],
+                                       ref.link(max_jump_hz=30, max_gap=3, min_length=1, min_snr_db=6))]):
+        out = tmp_path / f"t{i}.csv"
+        calls.clear()
+        res = runner.invoke(app, base + ["--out", str(out)] + opts)
+        assert res.exit_code == 0, res.output
+        assert len({(u.r0, u.r1) for u in calls}) == 1 and len({u.t0 for u in calls}) > 3  # one block, many units
+        df = pd.read_csv(out)
+        assert list(df.columns) == ["file", "signal", "time", "rank", "bin", "freq", "power", "track", "snr_db"]
+        got = _canonical(df, ["signal", "time", "rank"])  # the API's order: signal, frame, rank
+        np.testing.assert_array_equal(got["bin"].to_numpy(), ref.bins[ok])
+        np.testing.assert_array_equal(got["track"].to_numpy(), want.ids[ok])
+        if i == 0:  # the defaults: the recording's three components (the chirp in two at its crossing at most)
+            assert 3 <= df["track"].max() + 1 <= 4
+    res = runner.invoke(app, base + ["--out", str(tmp_path / "u.csv"), "--link", "0"])
+    assert res.exit_code == 2 and "--link=0" in res.output
+    res = runner.invoke(app, base + ["--out", str(tmp_path / "u.csv"), "--link", "soon"])
+    assert res.exit_code == 2 and "--link 'soon'" in res.output
+    res = runner.invoke(app, base + ["--out", str(tmp_path / "u.csv"), "--max-gap", "3"])
+    assert res.exit_code == 2 and "go with --link" in res.output
 
 
 def test_track_plot_draws_the_jobs_first_signal_thinned_and_bounded(tmp_path, monkeypatch):

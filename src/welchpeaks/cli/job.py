@@ -54,6 +54,7 @@ from welchpeaks.files import FileContentError, as_umask_allows, load_json, quote
 from welchpeaks.loaders import SignalFileError, read_npy_header
 from welchpeaks.memory import UNIT_BYTES
 from welchpeaks.result import time_column
+from welchpeaks.tracks import DEFAULT_MIN_LENGTH
 
 try:
     import fcntl
@@ -345,25 +346,55 @@ def _reason(exc: BaseException, known: str = "") -> str:
 class _BlockLinker:
     """The ``track`` column of a track job's units, given in the units' order: the frames of each
     block of rows are linked in time order (a block's time units come one after another), by
-    one :class:`welchpeaks.tracks.MultiLinker` per block; tracks are numbered across the job."""
+    one :class:`welchpeaks.tracks.MultiLinker` per block (with each peak's power and, where the
+    job measured it, SNR), as :meth:`welchpeaks.TrackResult.link` links them; tracks are
+    numbered across the job. ``keep`` (a pass before): which of the job's tracks have
+    ``min_length`` peaks; the others get -1 and the kept are numbered again."""
 
-    def __init__(self, link: dict[str, Any], k: list[int]):
-        self.link, self.k = link, k
+    def __init__(self, link: dict[str, Any], kw: list[dict[str, Any]], keep: np.ndarray | None = None):
+        from welchpeaks.api import Tracker
+        from welchpeaks.tracks import check_link
+
+        self.k = [k["k"] for k in kw]
+        params = [Tracker(**dict(k, max_memory=None)).params for k in kw]
+        self.params = [check_link(**dict(link, min_length=1), resolution=(1.0 if p.fs is None else p.fs) / p.n_fft)
+                       for p in params]
         self.block: tuple | None = None
         self.multi: Any = None
         self.base = 0  # tracks of the blocks before this one
+        self.sizes = np.zeros(0, np.int64)  # each of the job's tracks' peaks so far
+        self.renumber = None if keep is None else np.concatenate([np.cumsum(keep) - 1, [-1]])
+        if keep is not None:
+            self.renumber[:-1][~keep] = -1
+
+    @property
+    def count(self) -> int:
+        """The job's tracks so far."""
+        return self.base + (0 if self.multi is None else self.multi.count)
 
     def __call__(self, unit: Unit, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from welchpeaks.tracks import MultiLinker
 
         if (unit.source, unit.part, unit.r0, unit.r1) != self.block:
-            self.base += 0 if self.multi is None else self.multi.count
-            self.block, self.multi = (unit.source, unit.part, unit.r0, unit.r1), MultiLinker(**self.link)
+            self.base = self.count
+            self.block = (unit.source, unit.part, unit.r0, unit.r1)
+            self.multi = MultiLinker(self.params[unit.source])
         s, f, r = cols["signal"] - unit.r0, cols["frame"] - unit.t0, cols["rank"]
-        dense = np.full((unit.r1 - unit.r0, unit.t1 - unit.t0, self.k[unit.source]), np.nan)
-        dense[s, f, r] = cols["freq"]
-        ids = self.multi.feed_frames(dense)[s, f, r]
-        return dict(cols, track=np.where(ids >= 0, ids + self.base, -1))
+        shape = (unit.r1 - unit.r0, unit.t1 - unit.t0, self.k[unit.source])
+        dense = {}
+        for name in ("freq", "power", "snr_db"):
+            if name in cols:
+                dense[name] = np.full(shape, np.nan)
+                dense[name][s, f, r] = cols[name]
+        ids = self.multi.feed_frames(dense["freq"], dense["power"], dense.get("snr_db"))[s, f, r]
+        ids = np.where(ids >= 0, ids + self.base, -1)
+        if self.sizes.size < self.count:
+            self.sizes = np.concatenate([self.sizes, np.zeros(max(self.count, 2 * self.sizes.size) - self.sizes.size,
+                                                              np.int64)])
+        np.add.at(self.sizes, ids[ids >= 0], 1)
+        if self.renumber is not None:
+            ids = self.renumber[ids]  # (-1 maps to the last entry, -1)
+        return dict(cols, track=ids)
 
 
 class Job:
@@ -649,17 +680,29 @@ class Job:
         self.assemble()
 
     def columns(self) -> Iterator[dict[str, np.ndarray]]:
-        """Each unit's saved columns, in order (with ``link``: and each peak's ``track``)."""
-        linker = _BlockLinker(self.link, [k["k"] for k in self.kw]) if self.link else None
+        """Each unit's saved columns, in order (with ``link``: and each peak's ``track``; with its
+        ``min_length`` over 1, after a first pass over the units that counts each track's
+        peaks)."""
+        keep = None
+        if self.link and (self.link.get("min_length") or DEFAULT_MIN_LENGTH) > 1:
+            counting = _BlockLinker(self.link, self.kw)
+            for i in range(len(self.units)):
+                counting(self.units[i], self._loaded(i))
+            keep = counting.sizes[:counting.count] >= (self.link.get("min_length") or DEFAULT_MIN_LENGTH)
+        linker = _BlockLinker(self.link, self.kw, keep) if self.link else None
         for i in range(len(self.units)):
-            cols = self._load(i)
-            if cols is None:
-                raise JobError(f"{self._unit_path(i)} went missing or changed while the output was written; rerun "
-                               "the command")
+            cols = self._loaded(i)
             cols = cols if linker is None else linker(self.units[i], cols)
             if self.watch is not None:
                 self.watch(cols)
             yield cols
+
+    def _loaded(self, i: int) -> dict[str, np.ndarray]:
+        cols = self._load(i)
+        if cols is None:
+            raise JobError(f"{self._unit_path(i)} went missing or changed while the output was written; rerun "
+                           "the command")
+        return cols
 
     def assemble(self) -> None:
         """Write the output from the saved units (atomically), then remove the staging folder."""

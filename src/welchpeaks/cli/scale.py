@@ -204,11 +204,19 @@ def track(
     strategy: str = option("strategy"),
     nan_policy: str = option("nan_policy", help="raise, or propagate (empty frames)."),
     dtype: Optional[str] = option("dtype"),
-    link: Optional[float] = typer.Option(None, "--link", help="Link the peaks into tracks over time (a track "
-                                                              "column, -1 for none): the farthest, in Hz (cycles/sample "
-                                                              "without a rate), a peak may be from its track's "
-                                                              "predicted frequency (TrackResult.link's max_jump_hz)."),
-    max_gap: int = typer.Option(1, "--max-gap", help="With --link: frames a track may miss and go on."),
+    link: Optional[str] = typer.Option(None, "--link", help="Link the peaks into tracks over time (a track column, "
+                                                            "-1 for none): 'auto' (the motion model's own gate), or "
+                                                            "the farthest, in Hz (cycles/sample without a rate), a "
+                                                            "peak may be from its track's predicted frequency "
+                                                            "(TrackResult.link's max_jump_hz)."),
+    max_gap: Optional[int] = typer.Option(None, "--max-gap", help="With --link: frames a track may miss and go on "
+                                                                  "[default: 15]."),
+    min_length: Optional[int] = typer.Option(None, "--min-length", help="With --link: tracks of fewer peaks get "
+                                                                        "track -1 [default: 5]."),
+    min_snr_db: Optional[float] = typer.Option(None, "--min-snr-db", help="With --link: peaks with a lower SNR (dB "
+                                                                          "over the frame's median; the snr_db "
+                                                                          "column is written) join no track "
+                                                                          "[default: 10]."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of the first signal's peaks over time "
                                                              "(its tracks with --link; frames thinned to at most "
                                                              "20,000; the plot extra)."),
@@ -220,7 +228,8 @@ def track(
 ) -> None:
     """Peaks over time of every signal in FILES, in bounded memory, resumable: run the same
     command again after an interruption and it continues where it stopped. With --link, each
-    peak's track (linked over each signal's frames in time order, as TrackResult.link does)."""
+    peak's track (linked over each signal's frames in time order, as TrackResult.link does, with
+    its defaults: --link auto)."""
     kw = dict(n_fft=n_fft, resolution_hz=resolution_hz, k=k, hop=hop, frame_segments=frame_segments,
               frame_hop=frame_hop,
               window=parse_window(window), detrend=parse_choice("detrend", detrend),
@@ -231,11 +240,34 @@ def track(
     check_parameters(kw, fs)
     linking = None
     if link is not None:
-        from welchpeaks.tracks import check_link
-
-        try:
-            check_link(link, max_gap)
-        except ValueError as exc:
-            _fail(str(exc).replace("max_jump_hz", "--link").replace("max_gap", "--max-gap"))
-        linking = {"max_jump_hz": link, "max_gap": max_gap}
+        linking = _link_options(link, max_gap, min_length, min_snr_db)
+        if linking["min_snr_db"] is not None and "snr" not in kw.get("measures", ()):
+            kw["measures"] = list(kw.get("measures", ())) + ["snr"]  # (the floor's SNR, written too)
+    elif any(v is not None for v in (max_gap, min_length, min_snr_db)):
+        _fail("--max-gap, --min-length and --min-snr-db go with --link; pass --link auto (or a jump in Hz)")
     run_job("track", files, kw, fs, out, memory, workers, scheduler, quiet, linking, plot)
+
+
+def _link_options(link: str, max_gap: Optional[int], min_length: Optional[int],
+                  min_snr_db: Optional[float]) -> dict[str, Any]:
+    """``--link`` (``auto`` or a jump in Hz) and its options as :func:`welchpeaks.tracks.link`'s
+    keywords, checked (a one-line error naming the option)."""
+    from welchpeaks.tracks import DEFAULT_MIN_SNR_DB, check_link
+
+    if link.strip().lower() == "auto":
+        jump = None
+    else:
+        try:
+            jump = float(link)
+        except ValueError:
+            _fail(f"--link {link!r}: pass 'auto' or the largest jump in Hz (cycles/sample without a rate), e.g. 30")
+    floor = DEFAULT_MIN_SNR_DB if min_snr_db is None else min_snr_db
+    try:
+        check_link(jump, max_gap, min_length, floor, resolution=1.0)
+    except (TypeError, ValueError) as exc:
+        text = str(exc)
+        for name, flag in (("max_jump_hz", "--link"), ("max_gap", "--max-gap"), ("min_length", "--min-length"),
+                           ("min_snr_db", "--min-snr-db")):
+            text = text.replace(name, flag)
+        _fail(text)
+    return {"max_jump_hz": jump, "max_gap": max_gap, "min_length": min_length, "min_snr_db": floor}

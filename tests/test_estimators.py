@@ -138,9 +138,10 @@ def test_bench_accuracy_cli(tmp_path):
 
 
 def test_bench_near_dc_cli(tmp_path):
-    """The near-DC table: constant detrend on a second of samples keeps the Hann peaks at bins 2
-    and up within 1e-4 bins; the peak at bin 1 and every linear-detrend peak say they are
-    approximate; without detrending nothing does."""
+    """The near-ends table (tones 1.25 to 10.3 bins from DC and from Nyquist): with every
+    detrend, on 2 segments and on a second of samples, Hann peaks 1.5 bins or more from either
+    end are within 1e-3 bins (the tone model's fit), and a cell's error over 1e-3 is always
+    flagged approximate."""
     from typer.testing import CliRunner
 
     from welchpeaks.cli.main import app
@@ -150,11 +151,9 @@ def test_bench_near_dc_cli(tmp_path):
     assert res.exit_code == 0, res.output
     cells = json.loads(out.read_text())["cells"]
     assert {c["execution"] for c in cells} == {"numpy", "fused-cpu"} and "| 2.34667 |" in md.read_text()
-    long = [c for c in cells if c["record"] == "1 s at 48 kHz"]
-    assert all(c["worst_error_bins"] < 1e-4 for c in long if c["detrend"] == "constant" and min(c["peak_bins"]) >= 2)
-    assert all(c["approximate"] == (min(c["peak_bins"]) < 2) for c in long if c["detrend"] == "constant")
-    assert all(c["approximate"] for c in cells if c["detrend"] == "linear")
-    assert not any(c["approximate"] for c in cells if c["detrend"] == "False")
+    assert {c["end"] for c in cells} == {"DC", "Nyquist"}
+    assert all(c["worst_error_bins"] < 1e-3 for c in cells if c["tone_bins"] >= 1.5)
+    assert all(c["approximate"] for c in cells if c["worst_error_bins"] > 1e-3)
 
 
 @pytest.mark.parametrize("strategy", ["numpy", "fused-cpu"])
@@ -218,11 +217,11 @@ def test_a_tone_near_dc_with_constant_detrend_is_refined_from_clean_bins(strateg
     fs, t = 48_000.0, np.arange(48_000) / 48_000.0
     x = np.stack([np.sin(2 * np.pi * 440.0 * t + ph) for ph in (0.0, 1.0, 2.0)])
     r = welchpeaks.welch_peaks(x, fs=fs, k=1, strategy=strategy)
-    assert np.all(r.bins[:, 0] == 2) and r.params["approximate_below_bin"] == 2
+    assert np.all(r.bins[:, 0] == 2) and not r.approximate().any()
     assert np.max(np.abs(r.freqs[:, 0] - 440.0)) / (fs / 256) < 1e-3
-    assert welchpeaks.welch_peaks(x, fs=fs, k=1, detrend="linear", strategy=strategy).params[
-        "approximate_below_bin"] == 13
-    assert welchpeaks.welch_peaks(x, fs=fs, k=1, detrend=False, strategy=strategy).params["approximate_below_bin"] == 0
+    for detrend in ("linear", False):  # the tone model near DC: exact too
+        r = welchpeaks.welch_peaks(x, fs=fs, k=1, detrend=detrend, strategy=strategy)
+        assert np.max(np.abs(r.freqs[:, 0] - 440.0)) / (fs / 256) < 1e-3 and not r.approximate().any()
 
 
 def test_odd_length_hann_is_recognised_and_refined_near_dc():
@@ -236,5 +235,3 @@ def test_odd_length_hann_is_recognised_and_refined_near_dc():
     x = np.sin(2 * np.pi * 2.2 / 63 * np.arange(63 * 20))
     r = welchpeaks.welch_peaks(x, n_fft=63, k=1, strategy="numpy", interp="window")
     assert r.params["interp_method"] == "hann" and abs(r.freqs[0] * 63 - 2.2) < 1e-3
-    p = welchpeaks.welch_peaks(x, n_fft=256, k=1, window="boxcar", detrend="linear").params
-    assert p["approximate_below_bin"] <= 129  # never past the last bin

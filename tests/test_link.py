@@ -298,3 +298,23 @@ def test_work_is_bounded_whatever_max_gap():
     f = rng.uniform(0, 4000, (1, 3000, 16))
     tr = _result(f, params={"n_fft": 256, "fs": 8000.0}).link(1e-12, max_gap=10 ** 9, min_snr_db=None, min_length=1)
     assert len(tr) == f.size  # every peak its own track
+
+
+def test_bench_link_scores_the_families(tmp_path):
+    """``welchpeaks bench link``: the scores and the cost as JSON and Markdown."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from welchpeaks.cli.main import app
+
+    out, md = tmp_path / "link.json", tmp_path / "link.md"
+    res = CliRunner().invoke(app, ["bench", "link", "--scenes", "2", "--families", "crossing,plain", "--cost-frames",
+                                   "300", "--json", str(out), "--md", str(md)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert set(doc["families"]) == {"crossing", "plain"} and doc["families"]["plain"]["tracks"] == [2, 2]
+    assert doc["families"]["crossing"]["worst"] >= 0.99 and doc["cost"]["frames"] == 300
+    assert "| crossing | 2 |" in md.read_text()
+    bad = CliRunner().invoke(app, ["bench", "link", "--families", "loud"])
+    assert bad.exit_code == 2 and "--families" in bad.output

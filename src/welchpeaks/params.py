@@ -264,12 +264,16 @@ class PeakParams:
         return self.interp_method, self.interp_alpha, self.n_fft, self.one_sided
 
     @property
-    def approximate_below(self) -> int:
-        """Peaks at bins under this one are refined from bins detrending changed (approximate:
-        docs/accuracy.md has the error); 0 when none are."""
-        if self.interp_method == "none" or self.clean_bin == 0:
-            return 0
-        return min(self.n_bins, self.clean_bin if self.one_sided == self.clean_bin else self.clean_bin + 1)
+    def edge_model(self) -> Any:
+        """The tone model that refines peaks next to DC and Nyquist (:mod:`welchpeaks.edgefit`)
+        with ``interp`` 'auto' or 'window' in mode 'peaks'; None otherwise (an estimator asked
+        for by name is applied as asked)."""
+        if self.interp not in ("auto", "window") or self.mode != "peaks" or self.interp_method == "none":
+            return None
+        from welchpeaks.edgefit import edge_model
+
+        return edge_model(self.window_array, self.detrend, self.interp_method, self.interp_alpha, self.n_fft,
+                          self.one_sided)
 
     @property
     def interp_code(self) -> int:
@@ -372,7 +376,6 @@ class PeakParams:
             "edges": self.edges,
             "interp_method": self.interp_method,
             "interp_alpha": self.interp_alpha,
-            "approximate_below_bin": self.approximate_below,
             **(self.filters.describe() if self.filters is not None else {}),
         }
 

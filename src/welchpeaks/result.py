@@ -50,11 +50,22 @@ class PeakResult:
     strategy: str
     params: dict[str, Any] = field(default_factory=dict)
     measures: dict[str, Any] = field(default_factory=dict)
+    #: the validated parameters (``welchpeaks.params.PeakParams``) that computed it, where known
+    peak_params: Any = field(default=None, repr=False, compare=False)
 
     @property
     def shape(self) -> tuple[int, ...]:
         """Leading (batch) shape followed by ``k``."""
         return tuple(self.bins.shape)
+
+    def approximate(self) -> np.ndarray:
+        """bool ``[..., k]``: the peaks whose frequency may be off by more than 1e-3 bins even
+        on a clean tone (the estimator's own error, not the noise's): where the refinement is
+        not exact for this window, detrend and estimator (next to DC and Nyquist, closer than
+        the tone model reaches; everywhere for a biased estimator such as the boxcar's ratio
+        or ``interp='log-parabola'``; in the zones the Triton executions do not fit). False in
+        empty slots. :mod:`welchpeaks.edgefit` derives it; docs/accuracy.md has the tables."""
+        return _approximate(self)
 
     def packed(self) -> np.ndarray:
         """The original system's layout: float32 ``[..., k, 2]`` of ``(bin, power)`` pairs.
@@ -74,7 +85,7 @@ class PeakResult:
         if not _lazy(self.bins):
             return self
         bins, power, freqs, measures = _compute_together(self.bins, self.power, self.freqs, self.measures)
-        return PeakResult(bins, power, freqs, self.strategy, dict(self.params), measures)
+        return PeakResult(bins, power, freqs, self.strategy, dict(self.params), measures, self.peak_params)
 
     def numpy(self) -> PeakResult:
         """This result with host (NumPy) arrays (tensors on a GPU are copied back, dask arrays
@@ -88,7 +99,7 @@ class PeakResult:
             return a.detach().cpu().numpy()
 
         return PeakResult(host(self.bins), host(self.power), host(self.freqs), self.strategy, dict(self.params),
-                          {n: host(v) for n, v in self.measures.items()})
+                          {n: host(v) for n, v in self.measures.items()}, self.peak_params)
 
     def plot(self, signal: Any = None, ax: Any = None, index: Any = 0) -> Any:
         """Draw signal ``index``'s peaks (a flat index over the leading shape, or a tuple):
@@ -166,11 +177,17 @@ class TrackResult:
     strategy: str
     params: dict[str, Any] = field(default_factory=dict)
     measures: dict[str, Any] = field(default_factory=dict)
+    #: the validated parameters (``welchpeaks.params.PeakParams``) that computed it, where known
+    peak_params: Any = field(default=None, repr=False, compare=False)
 
     @property
     def shape(self) -> tuple[int, ...]:
         """Leading (batch) shape, then frames ``T``, then ``k``."""
         return tuple(self.bins.shape)
+
+    def approximate(self) -> np.ndarray:
+        """bool ``[..., T, k]``: :meth:`PeakResult.approximate` of every frame's peaks."""
+        return _approximate(self)
 
     def __len__(self) -> int:
         """Frames."""
@@ -182,7 +199,8 @@ class TrackResult:
         if not _lazy(self.bins):
             return self
         bins, power, freqs, measures = _compute_together(self.bins, self.power, self.freqs, self.measures)
-        return TrackResult(bins, power, freqs, self.times, self.strategy, dict(self.params), measures)
+        return TrackResult(bins, power, freqs, self.times, self.strategy, dict(self.params), measures,
+                           self.peak_params)
 
     def plot(self, signal: Any = None, ax: Any = None, spectrogram: bool = True, index: Any = 0,
              tracks: Any = None) -> Any:
@@ -367,3 +385,33 @@ class FoundPeaks:
             order = np.argsort(idx[r, :counts[r]], kind="stable")
             out.append((idx[r, order], {name: v[r, order] for name, v in props.items()}))
         return out
+
+
+def _approximate(result: Any) -> np.ndarray:
+    """:meth:`PeakResult.approximate` of a peak or track result: the parameters it was computed
+    with (``peak_params``, else rebuilt from ``params`` for a named window), their tone model's
+    estimator's tone model and its exact range (:func:`welchpeaks.edgefit.approximate`), and
+    whether the peaks were fitted (``interp`` 'auto' or 'window', not on a Triton kernel)."""
+    from welchpeaks.edgefit import approximate
+
+    p = result.peak_params
+    if p is None:
+        from welchpeaks.params import make_params
+
+        d = result.params
+        if d.get("window") in (None, "array") or "n_fft" not in d:
+            raise ValueError("approximate(): this result does not carry the parameters that computed it (its "
+                             "window was an array, or it was read back from a file); compute it again in this "
+                             "session")
+        window = tuple(d["window"]) if isinstance(d["window"], list) else d["window"]
+        p = make_params(n_fft=int(d["n_fft"]), window=window, detrend=d.get("detrend", "constant"),
+                        interp=d.get("interp", "auto"), mode=d.get("mode", "peaks"), fs=d.get("fs"))
+    freqs = result.compute().freqs
+    freqs = np.asarray(freqs.detach().cpu().numpy() if hasattr(freqs, "detach") else freqs, np.float64)
+    if p.mode != "peaks":  # bins, not refined: off by up to half a bin
+        return np.isfinite(freqs)
+    from welchpeaks.edgefit import edge_model
+
+    model = edge_model(p.window_array, p.detrend, p.interp_method, p.interp_alpha, p.n_fft, p.one_sided)
+    fitted = p.edge_model is not None and "triton" not in str(result.strategy)
+    return approximate(model, freqs / p.freq_scale(), fitted)

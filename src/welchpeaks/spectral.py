@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 
+from typing import Any
+
 import numpy as np
 
 from welchpeaks.estimators import InterpSpec, interp_offset
@@ -176,9 +178,11 @@ def select_row(p: np.ndarray, k: int, mode: str, min_distance: int = 1,
 
 def reference_peaks(
     psd: np.ndarray, k: int, mode: str, min_distance: int = 1, interp: InterpSpec = ("log-parabola", 0.5),
-    edges: bool = True,
+    edges: bool = True, edge: Any = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Apply :func:`select_row` to every row of ``psd`` ``[rows, n_bins]``.
+    """Apply :func:`select_row` to every row of ``psd`` ``[rows, n_bins]``; with ``edge`` (a
+    :class:`welchpeaks.edgefit.EdgeModel`: ``PeakParams.edge_model``) the peaks next to DC
+    and Nyquist are then refitted (:func:`welchpeaks.edgefit.refine_edges`).
 
     Returns ``bins`` int32, ``power`` (psd's dtype) and fractional ``fbins`` float64, each
     ``[rows, k]``, padded with -1 / NaN. Rows holding a NaN are left entirely as padding.
@@ -195,4 +199,8 @@ def reference_peaks(
         bins[r, :n] = chosen
         power[r, :n] = psd[r, chosen]
         fbins[r, :n] = frac
+    if edge is not None and mode == "peaks":
+        from welchpeaks.edgefit import refine_edges
+
+        fbins = refine_edges(edge, np.asarray(psd, np.float64), bins, fbins)
     return bins, power, fbins

@@ -228,7 +228,7 @@ def welch_peaks(x: Any, cls: type, kw: dict[str, Any]) -> PeakResult:
     shape = lead + (p.k,)
     measures = {n: out[..., 3 + i].reshape(shape) for i, n in enumerate(names)}
     return PeakResult(out[..., 0].astype(np.int32).reshape(shape), out[..., 1].astype(dtype).reshape(shape),
-                      out[..., 2].reshape(shape), f"dask ({name})", info, measures)
+                      out[..., 2].reshape(shape), f"dask ({name})", info, measures, p)
 
 
 def track(x: Any, cls: type, kw: dict[str, Any]) -> TrackResult:
@@ -254,7 +254,8 @@ def track(x: Any, cls: type, kw: dict[str, Any]) -> TrackResult:
     shape = lead + (n_frames, k)
     return TrackResult(out[..., 0].astype(np.int32).reshape(shape), out[..., 1].astype(dtype).reshape(shape),
                        out[..., 2].reshape(shape), tr.times(n_frames), f"dask ({tr.peaks.requested})",
-                       dict(tr.info(), lazy="dask"), {n: out[..., 3 + i].reshape(shape) for i, n in enumerate(names)})
+                       dict(tr.info(), lazy="dask"), {n: out[..., 3 + i].reshape(shape) for i, n in enumerate(names)},
+                       tr.params)
 
 
 def welch_sum(x: Any, psd_of: Any, nperseg: int, hop: int, n_bins: int, out_dtype: np.dtype) -> Any:

@@ -189,7 +189,7 @@ class WelchPeaks:
         cat = {f: np.concatenate([getattr(r, f) for r in results]) for f in ("bins", "power", "freqs")}
         measures = {n: np.concatenate([r.measures[n] for r in results]) for n in results[-1].measures}
         return PeakResult(strategy=results[-1].strategy, params=dict(results[-1].params, source=src.description),
-                          measures=measures, **cat)
+                          measures=measures, peak_params=self.params, **cat)
 
     def source_blocks(self, src: SignalSource, part: int, budget: int) -> list[tuple[int, int, tuple | None]]:
         """How part ``part`` of a source is computed within ``budget`` bytes of samples: blocks
@@ -277,7 +277,8 @@ class WelchPeaks:
         info = dict(p.to_dict(), segments=n_seg, frame=p.frame_length(n_seg), compute_dtype=compute.name,
                     execution_mode=f"long rows: over the {budget}-byte budget, read {per_piece} segments at a time into "
                          f"{self.strategy}'s pass, which carries its sums between pieces")
-        return PeakResult(out.bins, out.power.astype(src.dtype), out.fbins * p.freq_scale(), self.strategy, info)
+        return PeakResult(out.bins, out.power.astype(src.dtype), out.fbins * p.freq_scale(), self.strategy, info,
+                          peak_params=p)
 
     def _check_rows(self, rows: Any, bad_rows: np.ndarray, power: Any, lead: tuple, call: CallPlan,
                     first_row: int | None = None) -> None:
@@ -369,6 +370,7 @@ class WelchPeaks:
             strategy=call.execution,
             params=info,
             measures=measures,
+            peak_params=p,
         )
 
 

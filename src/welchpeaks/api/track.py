@@ -106,7 +106,7 @@ class Tracker:
         k = self.params.k
         return TrackResult(np.full(lead + (0, k), -1, np.int32), np.full(lead + (0, k), np.nan, dtype),
                            np.full(lead + (0, k), np.nan), self.times(0, first_sample), self.strategy, self.info(),
-                           {n: np.full(lead + (0, k), np.nan) for n in self.params.measure_names()})
+                           {n: np.full(lead + (0, k), np.nan) for n in self.params.measure_names()}, self.params)
 
     def __call__(self, x: Any) -> TrackResult:
         if lazy.is_dask(x):
@@ -172,7 +172,7 @@ class Tracker:
         out = {f: v.reshape(lead + (n_frames, k)) for f, v in out.items()}
         fields = {f: out.pop(f) for f in ("bins", "power", "freqs")}
         return TrackResult(times=self.times(n_frames), strategy=peaks.strategy, params=self.info(), measures=out,
-                           **fields)
+                           peak_params=self.params, **fields)
 
     def run(self, arr: np.ndarray, first_sample: int = 0) -> TrackResult:
         """Frames of ``arr [..., samples]`` (float32/float64, validated); ``first_sample``: the
@@ -228,7 +228,7 @@ class Tracker:
             info["execution_mode"] = f"shared frames: {self.strategy} computes each segment once for the frames sharing it"
         return TrackResult(bins.reshape(shape), power.reshape(shape), freqs.reshape(shape),
                            self.times(n_frames, first_sample), self.strategy, info,
-                           {n: v.reshape(shape) for n, v in measures.items()})
+                           {n: v.reshape(shape) for n, v in measures.items()}, self.params)
 
     def part_frames(self, src: SignalSource, part: int) -> Iterator[tuple[int, int, TrackResult]]:
         """``(r0, t0, result)`` for blocks of part ``part`` of a source: rows ``r0..`` and frames
@@ -274,7 +274,7 @@ class Tracker:
                     v[rows, t] = res.measures[n]
             base += part.rows
         info = dict(self.info(), source=src.description)
-        return TrackResult(bins, power, freqs, self.times(n_frames), self.strategy, info, measures)
+        return TrackResult(bins, power, freqs, self.times(n_frames), self.strategy, info, measures, self.params)
 
     def _shared(self, peaks: WelchPeaks, dtype: np.dtype) -> Any | None:
         """When frames overlap, the shared-frames plan of the execution that runs them

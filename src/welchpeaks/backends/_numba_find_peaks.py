@@ -73,14 +73,19 @@ _OPEN = np.array([np.nan, np.nan])
 
 def config(*, edges=False, h_lim=_OPEN, t_lim=_OPEN, distance=0, p_lim=_OPEN, w_lim=_OPEN, wlen=-1, rel_height=0.5,
            need_prom=False, need_width=False, k=1, snr_min=np.nan, noise_bins=0, need_snr=False, interp=-1,
-           alpha=0.5, n_fft=0, one_sided=-1, s_lim=_OPEN) -> Config:
+           alpha=0.5, n_fft=0, one_sided=-1, s_lim=_OPEN, edge_arrays=None) -> Config:
     """``cfg`` of :func:`host_find_peaks` and :func:`welch_find_peaks`: a :class:`Config` (its
     docstring says what each field means), each field in the one type the kernel is compiled
-    for (the bounds as contiguous float64 ``[min, max]`` arrays)."""
+    for (the bounds as contiguous float64 ``[min, max]`` arrays; ``edge_arrays``: the tone
+    model's ``(edge_cfg, edge_tab)``, None for none)."""
+    from welchpeaks.edgefit import no_zone_arrays
+
     lim = lambda v: np.ascontiguousarray(v, np.float64).reshape(2)  # noqa: E731
+    edge_cfg, edge_tab = no_zone_arrays() if edge_arrays is None else edge_arrays
     return Config(bool(edges), lim(h_lim), lim(t_lim), int(distance), lim(p_lim), lim(w_lim), int(wlen),
                   float(rel_height), bool(need_prom), bool(need_width), int(k), float(snr_min), int(noise_bins),
-                  bool(need_snr), int(interp), float(alpha), int(n_fft), int(one_sided), lim(s_lim))
+                  bool(need_snr), int(interp), float(alpha), int(n_fft), int(one_sided), lim(s_lim),
+                  np.ascontiguousarray(edge_cfg, np.float64), np.ascontiguousarray(edge_tab, np.float64))
 
 
 def outputs(rows: int, k: int, need_prom: bool, need_width: bool, need_snr: bool, refine: bool,

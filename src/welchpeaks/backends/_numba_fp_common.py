@@ -57,7 +57,7 @@ LAST_THRESHOLD, LAST_LO, LAST_HI, LAST_HIT = 0, 1, 2, 3
 
 Config = namedtuple("Config", ("edges", "h_lim", "t_lim", "distance", "p_lim", "w_lim", "wlen", "rel_height",
                                "need_prom", "need_width", "k", "snr_min", "noise_bins", "need_snr", "interp", "alpha",
-                               "n_fft", "one_sided", "s_lim"))
+                               "n_fft", "one_sided", "s_lim", "edge_cfg", "edge_tab"))
 Config.__doc__ = """What the kernel finds (``cfg``), each field in the one type it is compiled for, so one
 signature serves every caller (build it with ``_numba_find_peaks.config``).
 
@@ -72,7 +72,8 @@ median, else the median over +-``noise_bins`` samples); ``need_snr`` (bool): rep
 ``one_sided`` (int, -1: none; the bin the Hann estimator reads from its right neighbour alone):
 the sub-bin refinement; ``s_lim`` (``[min, max]`` float64, NaN where open): plateau size
 bounds (scipy's ``plateau_size``: the samples of the flat top a peak is the middle of, 1 for a
-sharp peak)."""
+sharp peak); ``edge_cfg``, ``edge_tab``: the tone model that refits the peaks next to DC and
+Nyquist (``EdgeModel.kernel_arrays()``; ``edgefit.no_zone_arrays()``: none)."""
 
 Outputs = namedtuple("Outputs", ("idx", "h", "prom", "base", "width", "ips", "snr", "fbin", "counts"))
 Outputs.__doc__ = """Where the kernel writes (``out``; build it with ``_numba_find_peaks.outputs``): ``[rows, k]``

@@ -26,7 +26,9 @@ from welchpeaks.backends._numba_fp_prominence import _all_prominences, _lanes_pr
 from welchpeaks.backends._numba_fp_rank import (_PASSES, _RADIX, _first_tier, _lazy_top, _measured_top,
                                                 _sorted_order, _top)
 from welchpeaks.backends._numba_fp_snr import _snr_db, _snr_of, _ten_log10_each
+from welchpeaks.backends._numba_k_edges import edge_refine_row
 from welchpeaks.backends._numba_kernels import INTERP_HANN, _offset, hann_gathered
+from welchpeaks.edgefit import CFG_ZONES
 
 
 @njit(**_KERNEL)
@@ -134,6 +136,12 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
     if cfg.interp == INTERP_HANN:
         _refine_hann_rows(x, first, last, at, out.idx, out.counts, out.fbin, scr.tmp, scr.keep, cfg.n_fft,
                           cfg.one_sided)
+    if cfg.interp >= 0 and (cfg.edge_cfg[CFG_ZONES] > 0 or cfg.edge_cfg[CFG_ZONES + 1] >= 0):
+        for i in range(first, last):  # peaks next to DC and Nyquist: the tone model's fit where it applies
+            r = at + i
+            kept = min(out.counts[r], out.idx.shape[1])
+            if kept > 0:
+                edge_refine_row(x[i], 0, x.shape[1], out.idx[r], kept, out.fbin, r, cfg.edge_cfg, cfg.edge_tab)
 
 
 @njit(inline="always", **_OPTS)

@@ -94,7 +94,7 @@ rfft(window)`` and of ``2 rfft(window * ramp)`` (the trend removed in the spectr
 (bool): a worker's ``tile`` holds a block's whole frame (transposed once), else one segment."""
 
 Select = namedtuple("Select", ("scale", "k", "mode", "min_distance", "interp", "alpha", "n_fft", "one_sided",
-                               "edge"))
+                               "edge", "edge_cfg", "edge_tab"))
 Select.__doc__ = """What to select from each PSD row and how (``sel``).
 
 ``scale`` ``[n_bins]`` (compute dtype): the per-bin factor from the kernel's power sums to the
@@ -105,7 +105,10 @@ PSD; ``k`` (int): slots per row (``n_bins`` with ``MODE_PSD``); ``mode`` (int): 
 ``n_fft`` (int): the segment length (the Hann estimator's image correction); ``one_sided``
 (int, -1: none): the bin the Hann estimator refines from its right neighbour alone
 (:func:`welchpeaks.estimators.one_sided_bin`); ``edge`` (float):
-the sentinel beside the first and last bins (-inf: DC and Nyquist may be peaks, +inf: never)."""
+the sentinel beside the first and last bins (-inf: DC and Nyquist may be peaks, +inf: never);
+``edge_cfg``, ``edge_tab`` (float64 ``[n]`` and ``[sides, F, K, 6]``): the tone model that
+refits the peaks next to DC and Nyquist (``EdgeModel.kernel_arrays()``;
+``edgefit.no_zone_arrays()``: none)."""
 
 SelectScratch = namedtuple("SelectScratch", ("psd", "vals", "idx", "cand", "top"))
 SelectScratch.__doc__ = """One set of selection scratch per worker (``sel_scr``, leading axis: the

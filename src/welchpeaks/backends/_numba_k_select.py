@@ -14,6 +14,7 @@ from numba import njit
 
 from welchpeaks.backends._numba_k_common import (INTERP_HANN, INTERP_LOG, INTERP_POWER, MODE_BINS, MODE_PSD,
                                                   SelectScratch)
+from welchpeaks.backends._numba_k_edges import edge_refine_row
 from welchpeaks.backends._numba_k_refine import (_float32_bits, _is_float32_array, _refine, _refine_f32, _refine_hann,
                                                   _refine_power_f32)
 from welchpeaks.numba_base import INLINE as _INL
@@ -196,6 +197,8 @@ def select_into(prow, n_bins, sel, vals, idx, cand, top, out, r):
         for c in range(count):
             j = idx[c]
             out_fbin[r, c] = _refine(prow[j], prow[j + 1], prow[j + 2], j, n_bins, interp, alpha, n_fft, one_sided)
+    if mode != MODE_BINS:  # peaks next to DC and Nyquist: the tone model's fit where it applies
+        edge_refine_row(prow, 1, n_bins, idx, count, out_fbin, r, sel.edge_cfg, sel.edge_tab)
 
 
 @njit(**_INL)

@@ -42,7 +42,8 @@ class HostFilters:
         self.need_snr = "snr" in f.kernel_measures
         self.cfg = kern.config(**self.lim, edges=p.edges, k=p.k, snr_min=np.nan if f.snr_db is None else f.snr_db,
                                noise_bins=f.noise_bins or 0, need_snr=self.need_snr, interp=p.interp_code,
-                               alpha=p.interp_alpha, n_fft=p.n_fft, one_sided=p.one_sided)
+                               alpha=p.interp_alpha, n_fft=p.n_fft, one_sided=p.one_sided,
+                               edge_arrays=None if p.edge_model is None else p.edge_model.kernel_arrays())
 
     def outputs(self, rows: int) -> tuple:
         return self.kern.outputs(rows, self.p.k, self.lim["need_prom"], self.lim["need_width"], self.need_snr, True,

@@ -55,7 +55,17 @@ def _select(params: PeakParams, scale: np.ndarray):
     """What the kernels select for ``params`` (a ``_numba_kernels.Select``), ``scale`` the
     per-bin factor from their sums to the PSD."""
     return _kernels().Select(scale, params.k, params.mode_code, params.min_distance, params.interp_code,
-                             params.interp_alpha, params.n_fft, params.one_sided, params.edge_sentinel)
+                             params.interp_alpha, params.n_fft, params.one_sided, params.edge_sentinel,
+                             *edge_arrays(params))
+
+
+def edge_arrays(params: PeakParams) -> tuple[np.ndarray, np.ndarray]:
+    """``params``' tone model near DC and Nyquist as the kernels take it (``edge_cfg``,
+    ``edge_tab``; :mod:`welchpeaks.edgefit`), or none."""
+    from welchpeaks.edgefit import no_zone_arrays
+
+    model = params.edge_model
+    return no_zone_arrays() if model is None else model.kernel_arrays()
 
 
 def is_pow2(n: int) -> bool:

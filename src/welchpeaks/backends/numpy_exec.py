@@ -9,6 +9,8 @@ the ops they do not fuse from it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from scipy.ndimage import maximum_filter1d, minimum_filter1d
 
@@ -17,6 +19,7 @@ from welchpeaks.backends.curves import Curve, Point
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.ir.run import constant_value, identity_input
 from welchpeaks.result import RowPeaks
+from welchpeaks.edgefit import refine_edges
 from welchpeaks.estimators import InterpSpec, interp_offset
 from welchpeaks.spectral import detrend_segments, segment_view
 
@@ -71,8 +74,10 @@ def _refine(p: np.ndarray, bins: np.ndarray, valid: np.ndarray, interp: InterpSp
 
 
 def select(psd: np.ndarray, k: int, mode: str, min_distance: int, interp: InterpSpec = ("log-parabola", 0.5),
-           edges: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Vectorised selection over rows of finite ``psd``; same results as the per-row reference."""
+           edges: bool = True, edge: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised selection over rows of finite ``psd``; same results as the per-row reference
+    (with ``edge``, a :class:`welchpeaks.edgefit.EdgeModel`, the peaks next to DC and Nyquist
+    refitted)."""
     rows, nb = psd.shape
     if mode == "bins":
         cand = np.ones((rows, nb), bool)
@@ -90,6 +95,8 @@ def select(psd: np.ndarray, k: int, mode: str, min_distance: int, interp: Interp
     power = np.where(valid, np.take_along_axis(psd, order, -1), np.nan).astype(psd.dtype)
     if mode == "peaks":
         fbins = np.where(valid, _refine(psd, order, valid, interp), np.nan)
+        if edge is not None:
+            fbins = refine_edges(edge, psd, bins, fbins)
     else:
         fbins = np.where(valid, order.astype(np.float64), np.nan)
     return bins, power, fbins
@@ -150,13 +157,13 @@ def _segment_mean(node: Node, graph: Graph):
 
 
 def select_rows(psd: np.ndarray, k: int, mode: str, min_distance: int,
-                interp: InterpSpec = ("log-parabola", 0.5), edges: bool = True) -> RowPeaks:
+                interp: InterpSpec = ("log-parabola", 0.5), edges: bool = True, edge: Any = None) -> RowPeaks:
     """:func:`select` on PSD rows, rows holding NaN or infinity left empty and reported."""
     finite = np.isfinite(psd).all(axis=1)
     bad_rows = np.flatnonzero(~finite)
     if bad_rows.size:
         psd = np.where(finite[:, None], psd, 0)
-    bins, power, fbins = select(psd, k, mode, min_distance, interp, edges)
+    bins, power, fbins = select(psd, k, mode, min_distance, interp, edges, edge)
     if bad_rows.size:
         bins[bad_rows] = -1
         power[bad_rows] = np.nan
@@ -166,7 +173,9 @@ def select_rows(psd: np.ndarray, k: int, mode: str, min_distance: int,
 
 def _topk(node: Node, graph: Graph):
     k, mode, md, interp, edges = (node.attrs[a] for a in ("k", "mode", "min_distance", "interp", "edges"))
-    return lambda psd: select_rows(psd, k, mode, md, interp, edges)
+    params = node.attrs.get("params")
+    edge = None if params is None else params.edge_model
+    return lambda psd: select_rows(psd, k, mode, md, interp, edges, edge)
 
 
 KERNELS = {

@@ -203,12 +203,16 @@ def _mul(node: Node, graph: Graph):
 
 
 def select_rows_t(psd, k: int, mode: str, min_distance: int, interp: InterpSpec = ("log-parabola", 0.5),
-                  edges: bool = True):
-    """:func:`select_t` on PSD rows, rows holding NaN or infinity left empty and reported."""
+                  edges: bool = True, edge: Any = None):
+    """:func:`select_t` on PSD rows, rows holding NaN or infinity left empty and reported; with
+    ``edge`` (a :class:`welchpeaks.edgefit.EdgeModel`) the peaks next to DC and Nyquist refitted
+    (:func:`refit_edges_t`)."""
     torch = import_torch()
     bad = ~torch.isfinite(psd).all(1)
     psd = torch.where(bad[:, None], torch.zeros_like(psd), psd)
     bins, power, fb = select_t(psd, k, mode, min_distance, interp, edges)
+    if edge is not None and mode == "peaks":
+        fb = refit_edges_t(edge, psd, bins, fb)
     empty = bad[:, None]
     bins = torch.where(empty, torch.full_like(bins, -1), bins)
     power = torch.where(empty, torch.full_like(power, float("nan")), power)
@@ -216,9 +220,31 @@ def select_rows_t(psd, k: int, mode: str, min_distance: int, interp: InterpSpec 
     return RowPeaks(bins, power, fb, bad_rows_of(bad))
 
 
+def refit_edges_t(edge: Any, psd: Any, bins: Any, fbins: Any) -> Any:
+    """:func:`welchpeaks.edgefit.refine_edges` of torch PSD rows: the rows with a peak in the
+    model's zones copied to the host (the fit is a handful of peaks' work, in float64), their
+    fractional bins back on the device."""
+    torch = import_torch()
+    zone = torch.zeros_like(bins, dtype=torch.bool)
+    for lo, hi in ((1, edge.dc_zone), (edge.n_bins - 1 - edge.ny_zone, edge.n_bins - 2)):
+        zone |= (bins >= lo) & (bins <= hi)
+    rows = torch.nonzero(zone.any(1)).flatten()
+    if rows.numel() == 0:
+        return fbins
+    from welchpeaks.edgefit import refine_edges
+
+    got = refine_edges(edge, psd[rows].double().cpu().numpy(), bins[rows].cpu().numpy(),
+                       fbins[rows].cpu().numpy())
+    fbins = fbins.clone()
+    fbins[rows] = torch.from_numpy(got).to(fbins.device, fbins.dtype)
+    return fbins
+
+
 def _topk(node: Node, graph: Graph):
     k, mode, md, interp, edges = (node.attrs[a] for a in ("k", "mode", "min_distance", "interp", "edges"))
-    return lambda psd: select_rows_t(psd, k, mode, md, interp, edges)
+    params = node.attrs.get("params")
+    edge = None if params is None else params.edge_model
+    return lambda psd: select_rows_t(psd, k, mode, md, interp, edges, edge)
 
 
 def _rfft(node: Node, graph: Graph):
@@ -267,7 +293,10 @@ def device_rows(p: PeakParams) -> Callable[[Any], RowPeaks]:
         ok = ok & ~bad[:, None]
         nan = torch.full_like(psd[:, :1], float("nan"))
         fb = torch.where(ok, refine_t(psd, at, ok, p.interp_spec), nan)
-        return RowPeaks(torch.where(ok, at, torch.full_like(at, -1)).to(torch.int32),
+        bins = torch.where(ok, at, torch.full_like(at, -1))
+        if p.edge_model is not None:
+            fb = refit_edges_t(p.edge_model, psd, bins, fb)
+        return RowPeaks(bins.to(torch.int32),
                         torch.where(ok, torch.gather(psd, 1, at), nan), fb, bad.nonzero()[:, 0].cpu().numpy(),
                         {MEASURE_NAMES[m]: torch.where(ok, out[m], nan) for m in f.kernel_measures})
 

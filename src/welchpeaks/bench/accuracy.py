@@ -173,48 +173,54 @@ def markdown(res64: dict[str, Any], res32: dict[str, Any] | None, checks: list[d
     return "\n".join(lines) + "\n"
 
 
-#: tones of the near-DC table, in bins from DC (440 Hz at 48 kHz, n_fft 256: 2.34667)
-NEAR_DC_BINS = (1.5, 1.8, 2.2, 440 * 256 / 48_000, 2.5, 2.8, 3.3, 4.5, 6.3, 8.3, 10.3)
-#: record lengths of the near-DC table: 2 segments, and one second at 48 kHz
+#: tones of the near-ends table, in bins from DC or from Nyquist (440 Hz at 48 kHz, n_fft 256: 2.34667)
+NEAR_DC_BINS = (1.25, 1.5, 1.8, 2.2, 440 * 256 / 48_000, 2.5, 2.8, 3.3, 4.5, 6.3, 8.3, 10.3)
+#: record lengths of the near-ends table: 2 segments, and one second at 48 kHz
 NEAR_DC_RECORDS = {"2 segments": 384, "1 s at 48 kHz": 48000}
+#: the ends
+ENDS = ("DC", "Nyquist")
 
 
 def near_dc(n_fft: int = 256, fs: float = 48_000.0, executions: tuple[str, ...] = ("numpy", "fused-cpu"),
             phases: int = 8) -> dict[str, Any]:
     """The worst error (bins) of ``welchpeaks.welch_peaks`` (default options, k 1) on a noiseless
-    real tone near DC, over ``phases`` starting phases, per tone, record length, detrend and
-    execution; with the bin under which the result says a peak's refinement is approximate
-    (``approximate_below_bin``: it read bins that detrending changed; ``approximate``: some
-    phase's peak lies under it)."""
+    real tone near DC and near Nyquist, over ``phases`` starting phases, per tone, end, record
+    length, detrend and execution; with whether the result flags the peak approximate
+    (``PeakResult.approximate``) for some phase."""
     import welchpeaks
 
     cells = []
     for record, samples in NEAR_DC_RECORDS.items():
         t = np.arange(samples * n_fft // 256) / fs  # the lengths are for n_fft 256
-        for detrend in ("constant", "linear", False):
-            for name in executions:
-                for tone in NEAR_DC_BINS:
-                    f0 = tone * fs / n_fft
-                    x = np.stack([np.sin(2 * np.pi * f0 * t + ph) for ph in np.linspace(0, np.pi, phases, endpoint=False)])
-                    r = welchpeaks.welch_peaks(x, fs=fs, n_fft=n_fft, k=1, detrend=detrend, strategy=name)
-                    err = np.abs(r.freqs[:, 0] * n_fft / fs - tone)
-                    peak_bins = sorted({int(b) for b in r.bins[:, 0]})
-                    cells.append({"record": record, "detrend": str(detrend), "execution": name, "tone_bins": tone,
-                                  "peak_bins": peak_bins, "worst_error_bins": float(err.max()),
-                                  "approximate": min(peak_bins) < r.params["approximate_below_bin"]})
+        for end in ENDS:
+            for detrend in ("constant", "linear", False):
+                for name in executions:
+                    for tone in NEAR_DC_BINS:
+                        at = tone if end == "DC" else n_fft / 2 - tone
+                        f0 = at * fs / n_fft
+                        x = np.stack([np.sin(2 * np.pi * f0 * t + ph)
+                                      for ph in np.linspace(0, np.pi, phases, endpoint=False)])
+                        r = welchpeaks.welch_peaks(x, fs=fs, n_fft=n_fft, k=1, detrend=detrend, strategy=name)
+                        err = np.abs(r.freqs[:, 0] * n_fft / fs - at)
+                        cells.append({"record": record, "end": end, "detrend": str(detrend), "execution": name,
+                                      "tone_bins": tone, "peak_bins": sorted({int(b) for b in r.bins[:, 0]}),
+                                      "worst_error_bins": float(err.max()),
+                                      "approximate": bool(r.approximate().any())})
     return {"n_fft": n_fft, "fs": fs, "phases": phases, "cells": cells}
 
 
 def near_dc_markdown(res: dict[str, Any]) -> str:
-    """The near-DC table as Markdown: worst error in bins per tone (rows) and record and detrend
-    (columns), the worst over the executions; ``*`` marks peaks whose refinement is approximate."""
-    cols = [(rec, det) for rec in NEAR_DC_RECORDS for det in ("constant", "linear", "False")]
-    head = "| tone (bins) | " + " | ".join(f"{rec}, detrend {det}" for rec, det in cols) + " |"
+    """The near-ends table as Markdown: worst error in bins per tone's distance from the end
+    (rows) and end, record and detrend (columns), the worst over the executions; ``*`` marks
+    peaks the result flags approximate."""
+    cols = [(end, rec, det) for end in ENDS for rec in NEAR_DC_RECORDS for det in ("constant", "linear", "False")]
+    head = "| bins from the end | " + " | ".join(f"{end}, {rec}, detrend {det}" for end, rec, det in cols) + " |"
     lines = [head, "|---:|" + "---:|" * len(cols)]
     for tone in NEAR_DC_BINS:
         row = []
-        for rec, det in cols:
-            got = [c for c in res["cells"] if c["tone_bins"] == tone and c["record"] == rec and c["detrend"] == det]
+        for end, rec, det in cols:
+            got = [c for c in res["cells"] if c["tone_bins"] == tone and c["record"] == rec and c["detrend"] == det
+                   and c.get("end", "DC") == end]
             worst = max(c["worst_error_bins"] for c in got)
             row.append(f"{worst:.1e}{'*' if any(c['approximate'] for c in got) else ''}")
         lines.append(f"| {tone:g} | " + " | ".join(row) + " |")

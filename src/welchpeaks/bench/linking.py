@@ -232,11 +232,12 @@ def score(scene: Scene, result: Any, ids: np.ndarray, min_peaks: int = 5) -> np.
 
 
 def run(families: tuple[str, ...] = FAMILIES, scenes: int = 20, seed: int = 0, snr_range=(15.0, 30.0),
-        frames: int = 400, link: dict[str, Any] | None = None, k: int = 16) -> dict[str, Any]:
+        frames: int = 400, link: dict[str, Any] | None = None, k: int = 16, progress: Any = None) -> dict[str, Any]:
     """Score ``scenes`` scenes of each family with ``link`` (keyword arguments of
     :meth:`~welchpeaks.TrackResult.link`; None: its defaults). Returns per family the mean and
-    worst per-source score, the share of scenes whose every source scores at least 0.99, the
-    track count of ``plain`` scenes, and the linking time per 10,000 frames."""
+    worst of the scenes' least per-source score, the share of scenes whose every source scores
+    at least 0.99, the track counts of ``plain`` scenes, and the linking time per 10,000
+    frames (the peaks computed by the ``numpy`` execution, outside the time)."""
     import welchpeaks
 
     out: dict[str, Any] = {"scenes": scenes, "seed": seed, "snr_db": list(snr_range), "frames": frames,
@@ -245,7 +246,8 @@ def run(families: tuple[str, ...] = FAMILIES, scenes: int = 20, seed: int = 0, s
         per_scene, tracks_made, link_s, n_frames = [], [], 0.0, 0
         for i in range(scenes):
             sc = make_scene(family, scene_rng(seed, family, i), snr_range, frames)
-            r = welchpeaks.track(sc.x, fs=sc.fs, n_fft=sc.n_fft, k=k, frame_segments=2, measures=("snr",))
+            r = welchpeaks.track(sc.x, fs=sc.fs, n_fft=sc.n_fft, k=k, frame_segments=2, measures=("snr",),
+                                 strategy="numpy")
             t0 = time.perf_counter()
             tr = r.link(**(link or {}))
             link_s += time.perf_counter() - t0
@@ -253,6 +255,8 @@ def run(families: tuple[str, ...] = FAMILIES, scenes: int = 20, seed: int = 0, s
             s = score(sc, r, tr.ids)
             per_scene.append(float(np.nanmin(s)) if np.isfinite(s).any() else np.nan)
             tracks_made.append(len(tr))
+            if progress is not None:
+                progress(family, i)
         v = np.asarray(per_scene)
         out["families"][family] = {
             "mean": float(np.nanmean(v)), "worst": float(np.nanmin(v)),
@@ -261,3 +265,36 @@ def run(families: tuple[str, ...] = FAMILIES, scenes: int = 20, seed: int = 0, s
             "link_s_per_10k_frames": link_s / max(n_frames, 1) * 1e4,
         }
     return out
+
+
+def cost(frames: int = 10_000, k: int = 16, seed: int = 0, repeats: int = 3) -> dict[str, Any]:
+    """The linking time of ``frames`` frames of ``k`` peaks at random frequencies and powers,
+    every one linked (no SNR floor: the most tracks open), as median and range of ``repeats``
+    calls (the linker compiled before), with CPU time."""
+    import welchpeaks
+
+    rng = np.random.default_rng(seed)
+    freqs = np.sort(rng.uniform(1, 128, (1, frames, k)), axis=-1) * (8000.0 / 256)
+    power = rng.exponential(1.0, (1, frames, k))
+    result = welchpeaks.TrackResult(np.ones((1, frames, k), np.int32), power, freqs,
+                                    np.arange(frames) * 0.032, "generated", {"n_fft": 256, "fs": 8000.0}, {})
+    result.link(min_snr_db=None)  # (compiled, or loaded, outside the timing)
+    wall, cpu = [], []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.process_time()
+        tracks = result.link(min_snr_db=None)
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    return {"frames": frames, "k": k, "tracks": len(tracks), "wall_s": {"median": float(np.median(wall)),
+            "min": float(min(wall)), "max": float(max(wall))}, "cpu_s_median": float(np.median(cpu))}
+
+
+def markdown(res: dict[str, Any]) -> str:
+    """The scores as a Markdown table, one row per family."""
+    lines = ["| family | scenes | mean of the least source score | worst scene | scenes with every source >= 0.99 "
+             "| tracks (plain: 2 wanted) |", "|---|---:|---:|---:|---:|---|"]
+    for family, f in res["families"].items():
+        tracks = "" if f["tracks"] is None else f"{min(f['tracks'])}-{max(f['tracks'])}"
+        lines.append(f"| {family} | {res['scenes']} | {f['mean']:.3f} | {f['worst']:.3f} | "
+                     f"{f['scenes_all_ge_0.99']:.2f} | {tracks} |")
+    return "\n".join(lines) + "\n"

@@ -208,15 +208,16 @@ def bench_accuracy(
 
 @bench_app.command("near-dc")
 def bench_near_dc(
-    n_fft: int = typer.Option(256, "--n-fft", help="Segment length (the tones are 1.5 to 10.3 bins from DC)."),
+    n_fft: int = typer.Option(256, "--n-fft", help="Segment length (the tones are 1.25 to 10.3 bins from DC and "
+                                                   "from Nyquist)."),
     phases: int = typer.Option(8, "--phases", help="Starting phases per tone (the worst error is reported)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write every cell and machine info."),
     md_path: Optional[Path] = typer.Option(None, "--md", help="Write the table as Markdown."),
 ) -> None:
-    """The worst error (bins) of welch_peaks with default options on noiseless real tones 1.5 to
-    10.3 bins from DC, per detrend, record length (2 segments; one second at 48 kHz) and CPU
-    execution; * marks peaks whose refinement read bins detrending changed (the result's
-    approximate_below_bin)."""
+    """The worst error (bins) of welch_peaks with default options on noiseless real tones 1.25 to
+    10.3 bins from DC and from Nyquist, per detrend, record length (2 segments; one second at
+    48 kHz) and CPU execution; * marks peaks the result flags approximate
+    (PeakResult.approximate)."""
     from welchpeaks.bench.accuracy import near_dc, near_dc_markdown
     from welchpeaks.machine import machine_info
 
@@ -226,6 +227,50 @@ def bench_near_dc(
     res = near_dc(n_fft=n_fft, phases=phases)
     table_md = near_dc_markdown(res)
     console.print(table_md)
+    _write_json(json_path, {"machine": machine_info(), **res})
+    write_output(md_path, table_md, "--md")
+
+
+@bench_app.command("link")
+def bench_link(
+    scenes: int = typer.Option(20, "--scenes", help="Scenes per family."),
+    snr: str = typer.Option("15,30", "--snr", help="SNR range in dB per sample (lo,hi)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the scenes (each scene drawn on its own)."),
+    families: Optional[str] = typer.Option(None, "--families", help="Some of crossing, tone-among-chirps, dropout, "
+                                                                     "vibrato, hopping, plain [default: all]."),
+    cost_frames: int = typer.Option(10_000, "--cost-frames", help="Frames of 16 random peaks for the cost (0: "
+                                                                  "skip it)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write every family's scores and machine info."),
+    md_path: Optional[Path] = typer.Option(None, "--md", help="Write the table as Markdown."),
+) -> None:
+    """How well TrackResult.link keeps each source's identity with its defaults, on generated
+    scenes (crossing chirps, a steady tone among chirps, dropouts, vibrato, hopping, two tones
+    in noise): per family, the scenes' least per-source score (the share of a source's
+    frame-peaks that carry its majority track id); and the cost of linking frames of 16 peaks."""
+    from welchpeaks.bench import linking
+    from welchpeaks.machine import machine_info
+
+    try:
+        lo, hi = (float(v) for v in snr.split(","))
+    except ValueError:
+        _fail(f"--snr {snr!r}: pass two numbers of dB, e.g. 15,30")
+    names = tuple(f.strip() for f in families.split(",")) if families else linking.FAMILIES
+    unknown = [f for f in names if f not in linking.FAMILIES]
+    if unknown or scenes < 1 or not lo <= hi or cost_frames < 0:
+        _fail(f"--families {unknown or ''} --scenes {scenes} --snr {snr} --cost-frames {cost_frames}: families of "
+              f"{', '.join(linking.FAMILIES)}, at least one scene, lo <= hi, frames >= 0")
+    check_paths({"--json": json_path, "--md": md_path})
+    res = linking.run(names, scenes, seed, (lo, hi),
+                      progress=lambda fam, i: err.print(f"{fam} {i + 1}/{scenes}", end="\r", highlight=False))
+    if cost_frames:
+        res["cost"] = linking.cost(cost_frames)
+    table_md = linking.markdown(res)
+    console.print(table_md)
+    if cost_frames:
+        c = res["cost"]
+        console.print(f"linking {c['frames']:,} frames of {c['k']} random peaks, every one linked: "
+                      f"{c['wall_s']['median']:.3f} s ({c['wall_s']['min']:.3f}-{c['wall_s']['max']:.3f}), "
+                      f"CPU {c['cpu_s_median']:.3f} s, {c['tracks']:,} tracks")
     _write_json(json_path, {"machine": machine_info(), **res})
     write_output(md_path, table_md, "--md")
 

@@ -195,23 +195,20 @@ class PeakFilters:
                     and self.max_pvalue is None else (
                         "median of the row's PSD" if self.noise_bins is None
                         else f"median of the PSD over the {2 * self.noise_bins + 1} bins around the peak "
-                        "(mirrored at the row's first and last bins)"))
+                        "(shifted inward at the row's first and last bins)"))
 
 
 def noise_window(n_bins: int, peak: Any, noise_bins: int) -> np.ndarray:
     """The bins of each ``peak``'s local noise floor (``noise_bins``), ``[..., 2 noise_bins +
     1]``: the floor is their median. The window is centred on the peak among the row's inner
-    bins (all but the first and last: DC, and Nyquist for an even ``n_fft``, have other laws);
-    where it reaches past them it continues with their mirror image (``scipy.ndimage``'s
-    ``mode='mirror'`` on ``row[1:-1]``: the spectrum of a real signal is symmetric about DC and
-    Nyquist). A peak at the first or last bin takes its inner neighbour's window. Every
-    execution computes this floor (the numba kernels' ``_local_floor``, torch's ``_snr_db_t``);
-    ``make_params`` refuses windows wider than the inner bins."""
-    last = n_bins - 2
-    centre = np.clip(np.asarray(peak), 1, last)
-    j = centre[..., None] + np.arange(-noise_bins, noise_bins + 1)
-    j = np.where(j < 1, 2 - j, j)
-    return np.where(j > last, 2 * last - j, j)
+    bins (all but the first and last: DC, and Nyquist for an even ``n_fft``, have other laws),
+    shifted inward where it would reach past them, so it always holds ``2 noise_bins + 1``
+    distinct bins of one law (``scipy.ndimage.median_filter(row[1:-1], 2 noise_bins + 1)`` at
+    the window's centre). Every execution computes this floor (the numba kernels'
+    ``_local_floor``, torch's ``_snr_db_t``); ``make_params`` refuses windows wider than the
+    inner bins."""
+    first = np.clip(np.asarray(peak) - noise_bins, 1, n_bins - 2 - 2 * noise_bins)
+    return first[..., None] + np.arange(2 * noise_bins + 1)
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ _PARAMS = (
     Param("measures", None, f"Per-peak measures returned: some of {', '.join(MEASURES)} (comma-separated on the "
                             "command line).", "--measures"),
     Param("noise_bins", None, "The noise floor is the median PSD of the 2*noise_bins+1 bins around the peak, "
-                              "mirrored at the row's first and last bins (at most (n_fft//2 - 2)//2) "
+                              "shifted inward at the row's first and last bins (at most (n_fft//2 - 2)//2) "
                               "[default: the median of the whole row]."),
     # ---- how it runs
     Param("strategy", "auto", "'auto' (the planner picks) or an execution by name (welchpeaks strategies).",

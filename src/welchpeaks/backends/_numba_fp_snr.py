@@ -45,22 +45,18 @@ def _snr_of(h, floor):
 @njit(**_OPTS)
 def _local_floor(row, p, noise_bins, tmp):
     """The median of the ``2 noise_bins + 1`` bins of ``p``'s window
-    (:func:`welchpeaks.params.noise_window`: centred on ``p`` among the inner bins, mirrored
-    where it reaches past them), by :func:`_kth` in ``tmp`` (``3 (2 noise_bins + 1)`` floats).
-    Indices are kept in the row however short (``make_params`` refuses a window wider than the
-    inner bins)."""
+    (:func:`welchpeaks.params.noise_window`: centred on ``p`` among the inner bins, shifted
+    inward where it would reach past them), by :func:`_kth` in ``tmp`` (``3 (2 noise_bins +
+    1)`` floats). ``make_params`` refuses a window wider than the inner bins; a row too short
+    for one anyway is taken whole."""
     n = row.shape[0]
-    last = max(n - 2, 1)
-    centre = min(max(p, 1), last)
-    w = 2 * noise_bins + 1
+    w = min(2 * noise_bins + 1, n - 2)
+    first = min(max(p - noise_bins, 1), n - 1 - w)
+    if w < 1:
+        first, w = 0, n
     for i in range(w):
-        j = centre - noise_bins + i
-        if j < 1:
-            j = 2 - j
-        if j > last:
-            j = 2 * last - j
-        tmp[i] = row[min(max(j, 0), n - 1)]
-    return _kth(tmp, w, noise_bins)
+        tmp[i] = row[first + i]
+    return _kth(tmp, w, w // 2)
 
 
 @njit(error_model="numpy", **_OPTS)

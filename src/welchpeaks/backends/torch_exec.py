@@ -283,10 +283,8 @@ def _snr_db_t(psd: Any, at: Any, noise_bins: int | None) -> Any:
     if noise_bins is None:
         floor = median_rows_t(psd)[:, None].expand_as(at)
     else:
-        last = psd.shape[1] - 2
-        near = at.clamp(1, last)[..., None] + torch.arange(-noise_bins, noise_bins + 1, device=psd.device)
-        near = torch.where(near < 1, 2 - near, near)
-        near = torch.where(near > last, 2 * last - near, near)
+        first = (at - noise_bins).clamp(min=1).clamp(max=psd.shape[1] - 2 - 2 * noise_bins)
+        near = first[..., None] + torch.arange(2 * noise_bins + 1, device=psd.device)
         floor = torch.gather(psd, 1, near.reshape(at.shape[0], -1)).reshape(near.shape).median(-1).values
     peak = torch.gather(psd, 1, at)
     inf = torch.full_like(peak, float("inf"))

@@ -3,7 +3,7 @@ p-value is at most ``alpha``, over ``alpha`` (1 is exact).
 
 Each cell's noise goes through ``scipy.signal.welch`` (the oracle PSD; n_fft 256, constant
 detrend, float32 noise), its floor is the one the kernels take (the row's median, or
-``scipy.ndimage.median_filter(mode='mirror')`` over the inner bins: the definition of
+``scipy.ndimage.median_filter`` over the inner bins at each window's centre: the definition of
 :func:`welchpeaks.params.noise_window`), and bins 2 to n_fft/2 - 1 are counted (those a constant
 detrend leaves, without Nyquist). The sampling error is that of the per-row fractions (rows are
 independent; the bins of a row are not). ``python -m welchpeaks.bench.significance [bins]``
@@ -44,8 +44,9 @@ def under_alpha(psd: np.ndarray, pvalue: Any, noise_bins: int | None) -> tuple[n
 
     if noise_bins is None:
         floor = np.median(psd, axis=1, keepdims=True)
-    else:
-        floor = scipy.ndimage.median_filter(psd[:, 1:-1], size=(1, 2 * noise_bins + 1), mode="mirror")[:, 1:]
+    else:  # bins 2 to n_fft/2 - 1 take the window centred on them, shifted to lie in bins 1 to n_fft/2 - 1
+        inner = scipy.ndimage.median_filter(psd[:, 1:-1], size=(1, 2 * noise_bins + 1))
+        floor = inner[:, np.clip(np.arange(2, psd.shape[1] - 1), noise_bins + 1, psd.shape[1] - 2 - noise_bins) - 1]
     pv = pvalue(10.0 * np.log10(psd[:, 2:-1] / floor))
     alphas = np.array(ALPHAS)
     hits = np.stack([(pv <= a).mean(1) for a in alphas], 1)

@@ -50,6 +50,7 @@ neighbouring bins correlate beyond two bins (flat-top), the neighbour model is c
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -127,6 +128,7 @@ class PValueLaw:
 
 
 _LAWS: OrderedDict = OrderedDict()
+_LAWS_LOCK = threading.Lock()
 
 
 def pvalue_law(window: np.ndarray, hop: int, n_segments: int, *, detrend: Any = "constant",
@@ -136,14 +138,16 @@ def pvalue_law(window: np.ndarray, hop: int, n_segments: int, *, detrend: Any = 
     ``detrend`` as the segments had. Kept per ``key`` (the window's identity) and the rest."""
     w = np.asarray(window, np.float64)
     ident = (key if key is not None else w.tobytes(), len(w), int(hop), int(n_segments), detrend, noise_bins)
-    law = _LAWS.get(ident)
-    if law is None:
-        law = _build(w, int(hop), int(n_segments), detrend, noise_bins)
-        _LAWS[ident] = law
+    with _LAWS_LOCK:
+        law = _LAWS.get(ident)
+        if law is not None:
+            _LAWS.move_to_end(ident)
+            return law
+    law = _build(w, int(hop), int(n_segments), detrend, noise_bins)  # (outside the lock: calls go on)
+    with _LAWS_LOCK:
+        law = _LAWS.setdefault(ident, law)
         while len(_LAWS) > _CACHE_SIZE:
             _LAWS.popitem(last=False)
-    else:
-        _LAWS.move_to_end(ident)
     return law
 
 
@@ -190,7 +194,8 @@ class _Structure:
             u = np.concatenate([
                 z / np.linalg.norm(z, axis=1, keepdims=True)
                 for c in covs
-                for z in [(rng.standard_normal((per, kc)) + 1j * rng.standard_normal((per, kc))) @ np.linalg.cholesky(c).T]])
+                for z in [(rng.standard_normal((per, kc)) + 1j * rng.standard_normal((per, kc)))
+                          @ np.linalg.cholesky(c).T]])
             lq = np.stack([-np.linalg.slogdet(c)[1] - kc * np.log(np.real(np.sum((u.conj() @ np.linalg.inv(c)) * u, 1)))
                            for c in covs])
             top = lq.max(0)
@@ -335,7 +340,8 @@ def _saddlepoint(x: np.ndarray, lam: np.ndarray, mult: np.ndarray) -> tuple[np.n
         lcdf = np.where(w > 0, np.log1p(-np.exp(tail)), tail)
     # the terms are 0/0 at the mean: there the probit of the cdf, nearly linear, is interpolated
     good = (np.abs(w) > 0.02) & np.isfinite(lsf) & np.isfinite(lcdf)
-    probit = np.interp(x, x[good], np.where(w[good] > 0, -special.ndtri(np.exp(lsf[good])), special.ndtri(np.exp(lcdf[good]))))
+    known = np.where(w[good] > 0, -special.ndtri(np.exp(lsf[good])), special.ndtri(np.exp(lcdf[good])))
+    probit = np.interp(x, x[good], known)
     lsf = np.where(good, lsf, special.log_ndtr(-probit))
     lcdf = np.where(good, lcdf, special.log_ndtr(probit))
     return lsf, lcdf
@@ -502,9 +508,9 @@ class _Floor:
         return at(lo) if j == lo else (lo + 1 - j) * at(lo) + (j - lo) * at(lo + 1)
 
     def _near(self, x: np.ndarray, t: np.ndarray) -> dict:
-        """``P(near count, state of the innermost far bin's neighbour on each side | x, t)``,
-        keys ``(count, left state, right state)``: each stratum of directions gives the near
-        bins' conditional laws; ``-1, +1`` are joined by a copula, each side outward by a
+        """``P(count of the near bins below t, state of the outermost near bin on each side |
+        x, t)``, keys ``(count, left state, right state)``: each stratum of directions gives the
+        near bins' conditional laws; ``-1, +1`` are joined by a copula, each side outward by a
         Markov step of the pair's copula."""
         if self.given is None:
             return {(0, 0, 0): np.ones_like(t)}

@@ -7,7 +7,8 @@ detrend, float32 noise), its floor is the one the kernels take (the row's median
 :func:`welchpeaks.params.noise_window`), and bins 2 to n_fft/2 - 1 are counted (those a constant
 detrend leaves, without Nyquist). The sampling error is that of the per-row fractions (rows are
 independent; the bins of a row are not). ``python -m welchpeaks.bench.significance [bins]``
-prints the tables docs/accuracy.md holds (:func:`table`, then AR(1) noise: :func:`coloured`).
+prints the tables docs/accuracy.md holds (:func:`table`, then AR(1) noise: :func:`coloured`),
+``python -m welchpeaks.bench.significance cost`` what the law costs (:func:`cost`).
 """
 
 from __future__ import annotations
@@ -89,6 +90,43 @@ def coloured(n_bins: int = 2_000_000, ar: float = 0.5, floors: tuple = (4, 8, 16
     return rows
 
 
+def cost(repeats: int = 21) -> dict[str, float]:
+    """Milliseconds: building a law (overlapping segments, and not), the p-values of 8192 rows x
+    16 peaks, and ``WelchPeaks(strategy='fused-cpu')`` on float32 ``[8192, 384]`` (n_fft 256, 2
+    segments, k 16) without a measure, with the SNR, the p-value and ``max_pvalue``, round robin."""
+    import time
+
+    import scipy.signal as ss
+
+    import welchpeaks
+    from welchpeaks import significance
+    from welchpeaks.bench.measures import rows_for
+    from welchpeaks.timing import round_robin
+
+    out = {}
+    for label, hop, segments, noise_bins in (("50% overlap, 8 segments, row", N_FFT // 2, 8, None),
+                                             ("50% overlap, 2 segments, noise_bins 8", N_FFT // 2, 2, 8),
+                                             ("no overlap, 8 segments, noise_bins 8", N_FFT, 8, 8)):
+        times = []
+        for _ in range(3):
+            significance._LAWS.clear()
+            t0 = time.perf_counter()
+            significance.pvalue_law(ss.get_window("hann", N_FFT), hop, segments, noise_bins=noise_bins)
+            times.append(time.perf_counter() - t0)
+        out[f"build, {label}"] = 1e3 * float(np.median(times))
+    law = significance.pvalue_law(ss.get_window("hann", N_FFT), N_FFT // 2, 2)
+    snr = np.random.default_rng(0).uniform(-3.0, 20.0, (8192, 16))
+    out["pvalue of 8192 x 16 peaks"] = float(np.median(round_robin({"p": lambda: law.pvalue(snr)}, repeats)["p"]))
+    x = rows_for(8192, N_FFT + N_FFT // 2)
+    calls = {"no measure": {}, "snr": dict(measures="snr"), "pvalue": dict(measures="pvalue"),
+             "max_pvalue=0.01": dict(max_pvalue=0.01), "pvalue, noise_bins=8": dict(measures="pvalue", noise_bins=8)}
+    runs = {name: welchpeaks.WelchPeaks(n_fft=N_FFT, k=16, segments=2, strategy="fused-cpu", **kw)
+            for name, kw in calls.items()}
+    for name, ms in round_robin({n: (lambda r=r: r(x)) for n, r in runs.items()}, repeats).items():
+        out[f"fused-cpu, {name}"] = float(np.median(ms))
+    return out
+
+
 def markdown(rows: list[dict]) -> str:
     head = ("| window | overlap | segments | floor | " + " | ".join(f"alpha {a:g}" for a in ALPHAS) + " |\n"
             "|---|---:|---:|---|" + "---:|" * len(ALPHAS))
@@ -101,5 +139,9 @@ def markdown(rows: list[dict]) -> str:
 
 
 if __name__ == "__main__":
-    bins = int(float(sys.argv[1])) if len(sys.argv) > 1 else 2_000_000
-    print(markdown(table(bins) + coloured(bins)))
+    if sys.argv[1:] == ["cost"]:
+        for what, ms in cost().items():
+            print(f"{what}: {ms:.2f} ms")
+    else:
+        bins = int(float(sys.argv[1])) if len(sys.argv) > 1 else 2_000_000
+        print(markdown(table(bins) + coloured(bins)))

@@ -205,7 +205,21 @@ class PeakFilters:
                     noise_floor=None if self.snr_db is None and "snr" not in self.kernel_measures
                     and self.max_pvalue is None else (
                         "median of the row's PSD" if self.noise_bins is None
-                        else f"median of the PSD over +-{self.noise_bins} bins"))
+                        else f"median of the PSD over the {2 * self.noise_bins + 1} bins around the peak "
+                        "(shifted inward at the row's first and last bins)"))
+
+
+def noise_window(n_bins: int, peak: Any, noise_bins: int) -> np.ndarray:
+    """The bins of each ``peak``'s local noise floor (``noise_bins``), ``[..., 2 noise_bins +
+    1]``: the floor is their median. The window is centred on the peak among the row's inner
+    bins (all but the first and last: DC, and Nyquist for an even ``n_fft``, have other laws),
+    shifted inward where it would reach past them, so it always holds ``2 noise_bins + 1``
+    distinct bins of one law (``scipy.ndimage.median_filter(row[1:-1], 2 noise_bins + 1)`` at
+    the window's centre). Every execution computes this floor (the numba kernels'
+    ``_local_floor``, torch's ``_snr_db_t``); ``make_params`` refuses windows wider than the
+    inner bins."""
+    first = np.clip(np.asarray(peak) - noise_bins, 1, n_bins - 2 - 2 * noise_bins)
+    return first[..., None] + np.arange(2 * noise_bins + 1)
 
 
 @dataclass(frozen=True)
@@ -335,24 +349,30 @@ class PeakParams:
         if "width" in out and self.fs is not None:
             out["width_hz"] = out["width"] * self.freq_scale()
         if self.filters is not None and "pvalue" in self.filters.measures:
-            from welchpeaks.significance import pvalue_from_snr, welch_edof
-
             snr = out["snr_db"] if "snr" in self.filters.measures else out.pop("snr_db")
-            edof = welch_edof(self.window_array, self.hop, n_segments)
-            out["pvalue"] = (pvalue_from_snr(snr, edof) if isinstance(snr, np.ndarray)
-                             else snr.new_tensor(pvalue_from_snr(snr.cpu().numpy(), edof)))
+            law = self.pvalue_law(n_segments)
+            out["pvalue"] = (law.pvalue(snr) if isinstance(snr, np.ndarray)
+                             else snr.new_tensor(law.pvalue(snr.cpu().numpy())))
         return out
+
+    def pvalue_law(self, n_segments: int) -> Any:
+        """The law of a noise bin's SNR over the floor these filters measure it against, for
+        ``n_segments`` segments (:func:`welchpeaks.significance.pvalue_law`, kept per call's
+        parameters)."""
+        from welchpeaks.significance import pvalue_law
+
+        noise_bins = None if self.filters is None else self.filters.noise_bins
+        return pvalue_law(self.window_array, self.hop, n_segments, detrend=self.detrend, noise_bins=noise_bins,
+                          key=self.window_key)
 
     def for_segments(self, n_segments: int) -> "PeakParams":
         """These parameters as the find_peaks kernels of ``n_segments`` segments take them:
-        ``max_pvalue`` as the SNR minimum it amounts to at their degrees of freedom (the
-        stricter of it and ``snr_db``); the same object without ``max_pvalue``."""
+        ``max_pvalue`` as the SNR minimum it amounts to at that many segments and this floor
+        (the stricter of it and ``snr_db``); the same object without ``max_pvalue``."""
         f = self.filters
         if f is None or f.max_pvalue is None:
             return self
-        from welchpeaks.significance import snr_db_for_pvalue, welch_edof
-
-        least = snr_db_for_pvalue(f.max_pvalue, welch_edof(self.window_array, self.hop, n_segments))
+        least = self.pvalue_law(n_segments).snr_db(f.max_pvalue)
         return dataclasses.replace(self, filters=dataclasses.replace(
             f, snr_db=least if f.snr_db is None else max(least, f.snr_db)))
 
@@ -465,6 +485,11 @@ def make_params(
         raise TypeError(f"edges={shown(edges)} must be True (DC and Nyquist may be peaks) or False (default: never)")
     if filters is not None and mode != "peaks":
         raise ValueError("filters and measures apply to local maxima: use mode='peaks' (mode='bins' ranks every bin)")
+    if filters is not None and filters.noise_bins is not None and 2 * filters.noise_bins + 1 > n_bins - 2:
+        fix = (f"pass noise_bins <= {(n_bins - 3) // 2}" if n_bins >= 5 else "pass a larger n_fft")
+        raise ValueError(f"noise_bins={filters.noise_bins} asks for a window of 2*noise_bins+1 bins but n_fft={n_fft} "
+                         f"gives {n_bins - 2} besides the first and last; {fix}, or noise_bins=None for the median "
+                         "of the whole row")
     return PeakParams(
         n_fft=n_fft,
         hop=hop,

@@ -89,12 +89,13 @@ _PARAMS = (
     Param("wlen", None, "Window in bins of the prominence (scipy's wlen) [default: the whole row]."),
     Param("rel_height", 0.5, "Height at which a peak's width is measured, relative to its prominence (scipy's)."),
     Param("snr_db", None, "Least SNR in dB over the row's noise floor.", "--snr-db"),
-    Param("max_pvalue", None, "Greatest p-value: the chance that noise alone gives a bin this far above the noise "
-                              "floor (chi-squared with the Welch estimate's degrees of freedom).", "--max-pvalue"),
+    Param("max_pvalue", None, "Greatest p-value: the chance that noise alone gives a bin this far above its noise "
+                              "floor, the floor's own noise included (docs/accuracy.md).", "--max-pvalue"),
     Param("measures", None, f"Per-peak measures returned: some of {', '.join(MEASURES)} (comma-separated on the "
                             "command line).", "--measures"),
-    Param("noise_bins", None, "The noise floor is the median PSD within this many bins of the peak [default: the "
-                              "median of the whole row]."),
+    Param("noise_bins", None, "The noise floor is the median PSD of the 2*noise_bins+1 bins around the peak, "
+                              "shifted inward at the row's first and last bins (at most (n_fft//2 - 2)//2) "
+                              "[default: the median of the whole row]."),
     # ---- how it runs
     Param("strategy", "auto", "'auto' (the planner picks) or an execution by name (welchpeaks strategies).",
           "--strategy"),

@@ -1,5 +1,5 @@
 """The SNR of a peak in dB: ``10 log10`` of its height over a noise floor, the row's median or
-the median of the samples around it, and the ``log10`` that computes it without a library
+the median of the bins around it, and the ``log10`` that computes it without a library
 call where it can (so a loop of them vectorises).
 """
 
@@ -26,9 +26,9 @@ _MANTISSA, _EXPONENT_ONE = (1 << 52) - 1, 1023 << 52
 @njit(inline="always", **_OPTS)
 def _snr_db(row, p, floor, noise_bins, tmp):
     """The SNR in dB of the peak at ``p``: ``10 log10(row[p] / floor)``, over ``floor`` (the
-    row's median) or, with ``noise_bins >= 1``, over the median of the samples within
-    ``noise_bins`` of ``p`` (:func:`_local_floor`, in ``tmp``). Inline: it runs once per
-    measured peak."""
+    row's median) or, with ``noise_bins >= 1``, over the median of the ``2 noise_bins + 1``
+    bins around ``p`` (:func:`_local_floor`, in ``tmp``). Inline: it runs once per measured
+    peak."""
     if noise_bins >= 1:
         floor = _local_floor(row, p, noise_bins, tmp)
     return _snr_of(row[p], floor)
@@ -44,14 +44,19 @@ def _snr_of(h, floor):
 
 @njit(**_OPTS)
 def _local_floor(row, p, noise_bins, tmp):
-    """The median of the ``2 noise_bins + 1`` samples centred on ``p``, the edges repeated (as
-    ``scipy.ndimage.median_filter(mode='nearest')``), by :func:`_kth` in ``tmp`` (``3 (2
-    noise_bins + 1)`` floats)."""
+    """The median of the ``2 noise_bins + 1`` bins of ``p``'s window
+    (:func:`welchpeaks.params.noise_window`: centred on ``p`` among the inner bins, shifted
+    inward where it would reach past them), by :func:`_kth` in ``tmp`` (``3 (2 noise_bins +
+    1)`` floats). ``make_params`` refuses a window wider than the inner bins; a row too short
+    for one anyway is taken whole."""
     n = row.shape[0]
-    w = 2 * noise_bins + 1
+    w = min(2 * noise_bins + 1, n - 2)
+    first = min(max(p - noise_bins, 1), n - 1 - w)
+    if w < 1:
+        first, w = 0, n
     for i in range(w):
-        tmp[i] = row[min(n - 1, max(0, p - noise_bins + i))]
-    return _kth(tmp, w, noise_bins)
+        tmp[i] = row[first + i]
+    return _kth(tmp, w, w // 2)
 
 
 @njit(error_model="numpy", **_OPTS)

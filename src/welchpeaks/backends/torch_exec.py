@@ -305,14 +305,15 @@ def device_rows(p: PeakParams) -> Callable[[Any], RowPeaks]:
 
 def _snr_db_t(psd: Any, at: Any, noise_bins: int | None) -> Any:
     """The SNR of the peaks at ``at`` (tensors), as the numba kernel measures it: power over the
-    row's median, or over the median of the bins within ``noise_bins`` (edges repeated)."""
+    row's median, or over the median of the ``2 noise_bins + 1`` bins of the peak's window
+    (:func:`welchpeaks.params.noise_window`; ``make_params`` checked that it fits)."""
     import torch
 
     if noise_bins is None:
         floor = median_rows_t(psd)[:, None].expand_as(at)
     else:
-        span = torch.arange(-noise_bins, noise_bins + 1, device=psd.device)
-        near = (at[..., None] + span).clamp(0, psd.shape[1] - 1)
+        first = (at - noise_bins).clamp(min=1).clamp(max=psd.shape[1] - 2 - 2 * noise_bins)
+        near = first[..., None] + torch.arange(2 * noise_bins + 1, device=psd.device)
         floor = torch.gather(psd, 1, near.reshape(at.shape[0], -1)).reshape(near.shape).median(-1).values
     peak = torch.gather(psd, 1, at)
     inf = torch.full_like(peak, float("inf"))

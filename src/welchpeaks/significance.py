@@ -109,7 +109,8 @@ class PValueLaw:
 
     def snr_db(self, max_pvalue: float) -> float:
         """The least SNR (dB) whose p-value is at most ``max_pvalue``: a peak has a p-value at
-        most ``max_pvalue`` exactly when its SNR (float64 dB) is at least this."""
+        most ``max_pvalue`` exactly when its SNR (float64 dB) is at least this (+inf when no
+        SNR reaches it: a law whose tail stops falling)."""
         target = math.log(max_pvalue)
         x, y = self.log_ratio, self.log_p
         if target >= y[0]:
@@ -117,14 +118,39 @@ class PValueLaw:
         if target >= y[-1]:
             i = int(np.flatnonzero(y <= target)[0])  # y[i - 1] > target >= y[i]
             lr = x[i - 1] + (target - y[i - 1]) * (x[i] - x[i - 1]) / (y[i] - y[i - 1])
-        else:
+        elif y[-1] < y[-2]:
             lr = x[-1] + (target - y[-1]) * (x[-1] - x[-2]) / (y[-1] - y[-2])
-        snr = float(lr * 10.0 / math.log(10.0))
-        while self.pvalue(snr) > max_pvalue:  # the float whose p-value first reaches it
-            snr = float(np.nextafter(snr, math.inf))
-        while self.pvalue(float(np.nextafter(snr, -math.inf))) <= max_pvalue:
-            snr = float(np.nextafter(snr, -math.inf))
-        return snr
+        else:
+            return math.inf
+        guess = float(lr * 10.0 / math.log(10.0))
+        if not math.isfinite(guess):
+            return math.inf
+
+        def kept(v: float) -> bool:
+            return bool(self.pvalue(v) <= max_pvalue)
+
+        # bracket the float where the p-value first reaches max_pvalue, then bisect to it: the
+        # guess is within rounding, but a p-value that underflows (max_pvalue near 5e-324)
+        # moves it further, so the walk is bounded by the bisection, not by ulps
+        step = max(abs(guess) * 1e-12, 1e-12)
+        lo, hi = guess, guess
+        while kept(lo):
+            lo -= step
+            step *= 2.0
+            if lo < -1e300:
+                return -math.inf
+        step = max(abs(guess) * 1e-12, 1e-12)
+        while not kept(hi):
+            hi += step
+            step *= 2.0
+            if hi > 1e300:
+                return math.inf
+        for _ in range(2200):  # (float64 values between any two: under 2**11 halvings of the gap)
+            mid = lo + (hi - lo) / 2.0
+            if mid in (lo, hi):
+                break
+            lo, hi = (lo, mid) if kept(mid) else (mid, hi)
+        return hi
 
 
 _LAWS: OrderedDict = OrderedDict()

@@ -89,12 +89,7 @@ def _calls():
     return out
 
 
-#: check_noise_bins formats the value with repr (a 0-d array on two lines, an int of over 4300
-#: digits not at all); it is not this change's (its owner changes it in issue 50): a strict
-#: xfail, which fails once it is fixed, to be removed then
-_OWNED_ELSEWHERE = pytest.mark.xfail(strict=True, reason="check_noise_bins shows the value with repr")
-CALLS = [pytest.param(*c, id=c[0], marks=_OWNED_ELSEWHERE if c[0] == "welch_peaks(noise_bins)" else ())
-         for c in _calls()]
+CALLS = [pytest.param(*c, id=c[0]) for c in _calls()]
 
 
 @pytest.mark.parametrize("label, name, call", CALLS)

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from welchpeaks.api.find_peaks import MAX_SAMPLES, filter_config
-from welchpeaks.numeric import is_int, real, shown
+from welchpeaks.numeric import integer, is_int, real, shown
 from welchpeaks.params import PeakFilters
 from welchpeaks.spec import MEASURES
 
@@ -36,15 +36,13 @@ MAX_NOISE_BINS = 1 << 20
 
 
 def check_noise_bins(noise_bins: Any) -> int | None:
+    """``noise_bins`` checked (numeric's rule): None, or an integer from 1 to
+    :data:`MAX_NOISE_BINS` (``make_params`` bounds it by the row's bins)."""
     if noise_bins is None:
         return None
-    if not is_int(noise_bins) or noise_bins < 1:
-        raise ValueError(f"noise_bins={noise_bins!r} must be a positive integer (the local noise floor is the "
-                         "median over +-noise_bins bins) or None (the median of the whole row)")
-    if noise_bins > MAX_NOISE_BINS:
-        raise ValueError(f"noise_bins={noise_bins!r} is over {MAX_NOISE_BINS:,} bins (its scratch memory grows with "
-                         "it); pass a smaller window, or None for the median of the whole row")
-    return int(noise_bins)
+    return integer("noise_bins", noise_bins, 1, MAX_NOISE_BINS, kind="a positive integer or None",
+                   words=f"a positive integer, at most {MAX_NOISE_BINS:,} (the local floor is the median over "
+                         "+-noise_bins bins; its scratch grows with it), or None (the median of the whole row)")
 
 
 def merge_distance(distance: Any, min_distance: Any) -> Any:

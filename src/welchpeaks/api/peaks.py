@@ -499,7 +499,11 @@ def welch_peaks(
         the bin. ``'auto'`` (default): the window's estimator where it has one, else the power
         parabola. Every execution refines alike; peaks at DC or Nyquist are not refined, and a
         neighbour more than 120 dB under the peak counts as zero (rounding, such as the DC bin
-        after detrending). Accuracy per window: docs/accuracy.md.
+        after detrending). With ``'auto'`` and ``'window'``, peaks next to DC and Nyquist (where
+        a real tone's image and the detrend bias three bins) that stand 10 dB over their row's
+        floor are refitted to the tone's exact Welch PSD (:mod:`welchpeaks.edgefit`; not on the
+        Triton executions). ``PeakResult.approximate()`` says which peaks may be off by more
+        than 1e-3 bins on a clean tone. Accuracy per window: docs/accuracy.md.
     edges : bool
         In ``'peaks'`` mode, whether DC and Nyquist may be peaks (their missing neighbour counts
         as -inf). Default False, as ``scipy.signal.find_peaks``: a spectrum's edges are not
@@ -519,14 +523,15 @@ def welch_peaks(
         Per-peak measures returned in ``result.measures``: ``snr_db`` (power over the noise
         floor), ``prominence`` (scipy's, with ``wlen``), ``width`` in bins at ``rel_height``
         (scipy's ``peak_widths``) and ``width_hz`` when ``fs`` is given, ``pvalue``: the
-        probability that noise alone gives a bin at least this far over the noise floor, from
-        the chi-squared law of the Welch estimate with its equivalent degrees of freedom
-        (window, segments, overlap; :mod:`welchpeaks.significance` states the formula, its
-        assumptions and references). A per-bin probability: about ``n_bins * alpha`` noise bins
-        of a row fall under ``alpha``.
+        probability that noise alone gives a bin at least this far over the noise floor, the
+        floor's own noise included (the law of a Welch bin over the median of the bins the
+        floor takes, with the overlap of the segments and of neighbouring bins;
+        :mod:`welchpeaks.significance` states it, its assumptions and references). A per-bin
+        probability: about ``n_bins * alpha`` noise bins of a row fall under ``alpha``.
     noise_bins : int, optional
-        The noise floor of ``snr_db``: the median PSD over the bins within ``noise_bins`` of the
-        peak; default the median of the row's whole PSD.
+        The noise floor of ``snr_db``: the median PSD over the ``2 noise_bins + 1`` bins
+        centred on the peak (shifted inward at the row's ends, never its first or last bin; at
+        most the row's inner bins); default the median of the row's whole PSD.
 
         With any filter or measure, every execution's graph computes the PSD (fused-cpu in its
         one pass, the others by their own kernels; the learned model by its butterfly FFT) and

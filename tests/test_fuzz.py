@@ -1496,6 +1496,94 @@ def test_a_zarr_chunk_as_large_as_a_huge_array_is_refused_at_open(tmp_path):
 torch = pytest.importorskip("torch")
 
 
+LINK_VALUES = st.one_of(st.none(), st.integers(-3, 40), st.floats(allow_nan=True, allow_infinity=True),
+                        st.sampled_from([10 ** 400, -10 ** 400, 5e-324, 1e308, True, "5", np.float64(3.0), np.int64(4),
+                                         np.array(2.0), 2 ** 62, 2 ** 63, 10 ** 9]))
+
+
+@st.composite
+def link_calls(draw):
+    """A hand-made TrackResult (peaks at any frequencies, powers and SNRs: NaN, 0, inf, huge,
+    negative; empty frames; with or without n_fft and fs) and link parameters, valid or not."""
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    lead, t, k = draw(st.sampled_from([(), (1,), (3,), (2, 2)])), draw(st.integers(0, 60)), draw(st.integers(1, 6))
+    shape = lead + (t, k)
+    freqs = np.where(rng.random(shape) < 0.2, np.nan, rng.uniform(-10, 5000, shape))
+    freqs[rng.random(shape) < 0.02] = draw(st.sampled_from([np.inf, -np.inf, 1e300, -0.0]))
+    steady = rng.uniform(100, 4000, lead + (1, k))
+    freqs = np.where(rng.random(shape) < 0.5, steady + rng.normal(0, 3, shape), freqs)
+    power = np.where(np.isfinite(freqs), rng.exponential(1.0, shape), np.nan)
+    power[rng.random(shape) < 0.03] = draw(st.sampled_from([0.0, np.inf, 1e-320, np.nan]))
+    snr = np.where(np.isfinite(freqs), rng.uniform(-5, 40, shape), np.nan)
+    params = draw(st.sampled_from([{}, {"n_fft": 256, "fs": 8000.0}, {"n_fft": 64}, {"n_fft": 3, "fs": 1e-300}]))
+    measures = {"snr_db": snr} if draw(st.booleans()) else {}
+    result = welchpeaks.TrackResult(np.where(np.isfinite(freqs), 1, -1).astype(np.int32), power, freqs,
+                                    np.arange(t) * 0.1, "fuzz", params, measures)
+    kw = {name: draw(LINK_VALUES) for name in ("max_jump_hz", "max_gap", "min_length", "min_snr_db")
+          if draw(st.booleans())}
+    return result, kw
+
+
+@settings(fuzz, max_examples=max(EXAMPLES // 4, 20))
+@given(link_calls())
+def test_linking_fails_cleanly_or_gives_tracks(call):
+    """Any peaks and any link parameters: a ValueError or TypeError naming the parameter, or
+    tracks: ids the result's shape, -1 where a slot is empty (and, with the SNR floor, under
+    it), no two peaks of one frame in one track, the kept tracks numbered 0.. in the order they
+    started, every one at least min_length peaks; the stream fed in random pieces gives the same
+    ids as link() with min_length 1."""
+    result, kw = call
+    import warnings as w
+
+    try:
+        with w.catch_warnings():
+            w.simplefilter("ignore")
+            tracks = result.link(**kw)
+    except (ValueError, TypeError) as exc:
+        names = [n for n in ("max_jump_hz", "max_gap", "min_length", "min_snr_db", "n_fft") if n in str(exc)]
+        assert names and "\n" not in str(exc), str(exc)
+        event("refused")
+        return
+    event("linked")
+    ids = tracks.ids
+    assert ids.shape == result.freqs.shape and ids.dtype == np.int64
+    assert np.all(ids[~np.isfinite(result.freqs)] == -1)
+    floor = tracks.params["min_snr_db"]
+    if floor is not None and "snr_db" in result.measures:
+        assert np.all(ids[~(result.measures["snr_db"] >= floor)] == -1)
+    flat = ids.reshape((int(np.prod(ids.shape[:-2])),) + ids.shape[-2:])
+    for sig in flat:
+        for frame in sig:
+            got = frame[frame >= 0]
+            assert got.size == np.unique(got).size  # one peak per track per frame
+    kept = np.unique(ids[ids >= 0])
+    assert np.array_equal(kept, np.arange(kept.size))
+    if kept.size:
+        counts = np.bincount(ids[ids >= 0])
+        assert counts.min() >= tracks.params["min_length"]
+        first = [np.argwhere(ids == i)[0] for i in kept]  # (lead..., frame, slot) of each track's first peak
+        order = [tuple([f[-2]] + list(f[:-2]) + [f[-1]]) for f in first]  # by frame, then signal, then slot
+        assert order == sorted(order)
+    from welchpeaks.tracks import MultiLinker, check_link, per_signal
+
+    p = tracks.params
+    res = p.get("max_jump_hz") if "n_fft" not in result.params else (result.params.get("fs") or 1.0) / result.params["n_fft"]
+    one = check_link(p["max_jump_hz"], p["max_gap"], 1, p["min_snr_db"], res)
+    whole = MultiLinker(one).feed_frames(per_signal(result.freqs), per_signal(result.power),
+                                         None if "snr_db" not in result.measures else per_signal(result.measures["snr_db"]))
+    pieces, at, lk = [], 0, MultiLinker(one)
+    rng = np.random.default_rng(int(result.freqs.size))
+    snr = result.measures.get("snr_db")
+    while at < result.freqs.shape[-2]:
+        step = int(rng.integers(1, 7))
+        sl = (..., slice(at, at + step), slice(None))
+        pieces.append(lk.feed_frames(per_signal(result.freqs[sl]), per_signal(result.power[sl]),
+                                     None if snr is None else per_signal(snr[sl])))
+        at += step
+    if pieces:
+        np.testing.assert_array_equal(np.concatenate(pieces, axis=1), whole)
+
+
 @settings(max_examples=max(EXAMPLES // 2, 10), deadline=None, derandomize=True)
 @given(calls())
 def test_torch_agrees_with_numpy(call):

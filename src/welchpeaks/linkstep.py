@@ -34,19 +34,23 @@ CFG_LEN = 20
 
 
 @njit(**_OPTS)
-def _valid(freqs, snr, has_snr, cfg, z, slot):
-    """The frame's peaks that are linked (finite, and at least ``min_snr`` where the SNR is
-    known): their frequencies in bins into ``z``, their slots into ``slot``; returns how many."""
+def _valid(freqs, pw, has_power, snr, has_snr, cfg, z, lp, slot):
+    """The frame's peaks that are linked (a frequency finite in bins, a finite power where the
+    power is known, an SNR of at least ``min_snr`` where it is known): their frequencies in
+    bins into ``z``, their powers in dB into ``lp`` (0 without powers), their slots into
+    ``slot``; returns how many."""
     m = 0
     min_snr = cfg[C_MIN_SNR]
     for j in range(freqs.shape[0]):
-        f = freqs[j]
-        if not math.isfinite(f):
+        f = freqs[j] / cfg[C_RES]
+        if not math.isfinite(f) or abs(f) > 1e15:  # (past it, a bin's arithmetic loses its fractions)
             continue
         if has_snr and not (snr[j] >= min_snr):
             continue
-        z[m] = f / cfg[C_RES]
-        slot[m] = j
+        level = 10.0 * math.log10(max(pw[j], 1e-300)) if has_power else 0.0
+        if not math.isfinite(level):
+            continue
+        z[m], lp[m], slot[m] = f, level, j
         m += 1
     return m
 
@@ -145,6 +149,9 @@ def _costs(x, cov, mu, power, n, z, lp, m, has_power, cfg, pairs, shared):
             cost = -2.0 * (top + math.log(math.exp(e0 - top) + math.exp(e1 - top)))
             if has_power:
                 cost += (dp / cfg[C_POWER_SD]) ** 2
+            if not math.isfinite(cost):  # (a prediction or variance that overflowed: no pair)
+                pairs[i, j, 1] = 0.0
+                continue
             pairs[i, j, 0] = cost
             pairs[i, j, 2] = d20
             pairs[i, j, 3] = d21
@@ -303,9 +310,8 @@ def run(ids, last, x, cov, mu, power, count, next_id, freqs, pw, snr, has_power,
             row = out[s, t]
             for j in range(k):
                 row[j] = -1
-            m = _valid(freqs[s, t], snr[s, t], has_snr, cfg, z, slot)
-            for j in range(m):
-                lp[j] = 10.0 * math.log10(max(pw[s, t, slot[j]], 1e-300)) if has_power else 0.0
+            m = _valid(freqs[s, t], pw[s, t] if has_power else pw[0, 0], has_power, snr[s, t] if has_snr else snr[0, 0],
+                       has_snr, cfg, z, lp, slot)
             n = count[s]
             if not (resume and t == t0 and s == s0):
                 if n:  # closed: the tracks that missed more than max_gap frames

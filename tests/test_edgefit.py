@@ -177,3 +177,23 @@ def test_noise_peaks_stay_three_point_estimates():
     tone, f = _tones(256, 1.7, "DC", 2, 1, rng)
     got = welchpeaks.welch_peaks(x[:1] + 1000 * tone, k=1, strategy="numpy", dtype="float64")
     assert abs(got.freqs[0, 0] * 256 - f) < 1e-3
+
+
+@pytest.mark.parametrize("n_fft", [4, 6, 8, 10, 12, 14, 16])
+def test_spectra_too_short_for_the_fit_are_three_point_estimates_flagged(n_fft):
+    """Under edgefit.MIN_BINS bins (n_fft 16) there is no fit (its seven bins do not fit; the
+    reference indexed out of the spectrum at n_fft 4 and the fused pass read other bins at 8):
+    every execution gives the reference's three-point estimate, and approximate() flags every
+    peak; from n_fft 16 the model is there."""
+    rng = np.random.default_rng(n_fft)
+    p = make_params(n_fft=n_fft, k=2, dtype="float64")
+    x = rng.standard_normal((6, p.frame_length(2)))
+    assert (p.edge_model is None) == (n_fft // 2 + 1 < edgefit.MIN_BINS)
+    psd = reference_psd(x, p, 2)
+    bins, _, fbins = reference_peaks(psd, p.k, p.mode, p.min_distance, p.interp_spec, p.edges, p.edge_model)
+    for strategy in ("numpy", "fused-cpu"):
+        r = welchpeaks.welch_peaks(x, n_fft=n_fft, k=2, strategy=strategy, dtype="float64")
+        np.testing.assert_array_equal(r.bins, bins)
+        np.testing.assert_allclose(r.freqs, fbins / n_fft, rtol=0, atol=1e-9, equal_nan=True)
+        if p.edge_model is None:
+            assert r.approximate()[r.bins >= 0].all()

@@ -1,5 +1,7 @@
 """welchpeaks.welch against scipy.signal.welch."""
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.signal
@@ -54,6 +56,22 @@ def test_welch_defaults_and_scipy_fallbacks(rng):
     _check(x, detrend=lambda s: s - s.mean())  # callable detrend
     _check(x, return_onesided=False)  # two-sided
     _check(x + 1j * rng.standard_normal((3, 1000)), nperseg=128)  # complex input
+
+
+@pytest.mark.parametrize("scaling", ["density", "spectrum"])
+def test_welch_at_sample_rates_near_floats_ends_is_scipys(scaling, rng):
+    """fs from the least subnormal to the largest float, by decades and at the edges: what
+    scipy gives, overflow and NaN included (at fs=5e-324 our own path gave inf where scipy's
+    order of rounding gives NaN, and finite values at 2.2e-308 where scipy overflows)."""
+    x = rng.standard_normal(4096)
+    rates = [5e-324, 1e-320, 1e-310, 2.2e-308, 1e-300, 1e-295, 1e-290, 1e-285] + [10.0 ** e for e in range(-280, 301, 40)]
+    for fs in rates + [1e305, 1.7e308]:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            f0, p0 = scipy.signal.welch(x, fs=fs, scaling=scaling)
+            f1, p1 = welchpeaks.welch(x, fs=fs, scaling=scaling)
+        np.testing.assert_allclose(f1, f0, rtol=1e-12, err_msg=str(fs))
+        np.testing.assert_allclose(p1, p0, rtol=1e-9, atol=0, equal_nan=True, err_msg=str(fs))
 
 
 def test_welch_fast_path_is_ours(monkeypatch, rng):

@@ -55,6 +55,8 @@ import numpy as np
 TOL = 1e-3
 #: bins the fit reads around the peak
 FIT_BINS = 7
+#: the fewest bins a spectrum has for the fit (its bins and a peak's neighbour each side): n_fft 16
+MIN_BINS = FIT_BINS + 2
 #: at most this many bins from DC and from Nyquist are fitted
 ZONE_MAX = 12
 #: a peak is fitted only at least this many times over its row's floor (10 dB)
@@ -387,10 +389,14 @@ def fit_bins(model: EdgeModel, j: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------ the model of a window
 
 
-def edge_model(window: np.ndarray, detrend, method: str, alpha: float, n_fft: int, one_sided: int) -> EdgeModel:
+def edge_model(window: np.ndarray, detrend, method: str, alpha: float, n_fft: int,
+               one_sided: int) -> EdgeModel | None:
     """The :class:`EdgeModel` of ``window`` (``n_fft`` samples) and ``detrend`` for the
     three-point estimator ``(method, alpha, one_sided)`` (:func:`welchpeaks.estimators.interp_offset`),
-    cached per window and parameters."""
+    cached per window and parameters; None for spectra of fewer than :data:`MIN_BINS` bins (no
+    peak is refitted there, and :func:`approximate` flags every one)."""
+    if n_fft // 2 + 1 < MIN_BINS:
+        return None
     w = np.ascontiguousarray(window, np.float64)
     return _edge_model(w.tobytes(), detrend, method, float(alpha), int(n_fft), int(one_sided))
 

@@ -105,7 +105,7 @@ def check_max_memory(max_memory: Any) -> int | None:
     # a budget past any machine's memory means the same as one of 2**63 - 1 bytes
     budget = integer("max_memory", max_memory, clamp=INT_MAX, kind="a number of bytes (an integer) or None")
     if budget < 1 << 20:
-        raise ValueError(f"max_memory={budget} bytes is below 1 MiB; pass a budget in bytes such as 2 * 2**30, "
+        raise ValueError(f"max_memory={shown(budget)} bytes is below 1 MiB; pass a budget in bytes such as 2 * 2**30, "
                          "or None for half the available memory")
     return budget
 

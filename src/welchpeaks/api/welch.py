@@ -166,6 +166,8 @@ def _welch_fast_args(x, fs, window, nperseg, noverlap, nfft, detrend, return_one
         energy, total = float(np.sum(np.square(win, dtype=np.float64))), float(np.sum(win, dtype=np.float64))
     if not (np.isfinite(energy) and energy > 0 and (scaling == "density" or (np.isfinite(total) and total != 0))):
         return None  # a window without energy (or sum): SciPy's own NaN/inf result, not an exception
+    if scaling == "density" and not (1e-290 < float(fs) * energy < 1e290):
+        return None  # a PSD scale near float64's ends: SciPy's own order of rounding decides what overflows
     if arr.dtype.kind in "iu":
         arr = arr.astype(np.result_type(arr.dtype, np.float32))  # scipy's promotion: int16 -> float32
     return arr, ax, win, int(seg), int(ovl), int(n_out)

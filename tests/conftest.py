@@ -14,6 +14,17 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
+
+def pytest_configure(config):
+    """Clear numba's cached kernels when a module using numba was edited (numba alone keeps a
+    kernel's old helpers from other modules); once, in the process that starts the workers."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        from welchpeaks.numba_base import clear_stale_caches
+
+        if clear_stale_caches():
+            print("welchpeaks: numba modules changed since the last run: their cached kernels were cleared")
+
+
 settings.register_profile(
     "ci", deadline=None, max_examples=int(os.environ.get("WELCHPEAKS_EXAMPLES", "60")),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -16,7 +16,8 @@ from welchpeaks import backends
 from welchpeaks.backends import torch_exec
 from welchpeaks.backends import triton_exec as te
 from welchpeaks.backends import triton_launch as tl
-from welchpeaks.backends.triton_exec import FUSED_TILES, PRECISION_RTOL, dft_factors
+from welchpeaks.backends.triton_config import FUSED_TILES, dft_factors
+from welchpeaks.backends.triton_exec import PRECISION_RTOL
 from welchpeaks.plan import picker
 from welchpeaks.spectral import reference_peaks
 

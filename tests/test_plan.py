@@ -406,6 +406,43 @@ def test_a_backend_without_its_own_curves_is_priced_by_a_labelled_default_not_an
     assert price_node(chain, window, model, fused_cpu).ns == pytest.approx(model.dispatch_ns + 50.0 * 1024)
 
 
+def test_a_new_execution_prices_its_own_nodes_without_touching_plan(monkeypatch):
+    """An execution registered by a test, with a formula of its own (``Execution.price``), is
+    asked for the price of the nodes its kernels run (and only those: the ops it inherits are
+    priced by their owner), in price_node, the breakdown and the total the picker ranks by."""
+    from welchpeaks.backends import Execution, Price, generic_price
+    from welchpeaks.plan.cost import cost_breakdown, estimate_graph_cost, price_node
+
+    model = synthetic_cpu_model()
+    fused_cpu, numpy_backend = backends.get("fused-cpu").backend, backends.get("numpy").backend
+    asked = []
+
+    class Halved(Execution):
+        name = "halved-cpu"
+        backend = ir.Backend(name, {ir.Op.welch_peaks: fused_cpu.kernels[ir.Op.welch_peaks]}, base=numpy_backend)
+
+        def price(self, graph, node, m):
+            asked.append(node.op)
+            p = generic_price(graph, node, m, "fused-cpu")
+            return Price(p.ns / 2, p.compute_ns, "halved fused-cpu")
+
+    monkeypatch.setitem(backends._REGISTRY, Halved.name, Halved())
+    p = make_params(n_fft=256, k=16, segments=2)
+    chain = welch_chain_graph(p, 1024, 384, 2, np.float32, name=Halved.name)
+    fused, _ = plan.fuse(chain, Halved.backend, model.gate())
+    node = fused.nodes[-1]
+    assert node.op is ir.Op.welch_peaks
+    theirs = price_node(fused, node, model, fused_cpu)
+    mine = price_node(fused, node, model, Halved.backend)
+    assert mine.by == "halved fused-cpu" and mine.ns == pytest.approx(theirs.ns / 2)
+    assert cost_breakdown(fused, model, Halved.backend)["priced_by"]["%1 welch_peaks"] == "halved fused-cpu"
+    assert estimate_graph_cost(fused, model, Halved.backend) == pytest.approx(
+        estimate_graph_cost(fused, model, fused_cpu) - theirs.ns / 2)
+    asked.clear()
+    rfft = next(n for n in chain.nodes if n.op is ir.Op.rfft)
+    assert price_node(chain, rfft, model, Halved.backend).by == "numpy/fft:float32" and not asked
+
+
 def test_calibration_measures_the_curves_each_execution_names(monkeypatch):
     """``measure_cpu`` loops over the executions: a new execution's curve is timed at every
     point of the grid (its points counted) and stored under its backend's name."""

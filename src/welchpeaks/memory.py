@@ -9,6 +9,8 @@ defaults and the fixed sizes under it.
 #: memory when any can run the call: the cost models are measured on batches that fit the
 #: caches and do not reach gigabytes of intermediates
 LEAN_BYTES = 256 << 20
+#: the least ``max_memory=`` a call accepts (a budget under it cannot hold a useful block)
+MIN_BUDGET_BYTES = 1 << 20
 #: signals read from a source per block when no ``max_memory`` is given
 SOURCE_BLOCK_BYTES = 64 << 20
 #: frames of a recording copied side by side per executor call in ``track`` (a block's working set)

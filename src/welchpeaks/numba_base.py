@@ -136,3 +136,44 @@ def butterfly_lanes(re, im, i0, i1, wr, wi, nv):
         im[i0, lane] = ai + bi
         re[i1, lane] = ar - br
         im[i1, lane] = ai - bi
+
+
+def clear_stale_caches(package: str | None = None) -> bool:
+    """Delete numba's on-disk caches of ``package``'s kernels (the folder of welchpeaks by
+    default) when any of its modules using numba changed since the last check, and record
+    their digest; True when it cleared them.
+
+    numba keys a cached kernel on its own source file only: a kernel that calls or inlines a
+    helper of another module keeps the old helper after that module is edited. One digest over
+    every module that imports numba at its top, and every module they import from (whose
+    constants are compiled in), catches any such edit (an install rewrites every file, so only
+    a developer's tree needs this; ``tests/conftest.py`` calls it when the tests start). Caches
+    under ``NUMBA_CACHE_DIR`` are found by the package's path inside it."""
+    import hashlib
+    import re
+    from pathlib import Path
+
+    root = Path(package or Path(__file__).parent)
+    uses = re.compile(r"^(from numba[ .]|import numba)", re.M)  # (at module level: its kernels)
+    imports = re.compile(rf"^from {root.name}\.([\w.]+) import", re.M)
+    kernels = [p for p in root.rglob("*.py") if uses.search(p.read_text(errors="replace"))]
+    # and the modules they import from (a constant a kernel reads is compiled into it)
+    named = {m for p in kernels for m in imports.findall(p.read_text(errors="replace"))}
+    helpers = [root.joinpath(*m.split(".")).with_suffix(".py") for m in named]
+    sources = sorted(set(kernels) | {p for p in helpers if p.is_file()})
+    digest = hashlib.sha256()
+    for p in sources:
+        digest.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    stamp = root / "__pycache__" / "numba-sources.sha256"
+    if stamp.is_file() and stamp.read_text().strip() == digest.hexdigest():
+        return False
+    caches = [root]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        caches.append(Path(os.environ["NUMBA_CACHE_DIR"]))
+    for folder in caches:
+        for f in folder.rglob("*"):
+            if f.suffix in (".nbi", ".nbc") and (folder == root or root.name in f.parts):
+                f.unlink(missing_ok=True)
+    stamp.parent.mkdir(exist_ok=True)
+    stamp.write_text(digest.hexdigest() + "\n")
+    return True

@@ -39,6 +39,14 @@ def shown(value: Any) -> str:
     return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
 
 
+def size_text(n: float) -> str:
+    """A size in bytes as messages show it: '1.5 GiB', '4.7 MiB', '512 KiB', '100 bytes'."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} bytes"
+
+
 def _scalar(value: Any) -> Any:
     """A 0-d NumPy array as its scalar; anything else as given."""
     return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from welchpeaks.loaders import SignalFileError, read_npy_header
+from welchpeaks.numeric import size_text
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
 ARRAY_SUFFIXES = (".npy", ".zarr", ".h5", ".hdf5")
@@ -190,8 +191,8 @@ def _zarr(path: Path) -> SignalSource:
     rows, samples = _rows_samples(tuple(arr.shape), str(path))
     chunk = math.prod(int(c) for c in arr.chunks) * np.dtype(arr.dtype).itemsize
     if chunk > MAX_CHUNK_BYTES:
-        raise SignalFileError(f"{path}: declares chunks of {arr.chunks}, {_size_text(chunk)} each, more than welchpeaks "
-                              f"decodes at once ({_size_text(MAX_CHUNK_BYTES)}); rechunk the array (zarr's rechunking, "
+        raise SignalFileError(f"{path}: declares chunks of {arr.chunks}, {size_text(chunk)} each, more than welchpeaks "
+                              f"decodes at once ({size_text(MAX_CHUNK_BYTES)}); rechunk the array (zarr's rechunking, "
                               "or write it with smaller chunks)")
     _check_zarr_stored(arr, path, rows * samples * np.dtype(arr.dtype).itemsize)
     fs = _check_fs(arr.attrs.get("fs", arr.attrs.get("sample_rate")), str(path))
@@ -212,13 +213,6 @@ def _check_store_files(path: Path) -> None:
             if not regular:
                 raise SignalFileError(f"{path}: {os.path.relpath(full, path)} is not a regular file (a pipe, a device, "
                                       "or a link to one or to nothing); a Zarr store holds files only")
-
-
-def _size_text(n: float) -> str:
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{int(n)} bytes"
 
 
 def _chunk_count(shape: tuple[int, ...], chunks: tuple[int, ...]) -> int:
@@ -244,7 +238,7 @@ def _check_zarr_stored(arr: Any, path: Path, declared: int) -> None:
         have += sum(1 for f in files if f != "zarr.json" and not f.startswith("."))
         if have >= want:
             return
-    raise SignalFileError(f"{path}: declares shape {tuple(arr.shape)} ({_size_text(declared)} of samples) in {need:,} "
+    raise SignalFileError(f"{path}: declares shape {tuple(arr.shape)} ({size_text(declared)} of samples) in {need:,} "
                           f"chunks of {grid}, but stores only {have:,} of them; the rest would be read as fill "
                           "values, not samples. It is damaged or was never fully written; if it really is mostly "
                           "fill value, write it with zarr's write_empty_chunks=True")
@@ -368,13 +362,13 @@ def _check_h5_stored(h5py: Any, ds: Any, name: str, file_size: int, declared: in
             need = _chunk_count(tuple(ds.shape), tuple(ds.chunks))
             have = ds.id.get_num_chunks()
             if have < need:
-                raise SignalFileError(f"{name}: declares shape {tuple(ds.shape)} ({_size_text(declared)} of samples) in "
+                raise SignalFileError(f"{name}: declares shape {tuple(ds.shape)} ({size_text(declared)} of samples) in "
                                       f"{need:,} chunks of {tuple(ds.chunks)}, but stores only {have:,} of them "
                                       f"({stored:,} bytes); the rest would be read as fill values, not samples: {fix}")
         elif layout == h5py.h5d.CONTIGUOUS:
             offset = ds.id.get_offset()
             if stored < declared or offset is None or offset + declared > file_size:
-                raise SignalFileError(f"{name}: declares shape {tuple(ds.shape)} ({_size_text(declared)} of samples) but "
+                raise SignalFileError(f"{name}: declares shape {tuple(ds.shape)} ({size_text(declared)} of samples) but "
                                       f"stores {stored if offset is not None else 0:,} bytes of them in the file; the "
                                       f"rest would be read as fill values, not samples: {fix}")
     except SignalFileError:

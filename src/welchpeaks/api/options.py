@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from welchpeaks import backends, memory, spec
-from welchpeaks.numeric import INT_MAX, integer, is_int, real, shown
+from welchpeaks.numeric import INT_MAX, integer, is_int, real, shown, size_text
 from welchpeaks.params import PeakParams
 
 
@@ -24,7 +24,6 @@ def check_result_size(params: PeakParams, rows: int, frames: int | None, dtype: 
     the results, so a small one does not shrink the room for them). ``fix``: the way to write
     such a result to disk instead."""
     from welchpeaks.plan import planner
-    from welchpeaks.plan.io import size_text
 
     k = params.k
     slots = rows * (1 if frames is None else frames) * k
@@ -66,9 +65,7 @@ def resolve_strategy(strategy: str, params: PeakParams) -> backends.Execution | 
         raise TypeError(f"strategy={shown(strategy)} must be a string: 'auto' or one of {backends.names()}")
     if strategy == "auto":
         return None
-    if strategy not in backends.names():
-        raise ValueError(f"strategy={strategy!r} is unknown; use 'auto' or one of {backends.names()}")
-    ex = backends.get(strategy)
+    ex = backends.get(strategy)  # (an unknown name: its ValueError)
     why = ex.unavailable_reason()
     if why is not None:
         raise ValueError(f"strategy={strategy!r} is unavailable here: {why}")
@@ -104,9 +101,9 @@ def check_max_memory(max_memory: Any) -> int | None:
         return None
     # a budget past any machine's memory means the same as one of 2**63 - 1 bytes
     budget = integer("max_memory", max_memory, clamp=INT_MAX, kind="a number of bytes (an integer) or None")
-    if budget < 1 << 20:
-        raise ValueError(f"max_memory={shown(budget)} bytes is below 1 MiB; pass a budget in bytes such as 2 * 2**30, "
-                         "or None for half the available memory")
+    if budget < memory.MIN_BUDGET_BYTES:
+        raise ValueError(f"max_memory={shown(budget)} bytes is below {size_text(memory.MIN_BUDGET_BYTES)}; pass a "
+                         "budget in bytes such as 2 * 2**30, or None for half the available memory")
     return budget
 
 

@@ -20,7 +20,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from welchpeaks.backends.curves import Curve
+from welchpeaks.backends.curves import Curve, Point
+from welchpeaks.backends.pricing import (ELEMENTWISE_OPS, FIND_PEAKS_OVER_SELECT, FUSED_FILTERED_OVER_PLAIN, PUBLISHED,
+                                         UNMEASURED_FLOPS_PER_NS, UNMEASURED_TRAFFIC_FACTOR, MissingCurve, Price,
+                                         generic_price)
 from welchpeaks.ir import Backend
 from welchpeaks.params import PeakParams
 
@@ -58,6 +61,26 @@ class Execution:
         backend's), or by a labelled default."""
         return []
 
+    def price(self, graph: Any, node: Any, model: Any) -> Price:
+        """What ``node`` of ``graph`` costs when this execution's own kernel runs it, by
+        ``model`` (a :class:`welchpeaks.plan.cost.BackendCostModel`): the generic rules over
+        this execution's curves (:func:`welchpeaks.backends.pricing.generic_price`); an
+        execution with formulas of its own (how it shares work out, a roofline) overrides it."""
+        return generic_price(graph, node, model, self.name)
+
+    def default_cuda_curves(self, arch: str) -> dict[str, Callable[[int], float]]:
+        """This execution's curves in the labelled default CUDA model
+        (:func:`welchpeaks.plan.defaults.default_cuda_model`, used while none is measured): curve
+        name -> ns per row at a size (the curve's first axis) on ``arch``'s published figures
+        (:data:`welchpeaks.backends.pricing.PUBLISHED`); none by default."""
+        return {}
+
+    def kernel_runner(self, params: PeakParams, n_seg: int) -> Callable[[Any], Any] | None:
+        """This execution's own kernel for ``params`` as a function of the device tensor it
+        reads (what the CUDA calibration times: the fused kernel on frames, a selection on a
+        spectrum or its power), or None where it has none of its own."""
+        return None
+
     def round_trip(self) -> Callable[[], Any] | None:
         """The least call of this execution's parallel kernel (one tiny row: the fixed cost of
         a parallel region, timed by calibration), or None if it has none."""
@@ -92,6 +115,14 @@ _REGISTRY: dict[str, Execution] = {}
 
 def register(execution: Execution) -> None:
     _REGISTRY[execution.name] = execution
+
+
+def lookup(name: str) -> Execution | None:
+    """The execution called ``name`` (a built-in one, imported on first use, or one registered
+    by :func:`register`), or None."""
+    if name in _REGISTRY or name in _MODULES:
+        return get(name)
+    return None
 
 
 def names() -> list[str]:

@@ -6,11 +6,8 @@ The kernel is split by concept (``_numba_find_peaks`` is its public face and lis
 modules). Each module's functions carry the options below, so a helper compiles the same
 wherever it is first called from.
 
-numba's on-disk cache keys a compiled function on its own source file only: a kernel that
-calls or inlines a helper of another module keeps the old helper after that module is edited.
-After editing any ``_numba_fp_*`` module, clear the cached kernels of all of them
-(``backends/__pycache__/_numba_f*``, or the ``NUMBA_CACHE_DIR``); an install rewrites every
-file, so users are not exposed.
+numba's on-disk cache keys a compiled function on its own source file only; the tests clear
+the caches after an edit of any module using numba (:func:`welchpeaks.numba_base.clear_stale_caches`).
 """
 
 from __future__ import annotations

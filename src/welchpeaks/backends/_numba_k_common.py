@@ -7,11 +7,8 @@ modules). Each function carries the options of ``welchpeaks.numba_base`` (``OPTS
 parallel kernels, ``HELPER`` for helpers behind a call, ``INLINE`` for those inlined), so a
 helper compiles the same wherever it is first called from.
 
-numba's on-disk cache keys a compiled function on its own source file only: a kernel that
-calls or inlines a helper of another module keeps the old helper after that module is edited.
-After editing any ``_numba_k_*`` module, clear the cached kernels of all of them and of the
-find_peaks modules that call them (``backends/__pycache__/_numba_*``, or the
-``NUMBA_CACHE_DIR``); an install rewrites every file, so users are not exposed.
+numba's on-disk cache keys a compiled function on its own source file only; the tests clear
+the caches after an edit of any module using numba (:func:`welchpeaks.numba_base.clear_stale_caches`).
 """
 
 from __future__ import annotations

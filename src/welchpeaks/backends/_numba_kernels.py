@@ -30,9 +30,8 @@ over these modules, whose names this one re-exports:
 * ``_numba_k_frames``: :func:`window_segments`, :func:`power_select_spectrum`,
   :func:`frames_select`.
 
-numba's on-disk cache keys a kernel on its own source file only: after editing any of them,
-clear the cached kernels of all and of the find_peaks modules, which call :func:`block_power`
-and :func:`hann_gathered` (``backends/__pycache__/_numba_*``, or the ``NUMBA_CACHE_DIR``).
+numba's on-disk cache keys a kernel on its own source file only; the tests clear the caches
+after an edit of any module using numba (:func:`welchpeaks.numba_base.clear_stale_caches`).
 """
 
 from __future__ import annotations

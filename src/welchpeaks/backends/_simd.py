@@ -12,10 +12,8 @@ rather than poison, and callers check finiteness from the flags instead.
 Callers guarantee the loads are in bounds: :func:`scan16` reads ``row[o - 1 : o + 17]``, the
 others ``row[o : o + 16]``. ``row`` must be C-contiguous float64 (typing fails otherwise).
 
-numba's on-disk cache keys a kernel on its own source file only: after editing this module,
-clear the cached kernels that use it (``backends/__pycache__/_numba_*``, or the
-``NUMBA_CACHE_DIR``) or they keep the old code. (An install rewrites every file, so users are
-not exposed.)
+numba's on-disk cache keys a kernel on its own source file only; the tests clear the caches
+after an edit of any module using numba (:func:`welchpeaks.numba_base.clear_stale_caches`).
 """
 
 from __future__ import annotations

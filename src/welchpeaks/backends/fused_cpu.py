@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from welchpeaks.backends import Execution, register
+from welchpeaks.backends import Execution, Price, generic_price, register
 from welchpeaks.backends.curves import Curve, Point
 from welchpeaks.backends.numpy_exec import BACKEND as NUMPY
 from welchpeaks.ir import Backend, Graph, Node, Op, record
@@ -494,6 +495,17 @@ class FusedCpu(Execution):
                 for dt in ("float32", "float64")]
         return out + [Curve(f"spectrum:{m}", ("bins", "rows"), _spectrum_point(m), width=_blocks, full=True)
                       for m in ("peaks", "bins")]
+
+    def price(self, graph: Graph, node: Node, model: Any) -> Price:
+        """The generic rules; the fused pass (without filters) shares few long rows' segments
+        out over more workers than the curves' points of the same row count had (they never
+        do): the part of its time that grows with the segments is divided by that many
+        (:func:`split_workers` over one worker per block)."""
+        spread = 1.0
+        if node.op is Op.welch_peaks and model.on_host and node.attrs["params"].filters is None:
+            rows, n_seg = node.shape[0], node.attrs["n_segments"]
+            spread = split_workers(rows, n_seg, model.threads) / max(1, min(-(-rows // LANES), model.threads))
+        return generic_price(graph, node, model, self.name, spread)
 
     def round_trip(self):
         plan = FusedCpuPlan(make_params(n_fft=64, k=1, segments=1), 1, np.dtype(np.float32))

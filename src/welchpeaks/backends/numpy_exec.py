@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 from scipy.ndimage import maximum_filter1d, minimum_filter1d
 
-from welchpeaks.backends import Execution, filtered, register
+from welchpeaks.backends import ELEMENTWISE_OPS, Execution, Price, filtered, generic_price, register
+from welchpeaks.backends.pricing import moved_bytes
 from welchpeaks.backends.curves import Curve, Point
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.ir.run import constant_value, identity_input
@@ -229,6 +230,15 @@ class NumpyExecution(Execution):
             out += [Curve(f"select:{mode}", ("bins", "rows"), _select_point(mode)),
                     Curve(f"select-k:{mode}", ("k", "bins"), _select_point(mode))]
         return out + [Curve("find_peaks", ("bins", "rows"), _find_peaks_point, full=True)]
+
+    def price(self, graph: Graph, node: Node, model: Any) -> Price:
+        """The generic rules, and the elementwise steps by their traffic times the factor
+        measured on this backend's kernels (``model.op_factor``)."""
+        if node.op not in ELEMENTWISE_OPS:
+            return generic_price(graph, node, model, self.name)
+        factor = model.op_factor(node.op)
+        return Price(model.dispatch_ns + moved_bytes(graph, node) / model.memory_bw * factor, 0.0,
+                     f"numpy traffic x {factor:.3g} (measured)" if factor != 1.0 else "numpy traffic (no factor)")
 
 
 register(NumpyExecution())

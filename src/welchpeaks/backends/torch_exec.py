@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from welchpeaks.backends import Execution, import_torch, register
+from welchpeaks.backends import PUBLISHED, Execution, import_torch, register
 from welchpeaks.backends.filtered import filter_limits, host_rows
 from welchpeaks.backends.triton_launch import device_find_peaks, find_peaks_available
 from welchpeaks.ir import Backend, Graph, Node, Op
@@ -353,6 +353,16 @@ class TorchExec(Execution):
         except ImportError as exc:
             return str(exc)
         return None
+
+    def kernel_runner(self, params: PeakParams, n_seg: int) -> Callable[[Any], Any]:
+        """The topk node's selection on PSD rows (a tensor)."""
+        return lambda psd: select_rows_t(psd, params.k, params.mode, params.min_distance)
+
+    def default_cuda_curves(self, arch: str) -> dict[str, Callable[[int], float]]:
+        """cuFFT at the memory bound: the real rows read, the complex spectrum written."""
+        bw = PUBLISHED[arch]["hbm_tbps"] * 1e3  # bytes per ns
+        return {"fft:float32": lambda n: (4 * n + 8 * (n // 2 + 1)) / bw,
+                "fft:float64": lambda n: (8 * n + 16 * (n // 2 + 1)) / bw}
 
 
 register(TorchExec())

@@ -9,7 +9,7 @@ strongest-first rounds for ``min_distance``; one store per output.
 ``triton-fused`` handles every power-of-two ``n_fft`` from 64 to 4096 (others go to
 ``triton-block``) and ``k <= 64``: it reads each row's samples once (at the default 50%
 overlap), packs two real segments into one complex DFT, computes that DFT mixed-radix on the
-tensor cores (``n_fft = N1 N2 N3``, :func:`dft_factors`; tiles from :data:`FUSED_TILES`), and
+tensor cores (``n_fft = N1 N2 N3``, :func:`dft_factors`; tiles from :data:`~welchpeaks.backends.triton_config.FUSED_TILES`), and
 keeps power, mean and selection on chip. ``precision`` (``'fp32'``, ``'tf32'``, ``'bf16'``) sets how the tensor-core products
 round (see the kernels module). ``welchpeaks gpu-check`` compiles every shipped configuration
 for sm_90 and sm_80 and checks that none spills.
@@ -31,18 +31,13 @@ import numpy as np
 from welchpeaks.backends import GPU_EXTRA, Execution, import_torch, interpreting, register
 from welchpeaks.backends.torch_exec import BACKEND as TORCH
 from welchpeaks.backends.torch_exec import as_tensor, bad_rows_of, on_device
+from welchpeaks.backends.triton_config import BLOCK_RADIX, block_constants, dft_factors, fused_constants, fused_unsupported
 from welchpeaks.backends.triton_launch import Launch, _next_pow2, launch
+from welchpeaks.backends.triton_roofline import KernelConfig, roofline
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.params import PeakParams
 from welchpeaks.result import RowPeaks
 
-#: n_fft -> (rows per program, warps, least top-k slots) of ``triton-fused``; ``gpu-check``
-#: validates each entry (no spills on sm_90 and sm_80 for k 1-64, both modes, each precision):
-#: ``rows * n_fft`` is 8 values per thread (16 at n_fft 4096, where fewer than 16 slots spilled).
-FUSED_TILES = {64: (32, 8, 2), 128: (16, 8, 2), 256: (8, 8, 2), 512: (4, 8, 2), 1024: (2, 8, 2), 2048: (1, 8, 2),
-               4096: (1, 8, 16)}
-MAX_FUSED_K = 64
-PRECISION_CODES = {"fp32": 0, "tf32": 1, "bf16": 2}
 #: documented bound of a reported peak's power error against the float64 PSD at its bin:
 #: relative to that power for fp32, to the row's strongest bin for tf32 and bf16 (their error
 #: scales with the segment's energy, not the peak's). fp32: up to 2.2e-5 measured on an H100 on
@@ -50,27 +45,6 @@ PRECISION_CODES = {"fp32": 0, "tf32": 1, "bf16": 2}
 #: the float32 mean removal); tf32 and bf16 as the interpreter and the H100 measure them
 #: (docs/performance-history.md).
 PRECISION_RTOL = {"fp32": 5e-5, "tf32": 2e-3, "bf16": 1.5e-2}
-
-
-def block_tile(nbp: int, kt: int) -> tuple[int, int]:
-    """(rows per program, warps) of ``triton-block`` for ``nbp`` bin lanes and ``kt`` top-k
-    slots: 16 values per thread (fewer instructions per row than 8), 8 warps where 4 leave a few
-    bytes of stack; 8 values per thread for 64 slots over 2048 lanes, where ptxas keeps 4 CTAs
-    per SM at 64 registers and spills otherwise (Triton 3.6). ``gpu-check`` over k 1-64, both
-    modes, sm_90 and sm_80, Triton 3.6 and 3.9."""
-    warps = 4 if 128 < nbp <= 1024 else 8
-    per_thread = 8 if nbp == 2048 and kt >= 64 else 16
-    return max(1, per_thread * 32 * warps // nbp), warps
-
-
-def select_constants(p: PeakParams, lanes: int, least: int = 2) -> dict:
-    """The selection's constexprs: ``KT`` slots computed (a power of two, at least ``least``, at
-    most the lanes it ranks: half of them in peaks mode, one candidate per pair), ``IB`` bits
-    for a bin index in a sort key, the sub-bin estimator (``INTERP``, ``ALPHA``, and the bin it
-    refines from one side, ``ONE_SIDED``) and whether DC and Nyquist may be peaks (``EDGES``)."""
-    ranked = lanes // 2 if p.mode == "peaks" else lanes
-    return {"KT": min(_next_pow2(p.k, least), ranked), "IB": max(1, (p.n_bins - 1).bit_length()),
-            "INTERP": p.interp_code, "ALPHA": float(p.interp_alpha), "ONE_SIDED": p.one_sided, "EDGES": p.edges}
 
 
 def _unavailable() -> str | None:
@@ -151,23 +125,6 @@ def split_constant(m: np.ndarray, precision: str) -> np.ndarray:
     return np.stack([head, round_tf32((m - head.astype(np.float64)).astype(np.float32))])
 
 
-def dft_factors(n_fft: int) -> tuple[int, int, int]:
-    """``(N1, N2, N3)`` of the fused kernel's mixed-radix DFT, ``N1 N2 N3 = n_fft`` (a power of
-    two from 64 to 4096): as few steps as keep every radix at most :data:`BLOCK_RADIX`, as even
-    as possible, each at least 8 (so every product's inner size, twice the radix, is at least
-    16: what every Triton version takes, bf16 included)."""
-    bits = n_fft.bit_length() - 1
-    steps = -(-bits // 4)
-    if not (6 <= bits <= 12 and 1 << bits == n_fft):
-        raise ValueError(f"n_fft={n_fft}: the fused kernel takes powers of two from 64 to 4096")
-    radices = [bits // steps + (i < bits % steps) for i in range(steps)]
-    return tuple(1 << r for r in radices) + (1,) * (3 - steps)
-
-
-#: the largest radix: one real product of ``[re | im]`` with a block matrix (``_cdot``)
-BLOCK_RADIX = 16
-
-
 def dft_constant(n: int, precision: str) -> np.ndarray:
     """The length-``n`` DFT matrix ``C + iS`` (``exp(-2 pi i a b / n)``) as the fused kernel's
     ``_cdot`` reads it: the block matrix ``[[C, S], [-S, C]]``, ``[2, 2n, 2n]`` split for
@@ -239,19 +196,6 @@ def _outputs(rows: int, k: int, device) -> dict:
 _KERNELS = "welchpeaks.backends._triton_kernels"
 
 
-def fused_constants(p: PeakParams) -> tuple[dict[str, Any], dict[str, Any], int]:
-    """(constexprs, options, rows per program) of the fused kernel for ``p``."""
-    n1, n2, n3 = dft_factors(p.n_fft)
-    br, warps, least = FUSED_TILES[p.n_fft]
-    consts = dict(N1=n1, N2=n2, N3=n3, BR=br, HALF=2 * p.hop == p.n_fft, DETREND=p.detrend_code,
-                  PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance, **select_constants(p, p.n_fft // 2, least),
-                  PRECISION=PRECISION_CODES[p.precision], INTERPRET=interpreting())
-    # num_stages=1: no software pipelining of the segment loop. Its loads are loop-variant (see
-    # the kernel's ``zero``), and pipelining would stage the next pairs' constants in shared
-    # memory (408 KiB at n_fft 128 bf16: no launch) for a loop that runs once at 2 segments.
-    return consts, {"num_warps": warps, "num_stages": 1}, br
-
-
 def fused_launch(p: PeakParams, n_seg: int, rows: int, stride: int, t: dict[str, Any]) -> Launch:
     """The fused kernel's launch on ``rows`` rows ``stride`` samples apart, tensors ``t`` by
     role (:data:`TENSOR_DTYPES`)."""
@@ -260,15 +204,6 @@ def fused_launch(p: PeakParams, n_seg: int, rows: int, stride: int, t: dict[str,
                 f2_ptr=t["f2"], f3_ptr=t["f3"], tw1_ptr=t["tw1"], tw2_ptr=t["tw2"], scale_ptr=t["scale"],
                 bins_ptr=t["bins"], pow_ptr=t["power"], fb_ptr=t["fb"], bad_ptr=t["bad"], K=p.k)
     return Launch(_KERNELS, "fused", (max(1, math.ceil(rows / br)),), args, consts, options)
-
-
-def block_constants(p: PeakParams) -> tuple[dict[str, Any], dict[str, Any], int]:
-    """(constexprs, options, rows per program) of ``triton-block``'s selection kernel for ``p``."""
-    nbp = _next_pow2(p.n_bins)
-    select = select_constants(p, nbp)
-    br, warps = block_tile(nbp, select["KT"])
-    consts = dict(NB=p.n_bins, NBP=nbp, BR=br, PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance, **select)
-    return consts, {"num_warps": warps}, br
 
 
 def block_launch(p: PeakParams, n_seg: int, rows: int, t: dict[str, Any]) -> Launch:
@@ -347,21 +282,34 @@ class TritonFused(_TritonExecution):
     def unsupported_reason(self, params: PeakParams) -> str | None:
         return fused_unsupported(params) or super().unsupported_reason(params)
 
+    def kernel_runner(self, params: PeakParams, n_seg: int) -> Any:
+        """The fused kernel on frames (a tensor of rows)."""
+        return fused_runner(params, n_seg)
 
-def fused_unsupported(params: PeakParams) -> str | None:
-    """Why ``triton-fused`` cannot compute ``params`` (None: it can)."""
-    if params.n_fft not in FUSED_TILES:
-        return (f"n_fft={params.n_fft}: triton-fused takes the powers of two {min(FUSED_TILES)} to "
-                f"{max(FUSED_TILES)}; use strategy='triton-block' (cuFFT, any n_fft)")
-    if params.k > MAX_FUSED_K:
-        return f"k={params.k} > {MAX_FUSED_K}: triton-fused selects at most {MAX_FUSED_K} peaks; use 'triton-block'"
-    return None
+    def default_cuda_curves(self, arch: str) -> dict[str, Any]:
+        """The fused kernel's roofline (:mod:`welchpeaks.backends.triton_roofline`) at 1 and 2
+        segments, k 16, n_fft clipped to the kernel's 64 to 4096."""
+        def fused(segments: int):
+            return lambda n: roofline(KernelConfig("fused", min(max(n, 64), 4096), 16, segments, "peaks", arch))[
+                "ns_per_row"]
+        return {"fused:float32:s1": fused(1), "fused:float32:s2": fused(2)}
 
 
 class TritonBlock(_TritonExecution):
     name = "triton-block"
     backend = Backend(name, {Op.spectrum_peaks: _block}, base=TORCH)
     description = "torch.fft.rfft (cuFFT) spectrum, then one Triton kernel: power, mean, select"
+
+    def kernel_runner(self, params: PeakParams, n_seg: int) -> Any:
+        """The selection kernel on a spectrum (a complex tensor ``[rows, n_seg, bins]``)."""
+        return block_runner(params, n_seg)
+
+    def default_cuda_curves(self, arch: str) -> dict[str, Any]:
+        """The selection kernel's roofline at a spectrum's bins (its read included), k 16."""
+        def select(mode: str):
+            return lambda n_bins: roofline(KernelConfig("block", max(64, 2 * (n_bins - 1)), 16, 1, mode, arch))[
+                "ns_per_row"]
+        return {"spectrum:peaks": select("peaks"), "spectrum:bins": select("bins")}
 
 
 register(TritonFused())

@@ -32,8 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any, Callable
 
-from welchpeaks.plan.roofline import PUBLISHED, issue_bound, launch_constants, roofline, unsupported
-from welchpeaks.plan.roofline import KernelConfig as Config
+from welchpeaks.backends.pricing import PUBLISHED
+from welchpeaks.backends.triton_roofline import issue_bound, launch_constants, roofline, unsupported
+from welchpeaks.backends.triton_roofline import KernelConfig as Config
 
 __all__ = ["PUBLISHED", "AheadOfTimeDriver", "Config", "check", "check_all", "check_find_peaks", "compile_key",
            "config_launch", "find_peaks_all", "grid", "launch_constants", "residency", "roofline", "summary",
@@ -89,7 +90,7 @@ def config_launch(cfg: Config, tensors: dict[str, Any] | None = None):
     ``cfg.batch`` contiguous rows of exactly the analysed frame (the bench's layout), with
     ``tensors`` (default placeholders)."""
     from welchpeaks.backends import triton_exec as te
-    from welchpeaks.plan.roofline import _params
+    from welchpeaks.backends.triton_roofline import _params
 
     p = _params(cfg)
     t = tensors if tensors is not None else placeholders(te.TENSOR_DTYPES)
@@ -136,7 +137,7 @@ def _compile_child(spec: dict[str, Any]) -> dict[str, Any]:
     cfg = Config(**spec)
     if cfg.kernel == "fused":  # what this Triton takes of the kernel's products, checked as a launch checks it
         from welchpeaks.backends import triton_exec as te
-        from welchpeaks.plan.roofline import _params
+        from welchpeaks.backends.triton_roofline import _params
 
         te.check_dot_sizes(_params(cfg))
         return {"dot_min_k": te.dot_min_k(cfg.precision), "contractions": te.contractions(cfg.n_fft),

@@ -52,7 +52,7 @@ import numpy as np
 from welchpeaks.cli.job_output import JobError, write_output
 from welchpeaks.files import FileContentError, as_umask_allows, load_json, quoted, read_regular, write_atomic
 from welchpeaks.loaders import SignalFileError, read_npy_header
-from welchpeaks.memory import UNIT_BYTES
+from welchpeaks.memory import MIN_BUDGET_BYTES, UNIT_BYTES
 from welchpeaks.result import time_column
 from welchpeaks.tracks import DEFAULT_MIN_LENGTH
 
@@ -507,7 +507,7 @@ class Job:
         if (not isinstance(pins, list) or len(pins) != len(self.sources)
                 or not all(isinstance(q, dict) and set(q) == {"strategy", "dtype", "max_memory"}
                            and q["strategy"] in names() and q["dtype"] in (None, "float32", "float64")
-                           and (q["max_memory"] is None or type(q["max_memory"]) is int and q["max_memory"] >= 1 << 20)
+                           and (q["max_memory"] is None or type(q["max_memory"]) is int and q["max_memory"] >= MIN_BUDGET_BYTES)
                            for q in pins)
                 or doc.get("job") != job_digest(self.key, pins, doc.get("units"))):
             raise self._refuse("its manifest was altered (its pinned executions are not what this version of "

@@ -17,6 +17,7 @@ from welchpeaks.cli.common import (check_parameters, console, err, filter_option
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.job import Job, JobError, Unit, bytes_of, staging_dir
 from welchpeaks.cli.paths import check_paths
+from welchpeaks.memory import MIN_BUDGET_BYTES
 from welchpeaks.spec import MEASURES
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "kib": 2**10, "mib": 2**20,
@@ -85,7 +86,7 @@ def run_job(kind: str, files: list[str], kw: dict[str, Any], fs: Optional[float]
     plt = pyplot_for(plot)
     budget = parse_memory(memory)
     sources, rates = open_sources(files, fs)
-    kws = [dict(kw, fs=rate, max_memory=max(1 << 20, budget // 4)) for rate in rates]
+    kws = [dict(kw, fs=rate, max_memory=max(MIN_BUDGET_BYTES, budget // 4)) for rate in rates]
     try:
         job = Job(kind, files, sources, kws, out, budget, link)
         if kw.get("strategy", "auto") == "auto" and not staging_dir(out).exists() and not has_cpu_model():

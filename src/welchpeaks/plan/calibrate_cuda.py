@@ -89,13 +89,11 @@ def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = N
     (:attr:`BackendCostModel.label`)."""
     import torch
 
-    from welchpeaks.backends import interpreting
-    from welchpeaks.backends.torch_exec import select_rows_t
-    from welchpeaks.backends.triton_exec import block_runner, fused_runner
+    from welchpeaks import backends
     from welchpeaks.plan.defaults import default_cuda_model
 
     on_gpu = torch.device(device).type == "cuda"
-    if not on_gpu and not interpreting():
+    if not on_gpu and not backends.interpreting():
         raise ValueError(f"measure_cuda(device={device!r}): the compiled Triton kernels read CUDA memory only; pass "
                          "device='cuda' on a machine with a GPU, or set TRITON_INTERPRET=1 to exercise the "
                          "measurement on CPU tensors through Triton's interpreter (its numbers are not a GPU's)")
@@ -168,7 +166,7 @@ def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = N
             for seg in (1, 2):
                 def fused(seg=seg) -> float:
                     p = make_params(n_fft=n, k=16, segments=seg)
-                    run = fused_runner(p, seg)
+                    run = backends.get("triton-fused").kernel_runner(p, seg)
                     frames = torch.randn((r, p.frame_length(seg)), device=device, generator=gen)
                     return timed(lambda: run(frames), reps)
 
@@ -176,13 +174,14 @@ def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = N
             for mode in ("peaks", "bins"):
                 def torch_select(mode=mode) -> float:  # the torch execution's topk node, on a spectrum's power
                     psd = torch.fft.rfft(x, dim=-1).abs().square()
-                    return timed(lambda: select_rows_t(psd, 16, mode, 1), reps)
+                    run = backends.get("torch").kernel_runner(make_params(n_fft=n, k=16, segments=1, mode=mode), 1)
+                    return timed(lambda: run(psd), reps)
 
                 row[SELECT % mode].append(attempt(f"torch selection ({mode}) n_fft {n} x {r}", torch_select)
                                           if ok else math.nan)
 
                 def select(mode=mode) -> float:
-                    run = block_runner(make_params(n_fft=n, k=16, segments=1, mode=mode), 1)
+                    run = backends.get("triton-block").kernel_runner(make_params(n_fft=n, k=16, segments=1, mode=mode), 1)
                     spec = torch.fft.rfft(x, dim=-1)[:, None, :]
                     return timed(lambda: run(spec), reps)
 

@@ -17,6 +17,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from welchpeaks import backends
+from welchpeaks.backends import (ELEMENTWISE_OPS, FIND_PEAKS_OVER_SELECT, FUSED_FILTERED_OVER_PLAIN, MissingCurve, Price,
+                                 generic_price)
 from welchpeaks.ir import METADATA_OPS, Graph, Node, Op
 from welchpeaks.plan.fusion import IoFusionGate
 from welchpeaks.plan.io import GraphIoProfile, host_readback_bytes, profile_graph_io
@@ -69,31 +72,9 @@ class LogLogTable:
         return asdict(self)
 
 
-#: the host's elementwise steps of the Welch chain, priced by their traffic times a measured factor
-ELEMENTWISE_OPS = frozenset({Op.window, Op.power, Op.segment_mean, Op.mul})
 #: other processes' average busy cores while a model was measured from which its times are
 #: suspect (:meth:`BackendCostModel.under_load`): work runs slower on a shared machine
 FOREIGN_LOAD_MAX = 0.5
-#: find_peaks' cost over the plain selection's where no ``find_peaks`` curve was measured (the
-#: numba kernel with prominence and SNR against the peaks selection, 129-bin rows, 2-vCPU VM)
-FIND_PEAKS_OVER_SELECT = 3.0
-#: the filtered fused pass's cost over the plain one's where no ``fused-filtered`` curve was
-#: measured (a quick model)
-FUSED_FILTERED_OVER_PLAIN = 2.0
-#: a kernel without measured curves is priced by its traffic, this many times the model's
-#: memory bandwidth's time, plus its arithmetic at a nominal rate (:func:`price_node`): a
-#: labelled default that errs slow
-UNMEASURED_TRAFFIC_FACTOR = 2.0
-#: flop per ns of a kernel without measured curves: per thread on the CPU, per device on CUDA
-UNMEASURED_FLOPS_PER_NS = {"cpu": 1.0, "cuda": 5_000.0}
-
-
-class MissingCurve(KeyError):
-    """The model has no table ``key`` (``"<backend>/<curve>"``)."""
-
-    def __init__(self, key: str):
-        super().__init__(key)
-        self.key = key
 
 
 @dataclass
@@ -322,113 +303,26 @@ def cpu_cost_model(**kw: Any) -> BackendCostModel:
 # ---------------------------------------------------------------------------- node costs
 
 
-def _dtype_name(node: Node) -> str:
-    return "float64" if node.dtype.real.nbytes == 8 else "float32"
-
-
-@dataclass(frozen=True)
-class Price:
-    """What one node costs: ``ns`` in all, ``compute_ns`` the part its measured curves give
-    (0 for a node priced as IO: the elementwise steps, whose traffic the fusion gate counts;
-    None where a default stood in for a missing curve), and ``by``, what priced it."""
-
-    ns: float
-    compute_ns: float | None
-    by: str
-
-
 def _backend_of(graph: Graph, backend: Any) -> Any:
     if backend is not None:
         return backend
-    from welchpeaks import backends
-
     if graph.name not in backends.names():
         raise ValueError(f"graph {graph.name!r} names no registered execution: pass its backend")
     return backends.get(graph.name).backend
 
 
-def _flops(graph: Graph, node: Node) -> float:
-    """A rough count of a node's arithmetic, for the default price of a kernel without curves."""
-    src = graph.node(node.inputs[0]) if node.inputs else None
-    if node.op is Op.rfft:
-        n = node.attrs["n"]
-        return src.numel // n * 2.5 * n * math.log2(max(n, 2))
-    if node.op in (Op.welch_peaks, Op.welch_psd):
-        n = node.attrs["params"].n_fft
-        return node.shape[0] * node.attrs["n_segments"] * (2.5 * n * math.log2(max(n, 2)) + 8 * n)
-    if node.op in (Op.topk, Op.spectrum_peaks, Op.find_peaks):
-        return 20.0 * src.numel
-    return 0.0
-
-
 def price_node(graph: Graph, node: Node, model: BackendCostModel, backend: Any = None) -> Price:
     """What ``node`` costs when ``backend`` (an :class:`welchpeaks.ir.Backend`; by default the
-    registered execution named like the graph) runs ``graph``: by the measured curves of the
-    backend whose kernel runs it (:meth:`welchpeaks.ir.Backend.owner`), launch and traffic
-    included; where that backend has no such curve, by a labelled default (its traffic at
-    :data:`UNMEASURED_TRAFFIC_FACTOR` times the bandwidth's time and its arithmetic at
-    :data:`UNMEASURED_FLOPS_PER_NS`), never by another backend's curves."""
+    registered execution named like the graph) runs ``graph``: priced by the execution that
+    owns the kernel running it (:meth:`welchpeaks.ir.Backend.owner`;
+    :meth:`welchpeaks.backends.Execution.price`: its measured curves, launch and traffic
+    included, and its own formulas), or, for a backend no execution registers, by the generic
+    rules (:func:`welchpeaks.backends.generic_price`): never by another backend's curves."""
     if node.op in METADATA_OPS:
         return Price(0.0, 0.0, "metadata")
     owner = _backend_of(graph, backend).owner(node.op).name
-    moved = sum(graph.node(i).nbytes for i in node.inputs) + node.nbytes
-    base = model.dispatch_ns + moved / model.memory_bw
-    src = graph.node(node.inputs[0]) if node.inputs else None
-    try:
-        if node.op is Op.rfft:
-            n, dt = node.attrs["n"], _dtype_name(src)
-            c = model.fft_ns(n, src.numel // n, dt, owner)
-            derived = model.meta.get("derived") if isinstance(model.meta, dict) else None
-            how = derived.get(f"{owner}/fft:{dt}") if isinstance(derived, dict) else None
-            return Price(model.dispatch_ns + c, c, f"{owner}/fft:{dt}" + (f" ({how})" if isinstance(how, str) else ""))
-        if node.op is Op.topk:
-            mode = node.attrs["mode"]
-            c = model.select_ns(src.shape[1], node.attrs["k"], src.shape[0], mode, owner)
-            return Price(base + c, c, f"{owner}/select:{mode}")
-        if node.op is Op.find_peaks:
-            c, measured = model.find_peaks_ns(src.shape[1], src.shape[0], owner)
-            if measured:
-                return Price(base + c, c, f"{owner}/find_peaks")
-            return Price(base + c, None, f"default: no {owner}/find_peaks curve ({owner}/select:peaks x "
-                                         f"{FIND_PEAKS_OVER_SELECT:g})")
-        if node.op is Op.spectrum_peaks:
-            p = node.attrs["params"]
-            c = model.spectrum_ns(src.shape[2], src.shape[0], p.mode, owner)
-            return Price(base + c, c, f"{owner}/spectrum:{p.mode}")
-        if node.op in (Op.welch_psd, Op.welch_peaks):
-            p, rows, n_seg, dt = node.attrs["params"], node.shape[0], node.attrs["n_segments"], _dtype_name(src)
-            curves = f"{owner}/fused:{dt}:s1+s2"
-            if node.op is Op.welch_psd:  # the fused pass writing the PSD instead of selecting
-                c = model.fused_ns(p.n_fft, rows, n_seg, 16, dt, owner)
-                return Price(model.dispatch_ns + node.nbytes / model.memory_bw + c, c,
-                             f"{curves} (the selecting pass's, k 16)")
-            spread = _cpu_spread(rows, n_seg, model.threads) if model.on_host and p.filters is None else 1.0
-            c = model.fused_ns(p.n_fft, rows, n_seg, p.k, dt, owner, p.mode, spread)
-            if p.filters is None:
-                return Price(model.dispatch_ns + c, c, curves)
-            # the find_peaks kernel's step on each row, in place of the selection
-            c, measured = model.fused_filtered_ns(c, p.n_fft, rows, owner)
-            if measured:
-                return Price(model.dispatch_ns + c, c, f"{curves} x {owner}/fused-filtered's ratio")
-            return Price(model.dispatch_ns + c, None, f"default: no {owner}/fused-filtered curve ({curves} x "
-                                                      f"{FUSED_FILTERED_OVER_PLAIN:g})")
-    except MissingCurve as missing:
-        rate = UNMEASURED_FLOPS_PER_NS.get(model.device, 1.0) * (model.threads if model.on_host else 1)
-        ns = model.dispatch_ns + UNMEASURED_TRAFFIC_FACTOR * moved / model.memory_bw + _flops(graph, node) / rate
-        return Price(ns, None, f"default: no {missing.key} curve (traffic x{UNMEASURED_TRAFFIC_FACTOR:g}, "
-                               f"{rate:g} flop/ns)")
-    if node.op is Op.window and model.has(owner, f"window:{_dtype_name(node)}"):
-        n, dt = node.shape[-1], _dtype_name(node)
-        c = model.tables[f"{owner}/window:{dt}"](n, node.numel // n / 2)  # measured on rows of 2 segments
-        return Price(model.dispatch_ns + c, 0.0, f"{owner}/window:{dt}")
-    if node.op in ELEMENTWISE_OPS:
-        if owner == "numpy":
-            factor = model.op_factor(node.op)
-            return Price(model.dispatch_ns + moved / model.memory_bw * factor, 0.0,
-                         f"numpy traffic x {factor:.3g} (measured)" if factor != 1.0 else "numpy traffic (no factor)")
-        return Price(model.dispatch_ns + UNMEASURED_TRAFFIC_FACTOR * moved / model.memory_bw, 0.0,
-                     f"default: {owner} traffic x{UNMEASURED_TRAFFIC_FACTOR:g}")
-    return Price(base, 0.0, "traffic")
+    ex = backends.lookup(owner)
+    return ex.price(graph, node, model) if ex is not None else generic_price(graph, node, model, owner)
 
 
 def node_cost_ns(graph: Graph, node: Node, model: BackendCostModel, backend: Any = None) -> float:
@@ -448,16 +342,6 @@ def compute_ns(graph: Graph, model: BackendCostModel, backend: Any = None) -> fl
             return None
         total += c
     return total
-
-
-def _cpu_spread(rows: int, n_seg: int, threads: int) -> float:
-    """How many times more workers the CPU fused pass puts on a call of few long rows than on
-    the calibration's calls of the same row count (which never share segments out): its
-    :func:`~welchpeaks.backends.fused_cpu.split_workers` over one worker per block."""
-    from welchpeaks.backends.fused_cpu import split_workers
-    from welchpeaks.numba_base import LANES
-
-    return split_workers(rows, n_seg, threads) / max(1, min(-(-rows // LANES), threads))
 
 
 def estimate_graph_cost(graph: Graph, model: BackendCostModel, backend: Any = None) -> float:

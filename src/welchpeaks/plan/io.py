@@ -80,11 +80,3 @@ def peak_working_bytes(graph: Graph) -> int:
             if last_use.get(i) == n.id and i not in outputs:
                 live.pop(i, None)
     return peak
-
-
-def size_text(n: float) -> str:
-    """Bytes for messages: '1.50 GiB', '4.7 MiB', '512 KiB'."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n / 1024:.3g} KiB"

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from welchpeaks import backends
-from welchpeaks.backends.curves import Curve, Point
+from welchpeaks.backends import Curve, Point
 from welchpeaks.params import make_params
 from welchpeaks.plan.cost import (
     BackendCostModel,

@@ -28,7 +28,8 @@ from welchpeaks.plan.cost import BackendCostModel, correction, cost_breakdown, r
 from welchpeaks.plan.defaults import default_cuda_model
 from welchpeaks.plan.graphs import execution_graph
 from welchpeaks.plan.models import cost_model_for
-from welchpeaks.plan.io import peak_working_bytes, size_text
+from welchpeaks.numeric import size_text
+from welchpeaks.plan.io import peak_working_bytes
 from welchpeaks.plan.original import legacy_mode, legacy_pick
 
 log = logging.getLogger("welchpeaks.plan")

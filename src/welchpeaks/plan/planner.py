@@ -38,7 +38,8 @@ from welchpeaks.plan.call import CallPlan
 from welchpeaks.plan.cost import BackendCostModel
 from welchpeaks.plan.defaults import default_cpu_model, default_cuda_model
 from welchpeaks.plan.models import cost_model_for
-from welchpeaks.plan.io import peak_working_bytes, size_text
+from welchpeaks.numeric import size_text
+from welchpeaks.plan.io import peak_working_bytes
 from welchpeaks.plan.picker import OverBudget, execution_graph, pick_for
 from welchpeaks.timing import QUIET
 

@@ -1,10 +1,12 @@
 """What the Triton kernels cost on a GPU, from their structure and the GPU's published
-figures: the launch constants each configuration compiles with, and an analytic roofline
-(bytes, tensor-core flops and an estimate of the other instructions per row).
+figures (:data:`welchpeaks.backends.pricing.PUBLISHED`): the launch constants each
+configuration compiles with (:mod:`welchpeaks.backends.triton_config`), and an analytic
+roofline (bytes, tensor-core flops and an estimate of the other instructions per row).
 
-``welchpeaks gpu-check`` reports it beside the compiled figures, and the default CUDA cost
-model (:func:`welchpeaks.plan.defaults.default_cuda_model`) is built from it while no CUDA model is
-measured. Nothing here needs a GPU or imports triton.
+``welchpeaks gpu-check`` reports it beside the compiled figures, and the Triton executions'
+default curves (``Execution.default_cuda_curves``, from which
+:func:`welchpeaks.plan.defaults.default_cuda_model` is built while no CUDA model is measured)
+are its times. Nothing here needs a GPU or imports triton.
 """
 
 from __future__ import annotations
@@ -13,14 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-#: Published figures (vendor data sheets), for the analytic roofline only; nothing measured.
-PUBLISHED = {
-    "sm_90": {"name": "NVIDIA H100 SXM5 (published)", "hbm_tbps": 3.35, "fp32_tflops": 67.0, "tf32_tflops": 494.7,
-              "bf16_tflops": 989.4, "sms": 132, "boost_ghz": 1.98},
-    "sm_80": {"name": "NVIDIA A100 SXM4 80GB (published)", "hbm_tbps": 2.039, "fp32_tflops": 19.5,
-              "tf32_tflops": 156.0, "bf16_tflops": 312.0, "sms": 108, "boost_ghz": 1.41},
-}
-
+from welchpeaks.backends.pricing import PUBLISHED
+from welchpeaks.backends.triton_config import block_constants, fused_constants, fused_unsupported
 
 def issue_bound(roof: dict[str, Any], cfg: "KernelConfig", figures: dict[str, Any]) -> dict[str, Any]:
     """``roof`` with what the compiled code (``figures``: ``gpu-check``'s SASS counts and
@@ -75,16 +71,12 @@ def _params(cfg: KernelConfig):
 def launch_constants(cfg: KernelConfig) -> dict[str, Any]:
     """The constexpr arguments and options (``num_warps``) the execution launches this
     configuration with."""
-    from welchpeaks.backends.triton_exec import block_constants, fused_constants
-
     p = _params(cfg)
     consts, options, _ = fused_constants(p) if cfg.kernel == "fused" else block_constants(p)
     return {**consts, **options}
 
 
 def unsupported(cfg: KernelConfig) -> str | None:
-    from welchpeaks.backends.triton_exec import fused_unsupported
-
     return fused_unsupported(_params(cfg)) if cfg.kernel == "fused" else None
 
 

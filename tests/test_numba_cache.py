@@ -1,0 +1,48 @@
+"""The tests' own guard against numba's stale caches (numba keys a cached kernel on its own
+file only): any edit of a module using numba, or of one it imports from, clears the cached
+kernels of the package; no edit, nothing cleared."""
+
+from welchpeaks.numba_base import clear_stale_caches
+
+
+def _package(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "__pycache__").mkdir(parents=True)
+    (pkg / "kernel.py").write_text("from numba import njit\nfrom pkg.consts import GATE\n")
+    (pkg / "consts.py").write_text("GATE = 10.0\n")
+    (pkg / "other.py").write_text("X = 1  # mentions numba, imports none\n")
+    return pkg
+
+
+def _caches(pkg):
+    files = [pkg / "__pycache__" / "kernel.f-1.py311.nbi", pkg / "__pycache__" / "kernel.f-1.py311.1.nbc"]
+    for f in files:
+        f.write_bytes(b"cached")
+    return files
+
+
+def test_an_edit_clears_the_cached_kernels_and_no_edit_keeps_them(tmp_path, monkeypatch):
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    pkg = _package(tmp_path)
+    files = _caches(pkg)
+    assert clear_stale_caches(str(pkg)) and not any(f.exists() for f in files)  # first sight: cleared
+    files = _caches(pkg)
+    assert not clear_stale_caches(str(pkg)) and all(f.exists() for f in files)
+    (pkg / "other.py").write_text("X = 2\n")  # not numba's, nor a kernel's import
+    assert not clear_stale_caches(str(pkg)) and all(f.exists() for f in files)
+    for edited, text in (("consts.py", "GATE = 12.0\n"), ("kernel.py", "from numba import njit\n")):
+        files = _caches(pkg)
+        (pkg / edited).write_text(text)
+        assert clear_stale_caches(str(pkg)) and not any(f.exists() for f in files), edited
+
+
+def test_caches_under_numba_cache_dir_are_cleared_too(tmp_path, monkeypatch):
+    pkg = _package(tmp_path)
+    elsewhere = tmp_path / "numba-cache"
+    mine, theirs = elsewhere / "x" / "pkg" / "kernel.f-1.py311.nbi", elsewhere / "x" / "other" / "k.f-1.nbi"
+    for f in (mine, theirs):
+        f.parent.mkdir(parents=True)
+        f.write_bytes(b"cached")
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(elsewhere))
+    assert clear_stale_caches(str(pkg))
+    assert not mine.exists() and theirs.exists()

@@ -15,9 +15,9 @@ from welchpeaks.plan.cost import BackendCostModel
 from welchpeaks.result import RowPeaks
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CallPlan:
-    """How one call shape is computed: run ``program`` on the rows."""
+    """How one call shape is computed: run ``program`` on the rows (built by keyword)."""
 
     execution: str
     program: Program
@@ -26,10 +26,10 @@ class CallPlan:
     compute: np.dtype
     why: str
     fusion: dict[str, Any]  # the gate's decision that shaped the graph
-    layout: tuple[str, str] | None  # (name, why) under layout='auto'
-    upload: bool  # host rows go to the CUDA device first (a GPU execution on host data, with a GPU here)
     working_bytes: int  # intermediate memory of one run of the whole batch
-    block_rows: int | None  # rows per run when the whole batch would exceed the memory budget
+    layout: tuple[str, str] | None = None  # (name, why) under layout='auto'
+    upload: bool = False  # host rows go to the CUDA device first (a GPU execution on host data, with a GPU here)
+    block_rows: int | None = None  # rows per run when the whole batch would exceed the memory budget
     segment_piece: int | None = None  # segments per piece when one row would exceed it
     batch_graph: Graph | None = None  # the graph with this call's shapes (the program is shared across batches)
     #: under auto on the CPU: the model the pick was priced with, and the executions that can run

@@ -264,8 +264,9 @@ class Planner:
         ex = backends.get(name)
         graph, fusion = self.graph(ex, n_seg, 1, length, compute)
         program = self._compiled(ex, graph, n_seg, compute)
-        call = CallPlan(name, program, n_seg, self.params.frame_length(n_seg), compute, why, fusion, None, False,
-                        peak_working_bytes(graph), None, None, graph, None, (), key, None)
+        call = CallPlan(execution=name, program=program, n_seg=n_seg, frame=self.params.frame_length(n_seg),
+                        compute=compute, why=why, fusion=fusion, working_bytes=peak_working_bytes(graph),
+                        batch_graph=graph, key=key)
         self._calls.put(key, call)
         return call
 
@@ -432,8 +433,10 @@ class Planner:
                                        key=lambda item: item[1]))
             priced = (cost_model_for("cpu", wait=False) if self.forced is None and not tensor and self.device == "cpu"
                       and not why.startswith(PROVISIONAL) else None)
-            call = CallPlan(ex.name, program, n_seg, self.params.frame_length(n_seg), compute, why, fusion, layout,
-                            upload, working, block, piece, graph, model, ranking, key, priced)
+            call = CallPlan(execution=ex.name, program=program, n_seg=n_seg, frame=self.params.frame_length(n_seg),
+                            compute=compute, why=why, fusion=fusion, layout=layout, upload=upload,
+                            working_bytes=working, block_rows=block, segment_piece=piece, batch_graph=graph,
+                            model=model, ranking=ranking, key=key, priced=priced)
             if not why.startswith(PROVISIONAL):  # planned again once the cost model is measured
                 self._calls.put(key, call)
         return call

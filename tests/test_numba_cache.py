@@ -46,3 +46,20 @@ def test_caches_under_numba_cache_dir_are_cleared_too(tmp_path, monkeypatch):
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(elsewhere))
     assert clear_stale_caches(str(pkg))
     assert not mine.exists() and theirs.exists()
+
+
+def test_a_read_only_package_is_left_as_it_is(tmp_path, monkeypatch):
+    """An installed package the tests cannot write to (its files can be neither removed nor
+    stamped): no error, and False (nothing cleared)."""
+    from pathlib import Path
+
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    pkg = _package(tmp_path)
+    files = _caches(pkg)
+
+    def refused(self, *a, **k):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "unlink", refused)
+    monkeypatch.setattr(Path, "write_text", refused)
+    assert not clear_stale_caches(str(pkg)) and all(f.exists() for f in files)

@@ -173,7 +173,13 @@ def clear_stale_caches(package: str | None = None) -> bool:
     for folder in caches:
         for f in folder.rglob("*"):
             if f.suffix in (".nbi", ".nbc") and (folder == root or root.name in f.parts):
-                f.unlink(missing_ok=True)
-    stamp.parent.mkdir(exist_ok=True)
-    stamp.write_text(digest.hexdigest() + "\n")
+                try:
+                    f.unlink(missing_ok=True)
+                except OSError:
+                    pass
+    try:
+        stamp.parent.mkdir(exist_ok=True)
+        stamp.write_text(digest.hexdigest() + "\n")
+    except OSError:  # an installed, read-only package: nothing of it is edited, nothing cached there
+        return False
     return True

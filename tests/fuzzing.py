@@ -76,6 +76,9 @@ def _agree(a, b, x, kw, compute="float64"):
     amp = np.max(np.abs(np.nan_to_num(x.astype(np.float64), posinf=0, neginf=0)), axis=-1, keepdims=True)
     eps = 1e-20 if compute == "float64" else 1e-12  # squared round-off of an FFT of this row
     floor = eps * amp ** 2 * scale * kw["n_fft"] ** 2
+    # and the output's own resolution: powers under float32's normal range (1e-40 from signals of
+    # 1e-20) keep a few bits, where one rounding more is a relative 2e-5
+    floor = floor + 2 * float(np.finfo(np.asarray(a.power).dtype).smallest_subnormal)
     # power comes back in the input's dtype; detrending cancels, which magnifies round-off by up to ~10x
     rel = 1e-5 if np.asarray(a.power).dtype == np.float32 else 1e-8
     if compute == "float32":

@@ -403,7 +403,7 @@ def _refusal(source, out, plot, name_max):
         return "a name the sweep beside --out removes"
     if not out.endswith((".csv", ".jsonl", ".zarr")) or out.startswith("missing/"):
         return "an --out that cannot be written"
-    if plot and (os.path.dirname(plot) not in PATH_FOLDERS or plot == "sub" or len(plot) + 14 > name_max):
+    if plot and (os.path.dirname(plot) not in PATH_FOLDERS or plot in PATH_FOLDERS or len(plot) + 14 > name_max):
         return "a --plot that cannot be written"
     return None
 

@@ -178,7 +178,7 @@ def test_explain_shows_the_filtered_graphs():
     assert info["costs"]["numpy"]["graph"][-1] == "find_peaks"
     assert info["costs"]["fused-cpu"]["graph"] == ["input", "welch_peaks"]
     table = runner.invoke(app, ["explain", "--batch", "64", "--snr-db", "3"])
-    assert table.exit_code == 0 and "picked" in table.output
+    assert table.exit_code == 0 and "picked" in table.output and "mode rows: the whole batch at once" in table.output
     bad = runner.invoke(app, ["explain", "--measures", "snrr"])
     assert bad.exit_code != 0 and "'snrr' is unknown" in bad.output
 

@@ -645,11 +645,9 @@ def test_every_peak_guesses_the_width_and_redoes_fuller_rows(monkeypatch):
     whose counts pass their slots are redone with every slot (in blocks of
     ``EVERY_PEAK_BYTES``): the same peaks and properties as one launch with every slot,
     whatever the probe, its slots and the blocks."""
-    import importlib
-
     from welchpeaks.backends import filtered
+    from welchpeaks.plan import found as fp
 
-    fp = importlib.import_module("welchpeaks.api.find_peaks")
     launches = []
     real = filtered.launch_host
 

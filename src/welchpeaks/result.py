@@ -360,12 +360,16 @@ class FoundPeaks:
         ``right_thresholds`` (``threshold=``); ``prominences``, ``left_bases``, ``right_bases``
         (``prominence=`` or ``width=``); ``widths``, ``width_heights``, ``left_ips``,
         ``right_ips`` (``width=``).
+    plan : dict
+        How the peaks were found: the plan's ``mode`` (``'device'``, ``'k slots'`` or
+        ``'every peak'``), ``why``, and its launches' shapes (:mod:`welchpeaks.plan.found`).
     """
 
     indices: Any
     heights: Any
     counts: Any
     properties: dict = field(default_factory=dict)
+    plan: dict = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -6,7 +6,8 @@ of prominence and width, and returns padded arrays with a count per row
 (:class:`welchpeaks.result.FoundPeaks`). Host rows go to a numba kernel, rows in parallel
 (:mod:`welchpeaks.backends._numba_find_peaks`); rows on a CUDA device (torch tensors, CuPy
 arrays) to a Triton kernel, one program per row, that writes only the peaks
-(:mod:`welchpeaks.backends._triton_find_peaks`).
+(:mod:`welchpeaks.backends._triton_find_peaks`). Which one runs, and how its launches go, is
+the plan's (:mod:`welchpeaks.plan.found`); ``FoundPeaks.plan`` says what ran and why.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 from welchpeaks import memory
 from welchpeaks.api.coerce import as_real_array, rel_height_value, tensor_input, wlen_samples
 from welchpeaks.numeric import integer, real, shown
+from welchpeaks.plan.found import DEVICE, FindPeaksPlan, plan_find_peaks
 from welchpeaks.result import FoundPeaks
 
 _NONE = float("nan")
@@ -138,8 +140,6 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     >>> r.indices.tolist(), r.counts.tolist()
     ([[3, 1, 5], [3, 5, -1]], [3, 2])
     """
-    from welchpeaks.backends import _numba_find_peaks as kern
-
     t = tensor_input(rows, "rows")
     if t is None:
         x = np.ascontiguousarray(as_real_array(rows, "rows"), dtype=np.float64)
@@ -169,105 +169,17 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
                              f"samples hold at most {cap} peaks, so every slot past {cap} is empty; pass k <= {cap} "
                              "or k=None (as many slots as the fullest row)")
     rows_n = x.shape[0]
+    plan = plan_find_peaks(x, n, slots, every=k is None, tensor=t is not None)
+    if plan.mode == DEVICE:  # rows on a GPU stay there: the Triton kernel
+        got = plan.run(x, f, bool(edges))
+        got.update(_neighbours(x.to(got["heights"].dtype), got["indices"], asked))
+        return _found(got, lead, k, asked, device=None, plan=plan)
     if t is not None:
-        from welchpeaks.backends.triton_launch import device_find_peaks, find_peaks_available
-
-        if find_peaks_available(t, n):  # rows on a GPU stay there: the Triton kernel
-            got = device_find_peaks(x, f, slots, bool(edges))
-            got.update(_neighbours(x.to(got["heights"].dtype), got["indices"], asked))
-            return _found(got, lead, k, asked, device=None)
         x = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
-    got = _host_peaks(x, kern.config(edges=edges, k=slots, **f), need_prom, need_width, every=k is None)
+    got = plan.run(x, f, bool(edges))
     if rows_n and int(got["counts"].min()) >= 0:  # (rows not finite are an error below)
         got.update(_neighbours(x, got["indices"], asked))
-    return _found(got, lead, k, asked, device=None if t is None else t.device)
-
-
-#: rows whose peak counts set the guess of the widest row when every peak is kept (``k=None``)
-EVERY_PEAK_PROBE = 256
-#: slots of those rows' launch (the kernel counts every peak, whatever the slots)
-EVERY_PEAK_FIRST = 64
-#: bytes of kernel outputs per launch of the rows redone with every slot
-EVERY_PEAK_BYTES = 4 << 20
-
-
-def _host_peaks(x: np.ndarray, cfg: Any, need_prom: bool, need_width: bool, every: bool) -> dict[str, np.ndarray]:
-    """The host kernel's outputs for rows ``x [rows, n]`` (float64), by name, ``[rows, cfg.k]``
-    or, with ``every`` (all peaks of each row: ``cfg.k`` is the most a row holds), ``[rows,
-    fullest row's count]``.
-
-    With ``every`` the kernel writes straight into results as wide as a guess. It counts every
-    peak of a row whatever the slots, so the first :data:`EVERY_PEAK_PROBE` rows, launched
-    with :data:`EVERY_PEAK_FIRST` slots, tell how many the rows hold: the fullest of them and
-    a quarter more is the guess for the others. The rows past their slots are then redone with
-    every slot (blocks of :data:`EVERY_PEAK_BYTES`, at least a row) and the results widened
-    once to the fullest. Memory is in the peaks found (plus a redone row's slots), not in the
-    rows' length; the arrays returned may be views of ones up to a quarter wider."""
-    from welchpeaks.backends import _numba_find_peaks as kern
-    from welchpeaks.backends.filtered import launch_host
-
-    names = ("indices", "heights", "prom", "base", "wid", "ips")
-    rows_n, cap = x.shape[0], cfg.k
-    alloc = lambda rows, slots: kern.outputs(rows, slots, need_prom, need_width, False, False)  # noqa: E731
-    if not every:
-        out = alloc(rows_n, cap)
-        launch_host(x, cfg, out)  # the find_peaks node's own launch
-        return dict(zip(names, out[:6]), counts=out.counts)
-    first = min(rows_n, max(1, EVERY_PEAK_PROBE))
-    out = probe = alloc(first, min(cap, EVERY_PEAK_FIRST))
-    launch_host(x[:first], cfg, probe)
-    shown = np.full(rows_n, probe.idx.shape[1])  # the slots each row was written with
-    if first < rows_n:
-        fullest = max(0, int(probe.counts.max(initial=0)))
-        out = alloc(rows_n, min(cap, fullest + fullest // 4 + 8))
-        shown[first:] = out.idx.shape[1]
-        _fill(out, probe, slice(0, first))
-        launch_host(x[first:], cfg, kern.Outputs(*(v[first:] if v.shape[0] else v for v in out)))
-    over = np.flatnonzero(out.counts > shown)
-    if over.size:  # rows past their slots: redone with every slot, the results widened once
-        out = _widened(out, max(out.idx.shape[1], int(out.counts.max())))
-        step = max(1, EVERY_PEAK_BYTES // (cap * (16 + 24 * need_prom + 32 * need_width)))
-        buf = alloc(min(step, over.size), cap)
-        for a in range(0, over.size, step):
-            rows = over[a:a + step]
-            got = kern.Outputs(*(v[:rows.size] if v.shape[0] else v for v in buf))
-            launch_host(np.ascontiguousarray(x[rows]), cfg, got)
-            _fill(out, got, rows)
-    out = _narrowed(out, max(0, int(out.counts.max(initial=0))))
-    return dict(zip(names, out[:6]), counts=out.counts)
-
-
-def _fill(out: Any, got: Any, rows: Any) -> None:
-    """Rows ``rows`` (an index array or a slice) of the kernel's outputs ``out`` from ``got``'s,
-    to ``out``'s slots: ``got``'s first ones, the rest empty (-1, NaN)."""
-    for v, g in zip(out, got):
-        if not v.shape[0]:
-            continue
-        if v.ndim == 1:
-            v[rows] = g
-            continue
-        shared = min(v.shape[1], g.shape[1])
-        v[rows, :shared] = g[:, :shared]
-        v[rows, shared:] = -1 if v.dtype.kind == "i" else np.nan
-
-
-def _narrowed(out: Any, slots: int) -> Any:
-    """The kernel's outputs ``out`` with their first ``slots`` slots (views)."""
-    return type(out)(*(v[:, :slots] if v.ndim > 1 and v.shape[0] else v for v in out))
-
-
-def _widened(out: Any, slots: int) -> Any:
-    """The kernel's outputs ``out`` copied into ``slots`` slots (at least as many as they have),
-    the new ones empty (-1, NaN)."""
-    wide = []
-    for v in out:
-        if v.ndim > 1 and v.shape[0] and v.shape[1] < slots:
-            w = np.empty((v.shape[0], slots) + v.shape[2:], v.dtype)
-            w[:, :v.shape[1]] = v
-            w[:, v.shape[1]:] = -1 if v.dtype.kind == "i" else np.nan
-            v = w
-        wide.append(v)
-    return type(out)(*wide)
+    return _found(got, lead, k, asked, device=None if t is None else t.device, plan=plan)
 
 
 def _neighbours(x: Any, idx: Any, asked: list[str]) -> dict[str, Any]:
@@ -341,7 +253,7 @@ _PROPERTIES = {
 }
 
 
-def _found(got: dict, lead: tuple, k: int | None, asked: list[str], device: Any) -> FoundPeaks:
+def _found(got: dict, lead: tuple, k: int | None, asked: list[str], device: Any, plan: FindPeaksPlan) -> FoundPeaks:
     """The kernels' outputs (NumPy arrays or tensors, ``[rows, slots]``) as a :class:`FoundPeaks`
     of ``lead + (k,)`` (``k`` None: as many slots as the fullest row) with the properties of
     the filters ``asked`` (``_PROPERTIES``), on ``device`` when given (host results of tensor
@@ -379,4 +291,4 @@ def _found(got: dict, lead: tuple, k: int | None, asked: list[str], device: Any)
         counts = conv(counts)
     indices, heights = fields.pop("indices"), fields["peak_heights"] if "heights" in asked else fields["heights"]
     del fields["heights"]
-    return FoundPeaks(indices, heights, counts, fields)
+    return FoundPeaks(indices, heights, counts, fields, plan.explain())

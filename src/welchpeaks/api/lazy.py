@@ -31,6 +31,7 @@ import numpy as np
 
 from welchpeaks import memory
 from welchpeaks.plan.cache import LruCache
+from welchpeaks.plan.modes import execution_name
 from welchpeaks.result import PeakResult, TrackResult
 
 _EXECUTORS = LruCache(16)
@@ -203,8 +204,8 @@ def welch_peaks(x: Any, cls: type, kw: dict[str, Any]) -> PeakResult:
     fields = 3 + len(names)
     if p.segments is not None or frame * item <= memory.TASK_BYTES or rows.numblocks[1] == 1:
         if kw.get("strategy", "auto") == "auto":  # every task runs what the whole batch in memory would
-            pinned = ex.for_batch(rows.shape[0], length, dtype)
-            kw = dict(kw, strategy=pinned.strategy, dtype=pinned.params.dtype)
+            pinned = ex.planner.pin(rows.shape[0], length, dtype)
+            kw = dict(kw, strategy=execution_name(pinned), dtype=pinned.params.dtype)
         whole = _bounded_rows(rows[:, :frame], frame, item)
         out = whole.map_blocks(_peaks_task, cls, kw, new_axis=2, chunks=(whole.chunks[0], (p.k,), (fields,)),
                                meta=_meta(3))

@@ -124,29 +124,14 @@ def _prominence_data(data: Any, pk: np.ndarray, shape: tuple, n: int, lead: tupl
 
 def _measure(x2: np.ndarray, pk: np.ndarray, lead: tuple, wlen: int, rel_height: float, data: tuple | None,
              need_width: bool) -> Any:
-    """Run the kernel (:func:`_numba_fp_measures.host_peak_measures`); its ``Measures``. A row
+    """The kernel's ``Measures`` (:func:`welchpeaks.backends.peak_measures_launch`). A row
     holding NaN or infinity is a ValueError naming it."""
-    from welchpeaks.backends import _numba_fp_measures as kern
-    from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, kernel_input, numba_threads
-    from welchpeaks.timing import QUIET
+    from welchpeaks import backends
 
-    rows, k = pk.shape
-    out = kern.outputs(rows, k, data, need_width)
-    if rows and x2.shape[1]:
-        announce_compile(kern.host_peak_measures, "the peak prominences and widths kernel", kern.COMPILE_TIME)
-        with QUIET.work(), KERNEL_LOCK:
-            kern.host_peak_measures(kernel_input(x2), kernel_input(pk), np.int64(wlen), float(rel_height),
-                                    data is None, out, max(1, min(rows, 4 * numba_threads())))
-    else:  # no samples: every slot is empty (the indices were checked)
-        for name in ("prom", "width", "line", "left_ip", "right_ip") if data is None else ("width", "line",
-                                                                                           "left_ip", "right_ip"):
-            getattr(out, name).fill(np.nan)
-        if data is None:
-            out.left.fill(-1)
-            out.right.fill(-1)
+    out = backends.peak_measures_launch(x2, pk, wlen, rel_height, data, need_width)
     if out.bad.any():
         r = int(np.argmax(out.bad))
-        where = f"{_in_row(r, lead)} (of {rows} rows)" if lead else ""
+        where = f"{_in_row(r, lead)} (of {pk.shape[0]} rows)" if lead else ""
         raise ValueError(f"x has NaN or infinity{where}; clean the data first "
                          "(scipy's peak_prominences and peak_widths give no meaningful results there either)")
     return out

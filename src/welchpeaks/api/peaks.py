@@ -23,7 +23,8 @@ from welchpeaks.numeric import integer, shown
 from welchpeaks.params import make_params
 from welchpeaks.plan import measure
 from welchpeaks.plan.call import CallPlan
-from welchpeaks.plan.planner import PROVISIONAL, Planner
+from welchpeaks.plan.modes import SourcePlan
+from welchpeaks.plan.planner import Planner
 from welchpeaks.result import PeakResult
 from welchpeaks.sources import SignalSource
 
@@ -89,13 +90,10 @@ class WelchPeaks:
         resolution_hz: float | None = None,
         max_pvalue: float | None = None,
     ):
-        self._init = {name: value for name, value in spec.pick(locals(), "WelchPeaks").items() if name != "strategy"}
         min_distance = merge_distance(distance, min_distance)
         filters = make_filters(height=height, threshold=threshold, prominence=prominence, width=width, wlen=wlen,
                                rel_height=rel_height, snr_db=snr_db, measures=measures, noise_bins=noise_bins,
                                max_pvalue=max_pvalue)
-        self._pinned: dict[tuple[str, str], WelchPeaks] = {}
-        self._piece_plans: dict[tuple[str, int, str], Any] = {}
         self.layout = check_layout(layout, segments)
         self.params = make_params(
             k=k, n_fft=n_fft, resolution_hz=resolution_hz, hop=hop, segments=1 if self.layout else segments, fs=fs,
@@ -120,11 +118,22 @@ class WelchPeaks:
             return self._last_call.execution
         return self.planner.forced.name if self.planner.forced is not None else "auto"
 
-    def explain(self, batch: int | None = None, length: int | None = None) -> dict[str, Any]:
+    def explain(self, batch: int | None = None, length: int | None = None,
+                source: SignalSource | None = None) -> dict[str, Any]:
         """Why the execution runs: every decision of the planner with its reason, the graph that
         will run, and per execution its IO profile, fusion decision, every cost term (ns) and
         total, for ``batch`` signals of ``length`` samples (default: the last call's, else one
-        signal of exactly one frame)."""
+        signal of exactly one frame). ``mode`` says how the rows run (at once, in blocks of
+        rows, in pieces of segments) and ``mode_why`` why.
+
+        With ``source`` (from :func:`welchpeaks.open_signals`): how each of its parts is read
+        and computed: its ``mode`` (``'source blocks'`` or ``'long rows'``), ``why``, its
+        ``blocks``, and for blocks of rows the explanation of the first block's call
+        (``plan``)."""
+        if source is not None:
+            if batch is not None or length is not None:
+                raise ValueError("explain(source=...) explains the source's own shape; drop batch= and length=")
+            return self._explain_source(source)
         p = self.params
         last = self._last or (1, p.frame_length(p.segments or 1), np.dtype(p.dtype or "float32"))
         given = {}
@@ -154,36 +163,40 @@ class WelchPeaks:
                             "welchpeaks.welch_peaks(x, ...), which returns a lazy result")
         if isinstance(x, SignalSource):
             return self._run_source(x)
+        return self._call(x, self.planner)
+
+    def _explain_source(self, src: SignalSource) -> dict[str, Any]:
+        if not isinstance(src, SignalSource):
+            raise TypeError(f"source= takes what welchpeaks.open_signals returns, not {type(src).__name__}")
+        budget = self.source_budget()
+        parts = []
+        for i, info in enumerate(src.parts):
+            plan = self.source_plan(src, i, budget)
+            blocks = list(plan.blocks(src, i))
+            part = {"name": info.name, **plan.explain(), "blocks": len(blocks)}
+            if blocks and plan.read(i, *blocks[0]) is not None:
+                r0, r1 = blocks[0]
+                part["plan"] = plan.planner.explain(r1 - r0, plan.frame, src.dtype)
+            parts.append(part)
+        return {"requested": self.requested, "source": src.description, "parts": parts, "params": self.params.to_dict()}
+
+    def _call(self, x: Any, planner: Planner) -> PeakResult:
+        """A call on ``x`` (arrays, tensors) planned by ``planner`` (this executor's, or one
+        pinned from it for a batch computed in parts)."""
         t = tensor_input(x)
         if t is not None:
             if not t.is_cuda:  # host data: a zero-copy view, computed as arrays are (a GPU execution uploads it)
-                res = self(t.detach().numpy())
+                res = self._call(t.detach().numpy(), planner)
                 return dataclasses.replace(res, **as_tensors(res))
-            return self._run(t, tensor=True)
-        return self._run(as_real_array(x), tensor=False)
-
-    def for_batch(self, rows: int, length: int, dtype: Any, tensor: bool = False) -> "WelchPeaks":
-        """The executor for a batch of ``rows`` signals of ``length`` samples computed in parts
-        (blocks of a source, chunks of a dask array, frames of a recording): under 'auto', one
-        whose execution and precision are those this whole batch in memory would run, so that
-        every part matches it; else self (and self while the cost model is being measured:
-        nothing is pinned to a provisional choice)."""
-        if self.requested != "auto" or self.planner.learned is not None:
-            return self
-        call = self.planner.plan(rows, length, np.dtype(dtype), tensor)
-        if call.why.startswith(PROVISIONAL):
-            return self
-        key = (call.execution, call.compute.name)
-        if key not in self._pinned:  # the execution and its precision, as auto chose them
-            self._pinned[key] = WelchPeaks(strategy=call.execution, **dict(self._init, dtype=call.compute.name))
-        return self._pinned[key]
+            return self._run(t, tensor=True, planner=planner)
+        return self._run(as_real_array(x), tensor=False, planner=planner)
 
     def _run_source(self, src: SignalSource) -> PeakResult:
         """Peaks of every signal of a source, read in blocks of rows (only each row's analysed
         frame is read), ``[rows, k]`` in the source's row order."""
         check_result_size(self.params, src.rows, None, src.dtype, self.planner.max_memory,
                           "write it to disk as it is computed: welchpeaks peaks FILE --out results.parquet")
-        budget = self.planner.max_memory or memory.SOURCE_BLOCK_BYTES
+        budget = self.source_budget()
         results = [self.source_block(src, i, r0, r1, budget)
                    for i in range(len(src.parts)) for r0, r1, _ in self.source_blocks(src, i, budget)]
         cat = {f: np.concatenate([getattr(r, f) for r in results]) for f in ("bins", "power", "freqs")}
@@ -191,10 +204,13 @@ class WelchPeaks:
         return PeakResult(strategy=results[-1].strategy, params=dict(results[-1].params, source=src.description),
                           measures=measures, peak_params=self.params, **cat)
 
-    def source_blocks(self, src: SignalSource, part: int, budget: int) -> list[tuple[int, int, tuple | None]]:
-        """How part ``part`` of a source is computed within ``budget`` bytes of samples: blocks
-        ``(r0, r1, read)``, ``read`` the ``(part, r0, r1, s0, s1)`` a block reads at once, or
-        None for rows longer than the budget (read in pieces by :meth:`source_block`)."""
+    def source_budget(self) -> int:
+        """Bytes of samples a source's block reads at once: ``max_memory``, else 64 MiB."""
+        return self.planner.max_memory or memory.SOURCE_BLOCK_BYTES
+
+    def source_plan(self, src: SignalSource, part: int, budget: int) -> SourcePlan:
+        """The planner's plan of part ``part`` of a source within ``budget`` bytes of samples,
+        after checking the part against the parameters."""
         p, info = self.params, src.parts[part]
         if p.fs is not None and src.fs is not None and p.fs != src.fs:
             raise ValueError(f"fs={p.fs:g} but {src.description} is sampled at {src.fs:g} Hz; pass fs=None (the "
@@ -208,76 +224,43 @@ class WelchPeaks:
             raise ValueError(f"{info.name}: with filters or measures each signal's analysed frame is read at once, "
                              f"{frame * src.dtype.itemsize} bytes, over the {budget}-byte budget; pass a larger "
                              "max_memory= or fewer segments")
-        if self.reads_in_pieces(src, part, budget):
-            from welchpeaks.numba_base import LANES
+        return self.planner.plan_source(info.rows, info.samples, src.dtype, budget)
 
-            return [(r0, min(info.rows, r0 + LANES), None) for r0 in range(0, info.rows, LANES)]
-        return [(r0, r1, (part, r0, r1, 0, frame)) for r0, r1 in src.row_blocks(part, frame * src.dtype.itemsize, budget)]
-
-    def reads_in_pieces(self, src: SignalSource, part: int, budget: int) -> bool:
-        """Whether rows of part ``part`` of ``src`` are read in pieces of segments within
-        ``budget`` bytes (too long for it, and the execution that runs them has a long-rows
-        mode), rather than a block of whole rows at a time."""
-        return self._long_rows_plan(src, part, budget) is not None
-
-    def _long_rows_plan(self, src: SignalSource, part: int, budget: int) -> Any | None:
-        """When rows of part ``part`` are too long for ``budget``: the long-rows plan of the
-        execution that runs them (:meth:`welchpeaks.backends.Execution.long_rows`, kept per row
-        length), which takes them in pieces of whole segments; None where they are short enough,
-        or where that execution reads whole rows (then one block of rows at a time)."""
-        from welchpeaks.numba_base import LANES
-
-        info, p = src.parts[part], self.params
-        ex = self.for_batch(info.rows, info.samples, src.dtype)
-        execution = ex.planner.forced  # what runs every block (None only while auto is provisional)
-        if execution is None or p.frame_for(info.samples) * src.dtype.itemsize * min(info.rows, LANES) <= budget:
-            return None
-        n_seg, compute = p.n_segments_for(info.samples), ex.planner.compute_dtype(src.dtype)
-        key = (execution.name, n_seg, compute.name)
-        if key not in ex._piece_plans:  # window, twiddles and scratch: once per row length
-            ex._piece_plans[key] = execution.long_rows(p, n_seg, compute)
-        return ex._piece_plans[key]
+    def source_blocks(self, src: SignalSource, part: int, budget: int) -> list[tuple[int, int, tuple | None]]:
+        """How part ``part`` of a source is computed within ``budget`` bytes of samples: blocks
+        ``(r0, r1, read)``, ``read`` the ``(part, r0, r1, s0, s1)`` a block reads at once, or
+        None for rows read in pieces by :meth:`source_block`."""
+        plan = self.source_plan(src, part, budget)
+        return [(r0, r1, plan.read(part, r0, r1)) for r0, r1 in plan.blocks(src, part)]
 
     def source_block(self, src: SignalSource, part: int, r0: int, r1: int, budget: int,
                      data: np.ndarray | None = None) -> PeakResult:
         """Peaks of rows ``r0:r1`` of part ``part`` (a block of :meth:`source_blocks`); ``data``:
         its samples when already read."""
         info = src.parts[part]
-        ex = self.for_batch(info.rows, info.samples, src.dtype)
+        plan = self.planner.plan_source(info.rows, info.samples, src.dtype, budget)
         try:
-            plan = self._long_rows_plan(src, part, budget)
-            if plan is not None:
-                return ex._long_rows(plan, src, part, r0, r1, budget)
-            if data is None:
-                data = src.read(part, r0, r1, 0, self.params.frame_for(info.samples))
-            return ex._run(data, tensor=False, first_row=r0)
+            read = plan.read(part, r0, r1)
+            if read is None:
+                return self._long_rows(plan, plan.run_pieces(src, part, r0, r1), src.dtype, r0)
+            return self._run(src.read(*read) if data is None else data, tensor=False, first_row=r0,
+                             planner=plan.planner)
         except ValueError as exc:
             raise ValueError(f"{info.name}, rows {r0}..{r1 - 1}: {exc}") from None
 
-    def _long_rows(self, plan: Any, src: SignalSource, part: int, r0: int, r1: int, budget: int) -> PeakResult:
-        """Rows ``r0:r1`` of a source whose frames exceed the memory budget, through ``plan``
-        (:meth:`_long_rows_plan`) in pieces of whole segments (each about ``budget`` bytes), bit
-        for bit its result over whole rows in memory."""
-        p, samples, item = self.params, src.parts[part].samples, src.dtype.itemsize
-        n_seg = p.n_segments_for(samples)
-        compute = self.planner.compute_dtype(src.dtype)
-        if plan.whole:  # short after all: one read, the planned program
-            return self._run(src.read(part, r0, r1, 0, p.frame_length(n_seg)), tensor=False, first_row=r0)
-        rows = plan.pieces(r1 - r0, src.dtype)
-        per_piece = max(1, (budget // ((r1 - r0) * item) - p.n_fft) // p.hop + 1)
-        for s0 in range(0, n_seg, per_piece):
-            cnt = min(per_piece, n_seg - s0)
-            rows.feed(src.read(part, r0, r1, s0 * p.hop, s0 * p.hop + p.frame_length(cnt)), cnt,
-                      last=s0 + cnt == n_seg)
-        out = rows.result()
+    def _long_rows(self, plan: SourcePlan, out: Any, dtype: np.dtype, r0: int) -> PeakResult:
+        """The peaks of a block of long rows (:meth:`SourcePlan.run_pieces`'s rows), wrapped."""
+        p = plan.planner.params
+        compute = plan.planner.compute_dtype(dtype)
         if out.bad_rows.size and p.nan_policy == "raise":
             row = int(out.bad_rows[0])
             raise ValueError(f"signal {r0 + row} holds NaN or infinity, or its power overflows {compute.name}; clean "
                              "or scale the data, or pass nan_policy='propagate' to get empty slots (-1/NaN)")
-        info = dict(p.to_dict(), segments=n_seg, frame=p.frame_length(n_seg), compute_dtype=compute.name,
-                    execution_mode=f"long rows: over the {budget}-byte budget, read {per_piece} segments at a time into "
-                         f"{self.strategy}'s pass, which carries its sums between pieces")
-        return PeakResult(out.bins, out.power.astype(src.dtype), out.fbins * p.freq_scale(), self.strategy, info,
+        per_piece = plan.per_piece(out.bins.shape[0])
+        info = dict(p.to_dict(), segments=plan.n_seg, frame=plan.frame, compute_dtype=compute.name,
+                    execution_mode=f"long rows: over the {plan.budget}-byte budget, read {per_piece} segments at a "
+                                   f"time into {plan.execution}'s pass, which carries its sums between pieces")
+        return PeakResult(out.bins, out.power.astype(dtype), out.fbins * p.freq_scale(), plan.execution, info,
                           peak_params=p)
 
     def _check_rows(self, rows: Any, bad_rows: np.ndarray, power: Any, lead: tuple, call: CallPlan,
@@ -318,10 +301,12 @@ class WelchPeaks:
                 "clean the data or pass nan_policy='propagate' to get empty slots (-1/NaN) for those signals"
             )
 
-    def _run(self, arr: Any, tensor: bool, first_row: int | None = None) -> PeakResult:
-        """Validate the length, plan, run the plan's program, wrap its rows (``first_row``: they
-        are a block of a source's rows, from that signal on)."""
-        p = self.params
+    def _run(self, arr: Any, tensor: bool, first_row: int | None = None, planner: Planner | None = None) -> PeakResult:
+        """Validate the length, plan (by ``planner``, default this executor's), run the plan's
+        program, wrap its rows (``first_row``: they are a block of a source's rows, from that
+        signal on)."""
+        planner = self.planner if planner is None else planner
+        p = planner.params
         length = arr.shape[-1]
         p.check_length(length)
         lead = tuple(arr.shape[:-1])
@@ -330,10 +315,10 @@ class WelchPeaks:
         if p.k > p.n_bins and rows.shape[0] * p.k * 16 > memory.MAX_EMPTY_SLOT_BYTES:
             raise ValueError(f"k={p.k} asks for {rows.shape[0] * p.k * 16 / 2**30:.1f} GiB of results, but n_fft={p.n_fft} "
                              f"has only {p.n_bins} bins, so every slot past {p.n_bins} is empty; pass k <= {p.n_bins}")
-        call = self.planner.plan(rows.shape[0], length, in_dtype, tensor)
+        call = planner.plan(rows.shape[0], length, in_dtype, tensor)
         if not tensor and not rows.flags.c_contiguous:
             rows = np.ascontiguousarray(rows[:, :call.frame])
-        out = self.planner.run(call, rows)
+        out = planner.run(call, rows)
         self._last, self._last_call = (rows.shape[0], length, in_dtype), call
         bins, power, fbins, measures = out.bins, out.power, out.fbins, dict(out.measures or {})
         if not tensor and not isinstance(bins, np.ndarray):

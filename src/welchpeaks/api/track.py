@@ -29,6 +29,7 @@ from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_in
 from welchpeaks.api.options import check_result_size
 from welchpeaks.numeric import integer, shown
 from welchpeaks.api.peaks import WelchPeaks
+from welchpeaks.plan.modes import FramesPlan
 from welchpeaks.result import PeakResult, TrackResult
 from welchpeaks.sources import SignalSource
 from welchpeaks.tracks import DEFAULT_MIN_SNR_DB
@@ -62,8 +63,7 @@ class Tracker:
         passed = {name: value for name, value in spec.pick(locals(), "Tracker").items()
                   if name not in ("frame_segments", "frame_hop", "nan_policy")}
         self.peaks = WelchPeaks(segments=self.frame_segments, nan_policy="propagate", **passed)
-        self._last: WelchPeaks | None = None
-        self._shared_plans: dict[tuple[str, str], Any] = {}
+        self._plan: FramesPlan | None = None  # the last call's
         self.nan_policy = spec.check_choice("nan_policy", nan_policy)
         p = self.params
         self.frame = p.frame_length(self.frame_segments)
@@ -76,16 +76,31 @@ class Tracker:
     @property
     def strategy(self) -> str:
         """The execution of the last call ('auto' before the first)."""
-        return self._last.strategy if self._last is not None else self.peaks.strategy
+        if self._plan is not None and self._plan.execution != "auto":
+            return self._plan.execution
+        return self.peaks.strategy
 
-    def executor(self, dtype: np.dtype, tensor: bool = False) -> WelchPeaks:
-        """The executor of every block of ``dtype`` frames: under 'auto' the planner's choice for
-        a full block (:meth:`WelchPeaks.for_batch`), kept for every later block, call and push,
-        whatever their size: frames come out bit for bit the same however the recording is cut."""
-        dtype = np.dtype(dtype)
-        self._last = self.peaks.for_batch(max(1, memory.BLOCK_BYTES // (self.frame * dtype.itemsize)), self.frame, dtype,
-                                          tensor)
-        return self._last
+    def frames_plan(self, dtype: Any, tensor: bool = False) -> FramesPlan:
+        """The planner's plan of frames of ``dtype`` (:meth:`welchpeaks.plan.Planner.plan_frames`):
+        under 'auto' the choice for a full block, kept for every later block, call and push,
+        whatever their size (frames come out bit for bit the same however the recording is
+        cut); the shared pass when frames overlap and the execution has one."""
+        self._plan = self.peaks.planner.plan_frames(self.frame_segments, self.frame_hop, np.dtype(dtype), tensor)
+        return self._plan
+
+    def explain(self, batch: int = 1, length: int | None = None, dtype: Any = "float32") -> dict[str, Any]:
+        """How frames of ``batch`` recordings of ``length`` samples (default one frame) are
+        computed: the mode (shared frames or frames as rows) and why, and for frames as rows
+        the planner's explanation of a block of them (:meth:`WelchPeaks.explain`)."""
+        length = self.frame if length is None else integer("length", length, 1)
+        self._check_length(length)
+        plan = self.frames_plan(dtype)
+        out = {"requested": self.peaks.requested, **plan.explain(), "frames": self.n_frames(length)}
+        if plan.shared is None:
+            blocks = plan.blocks(integer("batch", batch, 1), out["frames"], np.dtype(dtype).itemsize)
+            r0, r1, t0, t1 = next(iter(blocks))
+            out["plan"] = plan.planner.explain((r1 - r0) * (t1 - t0), self.frame, np.dtype(dtype))
+        return out
 
     def n_frames(self, length: int) -> int:
         """Whole frames in a signal of ``length`` samples."""
@@ -144,34 +159,28 @@ class Tracker:
         check_result_size(self.params, rows.shape[0], n_frames, np_dtype(t), self.peaks.planner.max_memory,
                           WRITE_TO_DISK)
         frames = rows.unfold(1, self.frame, min(self.step, length))  # [rows, T, frame], a view (the same T)
-        per_block = max(1, memory.BLOCK_BYTES // (self.frame * t.element_size()))  # frames per block
-        peaks = self.executor(np_dtype(t), tensor=True)
-        f_block = max(1, min(n_frames, per_block))
-        r_block = max(1, per_block // f_block)
+        plan = self.frames_plan(np_dtype(t), tensor=True)
         out: dict[str, Any] = {}
-        for r0 in range(0, rows.shape[0], r_block):
-            r1 = min(rows.shape[0], r0 + r_block)
-            for t0 in range(0, n_frames, f_block):
-                t1 = min(n_frames, t0 + f_block)
-                block = frames[r0:r1, t0:t1].reshape(-1, self.frame).contiguous()  # this block only
-                res = peaks(block)
-                if self.nan_policy == "raise":
-                    empty = torch.nonzero(res.bins[:, 0] < 0).flatten()
-                    if empty.numel():
-                        bad = empty[~torch.isfinite(block[empty]).all(dim=1)].cpu().numpy()
-                        if bad.size:
-                            row, frame = r0 + int(bad[0]) // (t1 - t0), t0 + int(bad[0]) % (t1 - t0)
-                            raise ValueError(f"x has NaN or infinity in row {row}, frame {frame} (samples "
-                                             f"{frame * self.step} to {frame * self.step + self.frame - 1}); clean "
-                                             "the data or pass nan_policy='propagate'")
-                for f, v in [(f, getattr(res, f)) for f in ("bins", "power", "freqs")] + list(res.measures.items()):
-                    v = v.reshape(r1 - r0, t1 - t0, k)
-                    if f not in out:
-                        out[f] = torch.empty((rows.shape[0], n_frames, k), dtype=v.dtype, device=v.device)
-                    out[f][r0:r1, t0:t1] = v
+        for r0, r1, t0, t1 in plan.blocks(rows.shape[0], n_frames, t.element_size()):
+            block = frames[r0:r1, t0:t1].reshape(-1, self.frame).contiguous()  # this block only
+            res = self.peaks._call(block, plan.planner)
+            if self.nan_policy == "raise":
+                empty = torch.nonzero(res.bins[:, 0] < 0).flatten()
+                if empty.numel():
+                    bad = empty[~torch.isfinite(block[empty]).all(dim=1)].cpu().numpy()
+                    if bad.size:
+                        row, frame = r0 + int(bad[0]) // (t1 - t0), t0 + int(bad[0]) % (t1 - t0)
+                        raise ValueError(f"x has NaN or infinity in row {row}, frame {frame} (samples "
+                                         f"{frame * self.step} to {frame * self.step + self.frame - 1}); clean "
+                                         "the data or pass nan_policy='propagate'")
+            for f, v in [(f, getattr(res, f)) for f in ("bins", "power", "freqs")] + list(res.measures.items()):
+                v = v.reshape(r1 - r0, t1 - t0, k)
+                if f not in out:
+                    out[f] = torch.empty((rows.shape[0], n_frames, k), dtype=v.dtype, device=v.device)
+                out[f][r0:r1, t0:t1] = v
         out = {f: v.reshape(lead + (n_frames, k)) for f, v in out.items()}
         fields = {f: out.pop(f) for f in ("bins", "power", "freqs")}
-        return TrackResult(times=self.times(n_frames), strategy=peaks.strategy, params=self.info(), measures=out,
+        return TrackResult(times=self.times(n_frames), strategy=self.strategy, params=self.info(), measures=out,
                            peak_params=self.params, **fields)
 
     def run(self, arr: np.ndarray, first_sample: int = 0) -> TrackResult:
@@ -187,44 +196,38 @@ class Tracker:
         power = np.empty((n_rows, n_frames, k), arr.dtype)
         freqs = np.empty((n_rows, n_frames, k), np.float64)
         measures = {n: np.empty((n_rows, n_frames, k)) for n in self.params.measure_names()}
-        per_frame = self.frame * arr.dtype.itemsize
-        frames_per_block = max(1, min(n_frames, memory.BLOCK_BYTES // per_frame))
-        rows_per_block = max(1, min(n_rows, memory.BLOCK_BYTES // (per_frame * frames_per_block)))
         row_stride, item = rows.strides
-        peaks = self.executor(arr.dtype)
-        shared = self._shared(peaks, arr.dtype)
-        for r0 in range(0, n_rows, rows_per_block):
-            r1 = min(n_rows, r0 + rows_per_block)
-            for t0 in range(0, n_frames, frames_per_block):
-                t1 = min(n_frames, t0 + frames_per_block)
-                # (a block of one frame: its step, which may be past any array's strides, is not used)
-                step = self.step if t1 - t0 > 1 else 1
-                view = as_strided(rows[r0:, t0 * self.step:], shape=(r1 - r0, t1 - t0, self.frame),
-                                  strides=(row_stride, step * item, item), writeable=False)
-                flagged = None  # the shared pass's frames left empty for a non-finite power
-                try:
-                    if shared is not None:
-                        res, flagged = self._run_shared(shared, rows[r0:r1], t0, t1, arr.dtype)
-                    else:
-                        res = peaks(np.ascontiguousarray(view).reshape(-1, self.frame))
-                except ValueError as exc:
-                    raise ValueError(f"{exc} [track: frames {t0}..{t1 - 1} of rows {r0}..{r1 - 1}]") from None
-                shape = (r1 - r0, t1 - t0, k)
-                bins[r0:r1, t0:t1] = res.bins.reshape(shape)
-                power[r0:r1, t0:t1] = res.power.reshape(shape)
-                freqs[r0:r1, t0:t1] = res.freqs.reshape(shape)
-                for n, v in measures.items():
-                    v[r0:r1, t0:t1] = res.measures[n].reshape(shape)
-                if flagged is not None:  # NaN, infinity or an overflow; a frame without peaks is not flagged
-                    if flagged.size:
-                        self._check_frames(view, flagged, lead, r0, t0, first_sample, overflow=True)
+        plan = self.frames_plan(arr.dtype)
+        shared = plan.shared is not None
+        for r0, r1, t0, t1 in plan.blocks(n_rows, n_frames, arr.dtype.itemsize):
+            # (a block of one frame: its step, which may be past any array's strides, is not used)
+            step = self.step if t1 - t0 > 1 else 1
+            view = as_strided(rows[r0:, t0 * self.step:], shape=(r1 - r0, t1 - t0, self.frame),
+                              strides=(row_stride, step * item, item), writeable=False)
+            flagged = None  # the shared pass's frames left empty for a non-finite power
+            try:
+                if shared:
+                    res, flagged = self._run_shared(plan, rows[r0:r1], t0, t1, arr.dtype)
                 else:
-                    empty = np.flatnonzero(res.bins[:, 0] < 0)  # frames with no peak: not finite, or all filtered
-                    if empty.size:
-                        self._check_frames(view, empty, lead, r0, t0, first_sample)
+                    res = self.peaks._call(np.ascontiguousarray(view).reshape(-1, self.frame), plan.planner)
+            except ValueError as exc:
+                raise ValueError(f"{exc} [track: frames {t0}..{t1 - 1} of rows {r0}..{r1 - 1}]") from None
+            shape = (r1 - r0, t1 - t0, k)
+            bins[r0:r1, t0:t1] = res.bins.reshape(shape)
+            power[r0:r1, t0:t1] = res.power.reshape(shape)
+            freqs[r0:r1, t0:t1] = res.freqs.reshape(shape)
+            for n, v in measures.items():
+                v[r0:r1, t0:t1] = res.measures[n].reshape(shape)
+            if flagged is not None:  # NaN, infinity or an overflow; a frame without peaks is not flagged
+                if flagged.size:
+                    self._check_frames(view, flagged, lead, r0, t0, first_sample, overflow=True)
+            else:
+                empty = np.flatnonzero(res.bins[:, 0] < 0)  # frames with no peak: not finite, or all filtered
+                if empty.size:
+                    self._check_frames(view, empty, lead, r0, t0, first_sample)
         shape = lead + (n_frames, k)
         info = self.info()
-        if shared is not None:
+        if shared:
             info["execution_mode"] = f"shared frames: {self.strategy} computes each segment once for the frames sharing it"
         return TrackResult(bins.reshape(shape), power.reshape(shape), freqs.reshape(shape),
                            self.times(n_frames, first_sample), self.strategy, info,
@@ -239,7 +242,7 @@ class Tracker:
         if n_frames == 0:
             raise ValueError(f"{info.name}: {info.samples} samples, but a frame needs {self.frame}; pass a smaller "
                              "n_fft or fewer frame_segments")
-        budget = self.peaks.planner.max_memory or memory.SOURCE_BLOCK_BYTES
+        budget = self.peaks.source_budget()
         item = src.dtype.itemsize
         for r0, r1 in src.row_blocks(part, 4 * self.frame * item, budget):
             per_read = max(1, (budget // ((r1 - r0) * item) - self.frame) // self.step + 1)
@@ -276,25 +279,11 @@ class Tracker:
         info = dict(self.info(), source=src.description)
         return TrackResult(bins, power, freqs, self.times(n_frames), self.strategy, info, measures, self.params)
 
-    def _shared(self, peaks: WelchPeaks, dtype: np.dtype) -> Any | None:
-        """When frames overlap, the shared-frames plan of the execution that runs them
-        (:meth:`welchpeaks.backends.Execution.shared_frames`: each segment computed once), kept
-        per precision; None where that execution has none (frames run whole)."""
-        execution = peaks.planner.forced
-        if self.frame_hop >= self.frame_segments or execution is None:
-            return None
-        compute = peaks.planner.compute_dtype(dtype)
-        key = (execution.name, compute.name)
-        if key not in self._shared_plans:
-            self._shared_plans[key] = execution.shared_frames(self.params, self.frame_segments, self.frame_hop,
-                                                              compute)
-        return self._shared_plans[key]
-
-    def _run_shared(self, shared: Any, rows: np.ndarray, t0: int, t1: int,
+    def _run_shared(self, plan: FramesPlan, rows: np.ndarray, t0: int, t1: int,
                     dtype: np.dtype) -> tuple[PeakResult, np.ndarray]:
-        """The shared pass over frames ``t0..t1-1`` of ``rows``, and the frames (row-major
+        """The plan's shared pass over frames ``t0..t1-1`` of ``rows``, and the frames (row-major
         indices) it left empty because their power is not finite."""
-        out = shared.run(rows, t0 * self.step, t1 - t0)
+        out = plan.run_shared(rows, t0, t1)
         power = out.power
         if power.dtype != dtype:
             with np.errstate(over="ignore"):

@@ -87,3 +87,29 @@ def host_rows(p: PeakParams) -> Callable[[np.ndarray], RowPeaks]:
 def host_kernel(node: Node, graph: Graph) -> Callable[[np.ndarray], RowPeaks]:
     """``find_peaks`` for the host backends' tables."""
     return host_rows(node.attrs["params"])
+
+
+def launch_peak_measures(x2: np.ndarray, pk: np.ndarray, wlen: int, rel_height: float, data: tuple | None,
+                         need_width: bool) -> Any:
+    """The peak prominences and widths kernel (numba) on float64 rows ``x2 [R, n]`` at the
+    peaks ``pk [R, k]`` (``data``: the prominences and bases when given, else computed); its
+    ``Measures``, every slot empty where the rows have no samples."""
+    from welchpeaks.backends import _numba_fp_measures as kern
+    from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, kernel_input, numba_threads
+    from welchpeaks.timing import QUIET
+
+    rows, k = pk.shape
+    out = kern.outputs(rows, k, data, need_width)
+    if rows and x2.shape[1]:
+        announce_compile(kern.host_peak_measures, "the peak prominences and widths kernel", kern.COMPILE_TIME)
+        with QUIET.work(), KERNEL_LOCK:
+            kern.host_peak_measures(kernel_input(x2), kernel_input(pk), np.int64(wlen), float(rel_height),
+                                    data is None, out, max(1, min(rows, 4 * numba_threads())))
+    else:  # no samples: every slot is empty (the indices were checked)
+        for name in ("prom", "width", "line", "left_ip", "right_ip") if data is None else ("width", "line",
+                                                                                           "left_ip", "right_ip"):
+            getattr(out, name).fill(np.nan)
+        if data is None:
+            out.left.fill(-1)
+            out.right.fill(-1)
+    return out

@@ -119,9 +119,7 @@ def unit_read(spec: dict[str, Any], unit: Unit) -> tuple[int, int, int, int, int
     """The one read ``(part, r0, r1, s0, s1)`` a unit makes, or None when it reads in pieces."""
     src, ex = _executor(spec, unit)
     if spec["kind"] == "peaks":
-        if ex.reads_in_pieces(src, unit.part, spec["budget"]):
-            return None
-        return unit.part, unit.r0, unit.r1, 0, ex.params.frame_for(src.parts[unit.part].samples)
+        return ex.source_plan(src, unit.part, spec["budget"]).read(unit.part, unit.r0, unit.r1)
     s0 = unit.t0 * ex.step
     return unit.part, unit.r0, unit.r1, s0, s0 + (unit.t1 - unit.t0 - 1) * ex.step + ex.frame
 
@@ -310,13 +308,15 @@ def pin_execution(kind: str, kw: dict[str, Any], rows: int, length: int, dtype: 
     (which only cuts the work into blocks); else what was asked."""
     from welchpeaks.api import Tracker, WelchPeaks
     from welchpeaks.plan import cost_model_for
+    from welchpeaks.plan.modes import execution_name
 
     if kw.get("strategy", "auto") != "auto":
         return {"strategy": kw.get("strategy", "auto"), "dtype": kw.get("dtype")}
     cost_model_for("cpu", wait=True)
     free = dict(kw, max_memory=None)
-    ex = Tracker(**free).executor(dtype) if kind == "track" else WelchPeaks(**free).for_batch(rows, length, dtype)
-    return {"strategy": ex.requested, "dtype": ex._init.get("dtype")}
+    pinned = (Tracker(**free).frames_plan(dtype).planner if kind == "track"
+              else WelchPeaks(**free).planner.pin(rows, length, dtype))
+    return {"strategy": execution_name(pinned), "dtype": pinned.params.dtype}
 
 
 def model_identity() -> str | None:

@@ -324,6 +324,7 @@ def explain(
         console.print("unavailable: " + "; ".join(unavailable), highlight=False)
     console.print(f"fusion of {info['strategy']}: {info['fusion']['reason']}", highlight=False)
     console.print(f"picked [bold]{info['strategy']}[/]: {info['why']}")
+    console.print(f"mode [bold]{info['mode']}[/]: {info['mode_why']}", highlight=False)
 
 
 @app.command()

@@ -14,6 +14,9 @@ from welchpeaks.ir import Graph, Program
 from welchpeaks.plan.cost import BackendCostModel
 from welchpeaks.result import RowPeaks
 
+#: how the reason of a choice made before this machine's cost model exists starts
+PROVISIONAL = "auto without a cost model: "
+
 
 @dataclass(frozen=True, kw_only=True)
 class CallPlan:
@@ -38,6 +41,13 @@ class CallPlan:
     ranking: tuple[tuple[str, float], ...] = ()
     key: tuple | None = None  # the planner's key of this call shape
     priced: BackendCostModel | None = None  # the CPU model auto decided with: planned again when it changes
+    mode: str = "rows"  # how the rows run: plan.modes' ROWS, BLOCKS_OF_ROWS, PIECES_OF_SEGMENTS or TIME_CHUNKS
+    mode_why: str = "the whole batch at once"
+
+    @property
+    def provisional(self) -> bool:
+        """Chosen before this machine's cost model exists (planned again once it does)."""
+        return self.why.startswith(PROVISIONAL)
 
     @property
     def graph(self) -> Graph:

@@ -13,8 +13,8 @@ For a call (rows, samples, input dtype, where the data is) it decides:
   gate says it pays), compiled once into an :class:`welchpeaks.ir.Program`.
 
 Each decision carries its reason, and :meth:`Planner.explain` reports them with every cost
-term. Plans, picks and compiled programs are kept in bounded least-recently-used caches
-(:class:`welchpeaks.plan.cache.LruCache`).
+term; calls computed in parts (sources, frames, pinning) are planned by :mod:`~welchpeaks.plan.modes`.
+Plans, picks and programs are kept in bounded LRU caches (:class:`~welchpeaks.plan.cache.LruCache`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import numpy as np
 from welchpeaks import backends, memory
 from welchpeaks.ir import Graph, Program, compile
 from welchpeaks.params import PeakParams
-from welchpeaks.plan import calibrate
+from welchpeaks.plan import calibrate, modes
 from welchpeaks.plan.cache import LruCache
-from welchpeaks.plan.call import CallPlan
+from welchpeaks.plan.call import PROVISIONAL, CallPlan
 from welchpeaks.plan.cost import BackendCostModel
 from welchpeaks.plan.defaults import default_cpu_model, default_cuda_model
 from welchpeaks.plan.models import cost_model_for
@@ -62,7 +62,6 @@ def default_budget() -> int:
 _PROGRAMS = LruCache(64)
 LAYOUTS = {"ultra": 1, "fast": 2}
 #: why auto chooses provisionally while there is no CPU cost model (such plans are not remembered)
-PROVISIONAL = "auto without a cost model: "
 
 #: Planner.observe: a shape is checked once each of its last CHECK_CALLS calls is more than
 #: CHECK_RATIO times off its prediction, the same way; calls predicted and seen under
@@ -143,6 +142,21 @@ class Planner:
         self.min_recall = float(min_recall)
         self.layout = layout
         self._calls = LruCache(cache_size)
+        self.modes = LruCache(64)  # plans of sources and frames (plan.modes)
+        self.pinned: dict[tuple[str, str], Planner] = {}  # auto's picks pinned for batches run in parts
+        self.pinned_from: str | None = None  # a pinned planner: the pick it was pinned to
+
+    def pin(self, rows: int, length: int, dtype: Any, tensor: bool = False) -> "Planner":
+        """The planner every part of a batch runs through (:func:`welchpeaks.plan.modes.pin`)."""
+        return modes.pin(self, rows, length, dtype, tensor)
+
+    def plan_source(self, rows: int, samples: int, dtype: Any, budget: int) -> modes.SourcePlan:
+        """How a source's part is computed (:func:`welchpeaks.plan.modes.plan_source`)."""
+        return modes.plan_source(self, rows, samples, dtype, budget)
+
+    def plan_frames(self, frame_segments: int, frame_hop: int, dtype: Any, tensor: bool = False) -> modes.FramesPlan:
+        """How a recording's frames are computed (:func:`welchpeaks.plan.modes.plan_frames`)."""
+        return modes.plan_frames(self, frame_segments, frame_hop, dtype, tensor)
 
     # ------------------------------------------------------------------ decisions
     def compute_dtype(self, input_dtype: np.dtype) -> np.dtype:
@@ -266,7 +280,8 @@ class Planner:
         program = self._compiled(ex, graph, n_seg, compute)
         call = CallPlan(execution=name, program=program, n_seg=n_seg, frame=self.params.frame_length(n_seg),
                         compute=compute, why=why, fusion=fusion, working_bytes=peak_working_bytes(graph),
-                        batch_graph=graph, key=key)
+                        batch_graph=graph, key=key, mode=modes.TIME_CHUNKS,
+                        mode_why="the rows lie in several chunks in time: each chunk's segments summed apart")
         self._calls.put(key, call)
         return call
 
@@ -416,16 +431,19 @@ class Planner:
             program = self._compiled(ex, graph, n_seg, compute)
             working = peak_working_bytes(graph)
             block, piece = None, None
+            mode, mode_why = modes.ROWS, f"the whole batch at once, within {size_text(budget)} of working memory"
             if working > budget:
                 per_row = -(-working // rows)
                 if per_row <= budget:
                     block = max(1, budget // per_row)
-                    why += f"; in blocks of {block} rows to stay within {size_text(budget)} of working memory"
+                    mode, mode_why = modes.BLOCKS_OF_ROWS, (f"in blocks of {block} rows to stay within "
+                                                            f"{size_text(budget)} of working memory")
                 else:
-                    block, piece = self._pieces(ex, program, rows, n_seg, per_row, budget)
-                    why += (f"; in pieces of {piece} of the {n_seg} segments"
-                            f"{f' and blocks of {block} rows' if block else ''} to stay within {size_text(budget)} "
-                            "of working memory")
+                    block, piece = modes.segment_pieces(ex, program, rows, n_seg, per_row, budget)
+                    mode, mode_why = modes.PIECES_OF_SEGMENTS, (
+                        f"in pieces of {piece} of the {n_seg} segments{f' and blocks of {block} rows' if block else ''}"
+                        f" to stay within {size_text(budget)} of working memory")
+                why += "; " + mode_why
             model, ranking = None, ()
             if info is not None and ex.name in info:
                 model = cost_model_for("cpu", wait=False)
@@ -436,7 +454,7 @@ class Planner:
             call = CallPlan(execution=ex.name, program=program, n_seg=n_seg, frame=self.params.frame_length(n_seg),
                             compute=compute, why=why, fusion=fusion, layout=layout, upload=upload,
                             working_bytes=working, block_rows=block, segment_piece=piece, batch_graph=graph,
-                            model=model, ranking=ranking, key=key, priced=priced)
+                            model=model, ranking=ranking, key=key, priced=priced, mode=mode, mode_why=mode_why)
             if not why.startswith(PROVISIONAL):  # planned again once the cost model is measured
                 self._calls.put(key, call)
         return call
@@ -534,21 +552,6 @@ class Planner:
         return {"execution": watch.execution, "predicted_ns": watch.predicted_ns, "observed_ns": list(watch.observed),
                 "check": watch.check}
 
-    def _pieces(self, ex: backends.Execution, program: Program, rows: int, n_seg: int, per_row: int,
-                budget: int) -> tuple[int | None, int]:
-        """(rows per block or None, segments per piece) for a graph whose one row needs more
-        than ``budget`` of working memory: its per-segment steps run on pieces of segments
-        (:meth:`Program.segments_in_pieces`), so the memory scales with the piece."""
-        if program.segment_span() is None:
-            raise ValueError(
-                f"one signal needs {size_text(per_row)} of working memory in {ex.name!r}, over the budget of "
-                f"{size_text(budget)}; pass a larger max_memory= (bytes), fewer segments, or strategy='auto' (the "
-                "fused executions need almost none)")
-        per_segment = -(-per_row // n_seg)  # bytes per segment of one row
-        block = min(rows, max(1, budget // per_segment))
-        piece = max(1, min(n_seg, budget // (per_segment * block)))
-        return (block if block < rows else None), piece
-
     # ------------------------------------------------------------------ explanation
     def explain(self, batch: int, length: int, input_dtype: np.dtype) -> dict[str, Any]:
         """Every decision for ``batch`` signals of ``length`` samples, with each execution's IO
@@ -564,6 +567,8 @@ class Planner:
             "strategy": call.execution,
             "device": self.device,
             "why": call.why,
+            "mode": call.mode,
+            "mode_why": call.mode_why,
             "graph": repr(call.graph),
             "fusion": call.fusion,
             "working_bytes": call.working_bytes,
@@ -586,6 +591,7 @@ class Planner:
             out["checks"] = checks[-8:]
         if call.layout is not None:
             out["layout"], out["layout_choice"] = call.layout
+        out.update({"pinned": self.pinned_from} if self.pinned_from is not None else {})
         if self.learned is not None:
             out["learned"] = {"recall": self.learned.recall(), "min_recall": self.min_recall,
                               "active_fraction": self.learned.model.active_fraction(),

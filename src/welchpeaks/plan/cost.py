@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 import re
-import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
@@ -23,6 +22,7 @@ from welchpeaks.backends import (ELEMENTWISE_OPS, FIND_PEAKS_OVER_SELECT, FUSED_
 from welchpeaks.ir import METADATA_OPS, Graph, Node, Op
 from welchpeaks.plan.fusion import IoFusionGate
 from welchpeaks.plan.io import GraphIoProfile, host_readback_bytes, profile_graph_io
+from welchpeaks.plan.state import PlanState, current_state
 
 
 #: the log of the most ns a table gives (about 1e299): a table read from a file may extrapolate
@@ -434,40 +434,41 @@ def with_corrections(model: BackendCostModel, factors: dict[str, tuple[float, in
 
 # ---------------------------------------------------------------------------- model registry
 
-# The models in use, per device, and per thread the provisional ones. Loading a model from the
-# cache, or measuring one, is :mod:`welchpeaks.plan.models`' (it sits above calibrate).
-_MODELS: dict[str, BackendCostModel] = {}
-_LOCK = threading.Lock()
-_LOCAL = threading.local()
+# The models in use, per device, and per thread the provisional ones, are the state's
+# (:class:`welchpeaks.plan.state.PlanState`: ``models``, ``provisional``). Loading a model from
+# the cache, or measuring one, is :mod:`welchpeaks.plan.models`' (it sits above calibrate).
 
 
-def set_cost_model(model: BackendCostModel | None, device: str = "cpu") -> None:
+def set_cost_model(model: BackendCostModel | None, device: str = "cpu", state: PlanState | None = None) -> None:
     """Use ``model`` for ``device`` from now on (None forgets it: the next use loads or measures)."""
-    with _LOCK:
+    s = state or current_state()
+    with s.models_lock:
         if model is None:
-            _MODELS.pop(device, None)
+            s.models.pop(device, None)
         else:
-            _MODELS[model.device] = model
+            s.models[model.device] = model
 
 
-def stored_model(device: str, local: bool = True) -> BackendCostModel | None:
+def stored_model(device: str, local: bool = True, state: PlanState | None = None) -> BackendCostModel | None:
     """The model in use for ``device`` without loading or measuring one: this thread's
     provisional one (``local``), else the one set; None if neither
     (:func:`welchpeaks.plan.models.cost_model_for` loads or measures)."""
-    models = getattr(_LOCAL, "models", None) if local else None
+    s = state or current_state()
+    models = getattr(s.provisional, "models", None) if local else None
     if models and device in models:
         return models[device]
-    with _LOCK:
-        return _MODELS.get(device)
+    with s.models_lock:
+        return s.models.get(device)
 
 
 @contextlib.contextmanager
-def provisional_cost_model(model: BackendCostModel) -> Iterator[None]:
+def provisional_cost_model(model: BackendCostModel, state: PlanState | None = None) -> Iterator[None]:
     """Use ``model`` for its device in this thread inside the block (a measurement's own calls
     plan with it; other threads do not see it)."""
-    local = getattr(_LOCAL, "models", None)
+    s = state or current_state()
+    local = getattr(s.provisional, "models", None)
     if local is None:
-        local = _LOCAL.models = {}
+        local = s.provisional.models = {}
     previous = local.get(model.device)
     local[model.device] = model
     try:

@@ -184,6 +184,13 @@ def test_picker_follows_the_injected_model():
     terms = exp["costs"]["numpy"]
     assert terms["total_ns"] == pytest.approx(sum(terms["nodes_ns"].values()) + terms["roundtrip_ns"]
                                               + terms["sync_ns"] + terms["readback_ns"])
+    # every entry is a plain dict of the typed record's keys, in its order (cost.Breakdown)
+    from welchpeaks.plan.cost import Breakdown
+
+    order = list(Breakdown.__annotations__)
+    for entry in exp["costs"].values():
+        assert type(entry) is dict and "total_ns" in entry and set(entry) <= set(order)
+    assert list(terms)[:7] == order[:7] and list(terms)[7:] == ["graph", "fusion", "working_bytes"]
 
 
 def test_filtered_calls_are_planned_priced_and_explained_like_any_other():

@@ -12,7 +12,7 @@ import contextlib
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Required, TypedDict
 
 import numpy as np
 
@@ -366,7 +366,29 @@ def estimate_graph_cost_with_io(graph: Graph, model: BackendCostModel, io: Graph
     return estimate_graph_cost(graph, model, backend) + sum(_io_terms(graph, io, model).values())
 
 
-def cost_breakdown(graph: Graph, model: BackendCostModel, backend: Any = None) -> dict[str, Any]:
+class Breakdown(TypedDict, total=False):
+    """What one execution costs for a call shape, term by term (ns): :func:`cost_breakdown`'s
+    record, which :func:`welchpeaks.plan.picker.strategy_breakdown` completes and
+    ``WelchPeaks.explain()['costs']`` shows as it is (a plain dict at run time). ``total_ns``
+    always; ``why`` alone beside an ``inf`` total where the execution cannot run the call (or
+    with it, where its working memory is over the budget)."""
+
+    io: dict[str, Any]  # the graph's static IO profile (GraphIoProfile.to_dict)
+    nodes_ns: dict[str, float]  # per node ("%3 rfft"): its price
+    priced_by: dict[str, str]  # per node: the measured curve, or the default that stood in
+    roundtrip_ns: float  # the execution's measured fixed cost of a call (else the model's round trip)
+    sync_ns: float
+    readback_ns: float
+    total_ns: Required[float]  # corrected by ``correction`` where one was learned
+    predicted_ns: float  # the total before the correction
+    correction: float  # learned from this machine's observed calls (Planner.observe)
+    graph: list[str]  # the ops of the graph priced, in order
+    fusion: dict[str, Any]  # the gate's decision that shaped it
+    working_bytes: int
+    why: str
+
+
+def cost_breakdown(graph: Graph, model: BackendCostModel, backend: Any = None) -> Breakdown:
     """Every term of :func:`estimate_graph_cost_with_io`, for explanations, and what priced
     each node (``priced_by``: a measured curve, or the default that stood in)."""
     io = profile_graph_io(graph)
@@ -374,8 +396,9 @@ def cost_breakdown(graph: Graph, model: BackendCostModel, backend: Any = None) -
               for n in graph.nodes if n.op not in METADATA_OPS}
     nodes = {k: p.ns for k, p in prices.items()}
     terms = _io_terms(graph, io, model)
-    return {"io": io.to_dict(), "nodes_ns": nodes, "priced_by": {k: p.by for k, p in prices.items()}, **terms,
-            "total_ns": sum(nodes.values()) + sum(terms.values())}
+    return Breakdown(io=io.to_dict(), nodes_ns=nodes, priced_by={k: p.by for k, p in prices.items()},
+                     roundtrip_ns=terms["roundtrip_ns"], sync_ns=terms["sync_ns"], readback_ns=terms["readback_ns"],
+                     total_ns=sum(nodes.values()) + sum(terms.values()))
 
 
 # ---------------------------------------------------------------------------- corrections

@@ -23,7 +23,7 @@ import numpy as np
 from welchpeaks import backends
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
-from welchpeaks.plan.cost import BackendCostModel, correction, cost_breakdown, region
+from welchpeaks.plan.cost import BackendCostModel, Breakdown, correction, cost_breakdown, region
 from welchpeaks.plan.defaults import default_cuda_model
 from welchpeaks.plan.graphs import execution_graph
 from welchpeaks.plan.models import cost_model_for
@@ -47,13 +47,13 @@ def _model(device: str, model: BackendCostModel | None, state: PlanState | None 
 def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, compute: Any,
                        device: str = "cpu", model: BackendCostModel | None = None,
                        extra: list[backends.Execution] | None = None,
-                       budget: int | None = None, state: PlanState | None = None) -> dict[str, dict]:
-    """Per execution: IO profile, working memory, every cost term (ns), total, and the fusion
-    decision that shaped its graph (``inf`` and why where it cannot run, or where its working
-    memory exceeds ``budget`` bytes). ``extra``: executions outside the registry (a learned
-    model's) to price too."""
+                       budget: int | None = None, state: PlanState | None = None) -> dict[str, Breakdown]:
+    """Per execution, its :class:`~welchpeaks.plan.cost.Breakdown`: IO profile, working memory,
+    every cost term (ns), total, and the fusion decision that shaped its graph (``inf`` and why
+    where it cannot run, or where its working memory exceeds ``budget`` bytes). ``extra``:
+    executions outside the registry (a learned model's) to price too."""
     m = _model(device, model, state)
-    out: dict[str, dict] = {}
+    out: dict[str, Breakdown] = {}
     execs: list[tuple[str, Any]] = []
     for name in backends.names():
         try:
@@ -63,12 +63,12 @@ def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, 
     execs += [(ex.name, ex) for ex in extra or []]
     for name, ex in execs:
         if isinstance(ex, Exception):
-            out[name] = {"total_ns": math.inf, "why": str(ex)}
+            out[name] = Breakdown(total_ns=math.inf, why=str(ex))
             continue
         why = ex.unavailable_reason() if ex.device == device else f"runs on {ex.device!r}, not {device!r}"
         why = why or ex.unsupported_reason(params)
         if why:
-            out[name] = {"total_ns": math.inf, "why": why}
+            out[name] = Breakdown(total_ns=math.inf, why=why)
             continue
         g, decision = execution_graph(ex, params, n_seg, batch, length, compute, m, state)
         b = cost_breakdown(g, m, ex.backend)
@@ -83,7 +83,7 @@ def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, 
     return within_budget(out, budget)
 
 
-def within_budget(breakdown: dict[str, dict], budget: int | None) -> dict[str, dict]:
+def within_budget(breakdown: dict[str, Breakdown], budget: int | None) -> dict[str, Breakdown]:
     """``breakdown`` with every execution whose working memory exceeds ``budget`` bytes priced
     ``inf``, saying why (copies of those entries; the others are shared)."""
     if budget is None:
@@ -119,7 +119,7 @@ class OverBudget(ValueError):
 
 def pick_for(params: PeakParams, n_seg: int, batch: int, length: int, compute: Any, device: str = "cpu",
              model: BackendCostModel | None = None, budget: int | None = None,
-             state: PlanState | None = None) -> tuple[str, dict, str]:
+             state: PlanState | None = None) -> tuple[str, dict[str, Breakdown], str]:
     """(execution, per-execution breakdown, why) for one call; ties go to the earlier execution.
     Executions whose working memory exceeds ``budget`` bytes are not picked (:class:`OverBudget`
     when that leaves none).

@@ -256,7 +256,8 @@ def test_a_command_never_measures_the_machine_again(tmp_path, plan_state):
     np.save(tmp_path / "x.npy", np.random.default_rng(4).standard_normal((2, 512)))
     res = CliRunner().invoke(app, ["peaks", str(tmp_path / "x.npy"), "--k", "2"])
     assert res.exit_code == 0, res.output
-    assert plan_state.background == {} and plan_state.remeasure  # the command's own state did not
+    # the command ran with its own state (no re-measuring), over this one, and handed it back
+    assert plan_state.background == {} and plan_state.remeasure and welchpeaks.plan.current_state() is plan_state
     res = CliRunner().invoke(app, ["calibrate", "--status"])
     assert res.exit_code == 0 and "1.5 cores busy" in res.output and "quick" in res.output
     assert "measured again in the background" in res.output

@@ -38,27 +38,20 @@ def rng():
 
 
 @pytest.fixture(autouse=True)
-def synthetic_cost_model(tmp_path_factory, monkeypatch):
-    """Every test sees the same synthetic CPU cost model, no CUDA model (the default from
-    published figures) and a private cache directory, so no test measures the machine (tests
-    that do calibration set their own)."""
-    from welchpeaks.plan import calibrate, set_cost_model
+def plan_state(tmp_path_factory, monkeypatch):
+    """Every test plans with a state of its own (welchpeaks.plan.PlanState, handed in with
+    welchpeaks.plan.using): the same synthetic CPU cost model, no CUDA model (the default from
+    published figures), its own caches, observed calls, background measurements and quiet gate
+    (another test's measurement is not this one's), and a private cache directory, so no test
+    measures the machine. A test that needs other measuring functions, grids, clocks or policy
+    asks for this fixture and sets them (``plan_state.measure_cpu = ...``)."""
+    from welchpeaks.plan import PlanState, set_cost_model, using
+    from welchpeaks.timing import QuietGate
 
     from helpers import synthetic_cpu_model
 
     monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    monkeypatch.setattr(calibrate, "REMEASURE", True)  # a CLI test's command turns it off for its process
-    monkeypatch.setattr(calibrate, "PERSIST", True)  # bench picker turns it off
-    monkeypatch.setattr(calibrate, "_ELSEWHERE", {})
-    from welchpeaks.plan import planner
-    from welchpeaks.plan.cache import LruCache
-
-    monkeypatch.setattr(planner, "_WATCHES", LruCache(1024))  # observed calls are per test
-    monkeypatch.setattr(planner, "_CHECKS", [])
-    from welchpeaks.timing import QuietGate
-
-    monkeypatch.setattr(planner, "QUIET", QuietGate())  # another test's background measurement is not this one's
-    set_cost_model(synthetic_cpu_model())
-    yield
-    set_cost_model(None, "cpu")
-    set_cost_model(None, "cuda")
+    state = PlanState(quiet=QuietGate())
+    set_cost_model(synthetic_cpu_model(), state=state)
+    with using(state):
+        yield state

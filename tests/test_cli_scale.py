@@ -258,7 +258,7 @@ def _counting(monkeypatch):
 
 
 def test_auto_is_pinned_once_so_memory_and_cost_model_do_not_change_the_output(long_recording, tmp_path,
-                                                                               monkeypatch):
+                                                                               monkeypatch, plan_state):
     """Under auto a job runs one execution, chosen once without its memory bound and pinned in
     the manifest: two --memory values give the same bytes, and a resume runs the manifest's
     execution even when the cost model has changed since (on a fresh machine the model lands
@@ -281,7 +281,7 @@ def test_auto_is_pinned_once_so_memory_and_cost_model_do_not_change_the_output(l
     assert [p["strategy"] for p in pins] == list(ran)
     monkeypatch.setattr(job_mod, "pin_execution", lambda *a: pytest.fail("a resume chose the execution again"))
     set_cost_model(None, "cpu")
-    monkeypatch.setattr("welchpeaks.plan.models.cost_model_for", lambda *a, **k: None)
+    plan_state.start_measurement = lambda device, replacing: None  # as while it is measured: nothing starts
     calls.clear()
     calls = _counting(monkeypatch)
     assert runner.invoke(app, args + ["--memory", "16MiB", "--out", str(out)]).exit_code == 0
@@ -613,17 +613,13 @@ def test_track_plot_draws_the_jobs_first_signal_thinned_and_bounded(tmp_path, mo
     assert res.exit_code != 0 and "--plot" in res.output and not (tmp_path / "u.csv").exists()
 
 
-def test_a_job_with_a_named_execution_starts_no_measurement(monkeypatch):
+def test_a_job_with_a_named_execution_starts_no_measurement(plan_state):
     """The manifest records the CPU cost model that chose a job's executions; with none on
     disk (a fresh machine) and the executions named, recording it starts no measurement of
     the machine (which a command then waits for, minutes on 2 cores)."""
-    from welchpeaks.plan import calibrate, models
+    from welchpeaks.plan import set_cost_model
 
     started = []
-    monkeypatch.setattr(models, "stored_model", lambda device, local=True: None)
-    monkeypatch.setattr(calibrate, "load", lambda device, quiet=False: None)
-    monkeypatch.setattr(calibrate, "measuring", lambda device="cpu": False)
-    monkeypatch.setattr(calibrate, "recently_elsewhere", lambda device: False)
-    monkeypatch.setattr(calibrate, "measured_elsewhere", lambda device: False)
-    monkeypatch.setattr(calibrate, "start_background", lambda *a, **kw: started.append(a))
-    assert job_mod.model_identity() is None and started == []
+    set_cost_model(None)  # none set, none in the test's (empty) cache, nobody measuring
+    plan_state.start_measurement = lambda device, replacing: started.append(device)
+    assert job_mod.model_identity() is None and started == [] and not plan_state.background

@@ -184,6 +184,13 @@ def test_picker_follows_the_injected_model():
     terms = exp["costs"]["numpy"]
     assert terms["total_ns"] == pytest.approx(sum(terms["nodes_ns"].values()) + terms["roundtrip_ns"]
                                               + terms["sync_ns"] + terms["readback_ns"])
+    # every entry is a plain dict of the typed record's keys, in its order (cost.Breakdown)
+    from welchpeaks.plan.cost import Breakdown
+
+    order = list(Breakdown.__annotations__)
+    for entry in exp["costs"].values():
+        assert type(entry) is dict and "total_ns" in entry and set(entry) <= set(order)
+    assert list(terms)[:7] == order[:7] and list(terms)[7:] == ["graph", "fusion", "working_bytes"]
 
 
 def test_filtered_calls_are_planned_priced_and_explained_like_any_other():
@@ -347,13 +354,13 @@ def test_phase_graphs_compute_the_same_peaks(n_fft):
         np.testing.assert_allclose(rec.power, ref.power, rtol=2e-4)
 
 
-def test_a_full_calibration_measures_every_curve_on_its_grid(monkeypatch):
+def test_a_full_calibration_measures_every_curve_on_its_grid(plan_state):
     """A full measurement on a tiny grid: one progress tick per group of points timed together,
     every curve the planner reads (the filtered fused pass and find_peaks included), one time per
     grid point, a bigger problem never cheaper, and the load and rounds it saw."""
     from welchpeaks.plan import measure
 
-    monkeypatch.setattr(measure, "FULL_GRID", {"n_fft": [64, 128], "rows": [1, 40], "bins": [33, 65], "repeats": 1})
+    plan_state.full_grid = {"n_fft": [64, 128], "rows": [1, 40], "bins": [33, 65], "repeats": 1}
     ticks = []
     m = measure.measure_cpu(quick=False, progress=ticks.append)
     assert len(ticks) == measure.steps(False)
@@ -443,7 +450,7 @@ def test_a_new_execution_prices_its_own_nodes_without_touching_plan(monkeypatch)
     assert price_node(chain, rfft, model, Halved.backend).by == "numpy/fft:float32" and not asked
 
 
-def test_calibration_measures_the_curves_each_execution_names(monkeypatch):
+def test_calibration_measures_the_curves_each_execution_names(monkeypatch, plan_state):
     """``measure_cpu`` loops over the executions: a new execution's curve is timed at every
     point of the grid (its points counted) and stored under its backend's name."""
     from welchpeaks.backends import Execution
@@ -466,7 +473,7 @@ def test_calibration_measures_the_curves_each_execution_names(monkeypatch):
     monkeypatch.setitem(backends._REGISTRY, "new-cpu", New())
     monkeypatch.setitem(backends._MODULES, "new-cpu", "welchpeaks.backends.numpy_exec")
     grid = {"n_fft": [64, 128], "rows": [1, 3], "bins": [33, 65], "repeats": 1}
-    monkeypatch.setattr(measure, "QUICK_GRID", grid)
+    plan_state.quick_grid = grid
     m = measure.measure_cpu(quick=True)
     assert sorted(seen) == [(n, r, (r, n + n // 2), "float32") for n in (64, 128) for r in (1, 3)]
     t = m.tables["new-cpu/sum:float32"]
@@ -507,18 +514,22 @@ def test_the_memory_rule_of_the_gate_is_alike_for_every_batch():
     assert got[1][1]["fused"] == got[24][1]["fused"] == "welch_peaks" and "256 MiB" in got[1][1]["reason"]
 
 
-def test_a_new_call_shape_is_priced_once_and_its_graph_built_once(monkeypatch):
+def test_a_new_call_shape_is_priced_once_and_its_graph_built_once(plan_state):
     """Planning a call shape builds each candidate's graph once to price it and the chosen
     execution's graph once more to run it, whatever budgets the planner tries; the same shape
     again builds nothing."""
-    from welchpeaks.plan import picker, planner
+    from welchpeaks.plan import picker
+    from welchpeaks.plan.cache import LruCache
 
     set_cost_model(synthetic_cpu_model(fused_ns_per_row=100.0))
     built = []
-    for module in (picker, planner):
-        real = module.execution_graph
-        monkeypatch.setattr(module, "execution_graph",
-                            lambda ex, *a, _real=real, **kw: built.append(ex.name) or _real(ex, *a, **kw))
+
+    class Asked(LruCache):  # every graph an execution is asked for (plan.graphs.execution_graph)
+        def get_or_make(self, key, make):
+            built.append(key[0])
+            return super().get_or_make(key, make)
+
+    plan_state.graphs = Asked(1024)
     wp = welchpeaks.WelchPeaks(n_fft=256, k=4, segments=2, max_memory=64 << 20)
     x = np.random.default_rng(0).standard_normal((37, 384)).astype(np.float32)
     wp(x)

@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 
 import welchpeaks
-from welchpeaks.plan import calibrate, cost, measure, planner
+from welchpeaks.plan import PlanState, calibrate, cost, measure, planner
 from welchpeaks.plan.cost import set_cost_model
 from welchpeaks.plan.models import cost_model_for
+from welchpeaks.plan.state import Flight
 
 
 class ScriptedMachine:
@@ -54,10 +55,9 @@ def io_gate(monkeypatch):
 
 
 @pytest.fixture
-def machine(monkeypatch):
+def machine(plan_state):
     m = ScriptedMachine()
-    monkeypatch.setattr(measure, "_NOW", m.clock)
-    monkeypatch.setattr(measure, "_cpu_seconds", m.cpu_seconds)
+    plan_state.measure_clock, plan_state.cpu_seconds = m.clock, m.cpu_seconds
     return m
 
 
@@ -114,17 +114,17 @@ def _measured_model(**kw):
     return m
 
 
-def _scripted_clock(monkeypatch, durations):
+def _scripted_clock(state, durations):
     """Planner.run's clock: each timed run lasts the next of ``durations`` (ns)."""
     reads = iter(v for d in durations for v in (0, d))
-    monkeypatch.setattr(planner, "_CLOCK", lambda: next(reads))
+    state.clock = lambda: next(reads)
 
 
 def _predicted(wp, x) -> float:
     return wp.planner.plan(x.shape[0], x.shape[1], x.dtype).ranking[0][1]
 
 
-def test_a_pick_that_real_calls_contradict_is_checked_against_the_runner_up(monkeypatch):
+def test_a_pick_that_real_calls_contradict_is_checked_against_the_runner_up(plan_state):
     """A model that prices fused-cpu a thousand times too high makes auto run numpy; after
     three calls 10x slower than predicted, the runner-up is timed on the call's own rows, both
     prices are corrected for that region and kept with the model, and the next call runs
@@ -133,18 +133,18 @@ def test_a_pick_that_real_calls_contradict_is_checked_against_the_runner_up(monk
     set_cost_model(model)
     calibrate.save(model)
     again = []
-    monkeypatch.setattr(calibrate, "start_background", lambda device, replacing=None: again.append(replacing))
+    plan_state.start_measurement = lambda device, replacing: again.append(replacing)
     x = np.random.default_rng(0).standard_normal((64, 384)).astype(np.float32)
     wp = welchpeaks.WelchPeaks(n_fft=256, segments=2)
     predicted = _predicted(wp, x)
     numpy_ns, fused_ns = int(max(predicted, planner.MIN_CHECK_NS) * 10), int(max(predicted, planner.MIN_CHECK_NS) * 2)
-    _scripted_clock(monkeypatch, [numpy_ns] * 3 + [fused_ns] * 2)  # three calls; then the runner-up twice
+    _scripted_clock(plan_state, [numpy_ns] * 3 + [fused_ns] * 2)  # three calls; then the runner-up twice
     for _ in range(3):
         wp(x)
         assert wp.strategy == "numpy", (wp._last_call.why, wp.explain()["costs"]["fused-cpu"])  # the third call is checked
     seen = wp.explain()
     assert "checks" in seen and "fused-cpu" in seen["checks"][0] and "planned again" in seen["checks"][0]
-    _scripted_clock(monkeypatch, [fused_ns] * 4)
+    _scripted_clock(plan_state, [fused_ns] * 4)
     result = wp(x)
     assert wp.strategy == "fused-cpu"
     np.testing.assert_array_equal(result.bins, welchpeaks.welch_peaks(x, n_fft=256, segments=2,
@@ -158,14 +158,14 @@ def test_a_pick_that_real_calls_contradict_is_checked_against_the_runner_up(monk
     assert again == [fixed] and "mispredicted 1 call shape" in calibrate.describe(fixed)  # measured again
 
 
-def test_a_pick_the_calls_agree_with_is_not_checked(monkeypatch):
+def test_a_pick_the_calls_agree_with_is_not_checked(plan_state):
     model = _measured_model(fused_ns_per_row=1e5, fft_ns_per_row=2e4, select_ns_per_row=2e5)
     set_cost_model(model)
     x = np.random.default_rng(1).standard_normal((64, 384)).astype(np.float32)
     wp = welchpeaks.WelchPeaks(n_fft=256, segments=2)
     predicted = _predicted(wp, x)
     assert predicted > planner.MIN_CHECK_NS  # so the ratio is what decides
-    _scripted_clock(monkeypatch, [int(predicted * 1.5)] * 4 + [int(predicted * 0.6)] * 4)
+    _scripted_clock(plan_state, [int(predicted * 1.5)] * 4 + [int(predicted * 0.6)] * 4)
     for _ in range(8):
         wp(x)
     seen = wp.explain()
@@ -173,13 +173,13 @@ def test_a_pick_the_calls_agree_with_is_not_checked(monkeypatch):
     assert "checks" not in seen and cost_model_for("cpu") is model
 
 
-def test_a_model_given_by_hand_is_not_checked(monkeypatch):
+def test_a_model_given_by_hand_is_not_checked(plan_state):
     from helpers import synthetic_cpu_model
 
     set_cost_model(synthetic_cpu_model(fused_ns_per_row=1e6))  # not measured here: no measured_at
     x = np.random.default_rng(2).standard_normal((64, 384)).astype(np.float32)
     wp = welchpeaks.WelchPeaks(n_fft=256, segments=2)
-    _scripted_clock(monkeypatch, [10**9] * 8)
+    _scripted_clock(plan_state, [10**9] * 8)
     for _ in range(5):
         wp(x)
     assert wp.strategy == "numpy" and "observed" not in wp.explain()
@@ -211,14 +211,13 @@ _HOLDER = textwrap.dedent("""
 """)
 
 
-def test_one_measurement_per_machine(monkeypatch, tmp_path):
+def test_one_measurement_per_machine(monkeypatch, tmp_path, plan_state):
     """While another process measures the machine, this one neither measures nor waits: auto
     plans provisionally and says so; once the other one has cached its model, it is used."""
     import os
 
     monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(calibrate, "_BACKGROUND", {})
-    monkeypatch.setattr(measure, "measure_cpu", lambda **kw: pytest.fail("measured although another process does"))
+    plan_state.measure_cpu = lambda **kw: pytest.fail("measured although another process does")
     set_cost_model(None)
     env = dict(os.environ, WELCHPEAKS_CACHE_DIR=str(tmp_path),
                PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
@@ -231,7 +230,7 @@ def test_one_measurement_per_machine(monkeypatch, tmp_path):
         wp(x)
         assert wp.strategy in ("numpy", "fused-cpu")  # fused-cpu when this process has its kernel compiled
         assert "measured in another process" in wp._last_call.why
-        assert "cpu" not in calibrate._BACKGROUND  # nothing measured here
+        assert "cpu" not in plan_state.background  # nothing measured here
         assert "another process is measuring" in calibrate.describe(None)
         holder.stdin.write("done\n")
         holder.stdin.flush()
@@ -242,7 +241,7 @@ def test_one_measurement_per_machine(monkeypatch, tmp_path):
     assert model is not None and model.dispatch_ns == 4321.0
 
 
-def test_a_command_never_measures_the_machine_again(monkeypatch, tmp_path):
+def test_a_command_never_measures_the_machine_again(tmp_path, plan_state):
     """A cached model measured under load is measured again by the next program, but not by a
     command: the CLI runs with the cached model and ends without waiting for anything."""
     from typer.testing import CliRunner
@@ -254,23 +253,20 @@ def test_a_command_never_measures_the_machine_again(monkeypatch, tmp_path):
     m.meta.update(quick=True, foreign_load=1.5)
     calibrate.save(m)
     set_cost_model(None)
-    monkeypatch.setattr(calibrate, "_BACKGROUND", {})
     np.save(tmp_path / "x.npy", np.random.default_rng(4).standard_normal((2, 512)))
     res = CliRunner().invoke(app, ["peaks", str(tmp_path / "x.npy"), "--k", "2"])
     assert res.exit_code == 0, res.output
-    assert calibrate._BACKGROUND == {}
+    # the command ran with its own state (no re-measuring), over this one, and handed it back
+    assert plan_state.background == {} and plan_state.remeasure and welchpeaks.plan.current_state() is plan_state
     res = CliRunner().invoke(app, ["calibrate", "--status"])
     assert res.exit_code == 0 and "1.5 cores busy" in res.output and "quick" in res.output
     assert "measured again in the background" in res.output
 
 
-def test_without_a_model_auto_stays_within_lean_memory(monkeypatch):
+def test_without_a_model_auto_stays_within_lean_memory(monkeypatch, plan_state):
     """Before any model exists auto cannot price intermediates, so its provisional plan keeps
     the working memory within 256 MiB (numpy on [16, 4M] rows took +697 MB)."""
-    monkeypatch.setattr(calibrate, "start_background", lambda *a, **k: None)
-    monkeypatch.setattr(calibrate, "measuring", lambda device="cpu": False)
-    monkeypatch.setattr(calibrate, "measured_elsewhere", lambda device="cpu": False)
-    monkeypatch.setattr(calibrate, "load", lambda device: None)
+    plan_state.start_measurement = lambda device, replacing: None  # none cached, none measured
     from welchpeaks import backends
 
     fused = backends.get("fused-cpu")  # not compiled in this process: numpy, which has nothing to compile
@@ -296,7 +292,7 @@ def test_calibrate_status_without_a_model(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("cost-*.json"))  # --status measures nothing
 
 
-def test_a_busy_measurement_is_recorded_in_the_model(machine, monkeypatch):
+def test_a_busy_measurement_is_recorded_in_the_model(machine):
     """measure_cpu on a (scripted) busy machine: the model says so, its points are provisional,
     and the next program measures it again."""
     got = measure._Grid(2, lambda what: None)  # the real grid is too slow for a test; one group stands for it
@@ -307,21 +303,20 @@ def test_a_busy_measurement_is_recorded_in_the_model(machine, monkeypatch):
     m.meta.update(foreign_load=0.1, provisional=got.provisional)
     assert calibrate.should_remeasure(m) and "1 points measured while the machine stayed busy" in \
         calibrate.remeasure_reason(m)
-    monkeypatch.setattr(calibrate, "REMEASURE", False)
-    assert not calibrate.should_remeasure(m)
+    assert not calibrate.should_remeasure(m, PlanState(remeasure=False))
     json.dumps(m.to_dict())  # what is cached
 
 
-def test_calls_of_the_welch_peaks_function_are_checked_too(monkeypatch):
+def test_calls_of_the_welch_peaks_function_are_checked_too(plan_state):
     """welch_peaks() makes a new executor per call: the observations of a call shape are the
     process's, not one executor's."""
     model = _measured_model(fused_ns_per_row=1e6, fft_ns_per_row=1.0, select_ns_per_row=1.0)
     set_cost_model(model)
-    monkeypatch.setattr(calibrate, "start_background", lambda device, replacing=None: None)
+    plan_state.start_measurement = lambda device, replacing: None
     x = np.random.default_rng(5).standard_normal((64, 384)).astype(np.float32)
     predicted = _predicted(welchpeaks.WelchPeaks(n_fft=256, segments=2), x)
     slow, fast = int(max(predicted, planner.MIN_CHECK_NS) * 10), int(max(predicted, planner.MIN_CHECK_NS) * 2)
-    _scripted_clock(monkeypatch, [slow] * 3 + [fast] * 2 + [fast] * 4)
+    _scripted_clock(plan_state, [slow] * 3 + [fast] * 2 + [fast] * 4)
     ran = [welchpeaks.welch_peaks(x, n_fft=256, segments=2).strategy for _ in range(5)]
     assert ran == ["numpy"] * 3 + ["fused-cpu"] * 2
 
@@ -368,16 +363,14 @@ def test_corrections_are_written_into_the_same_measurement_only(tmp_path, monkey
     calibrate.save(newer)
     back = calibrate.correct(old, {"here": (0.25, 3)})  # against the older measurement: not written
     assert back.dispatch_ns == 777.0 and calibrate.load("cpu").to_dict() == newer.to_dict()
-    monkeypatch.setattr(calibrate, "PERSIST", False)
-    kept = calibrate.correct(newer, {"x": (2.0, 3)})
+    kept = calibrate.correct(newer, {"x": (2.0, 3)}, state=PlanState(persist=False))
     assert "x" in kept.meta["corrections"] and calibrate.load("cpu").to_dict() == newer.to_dict()
 
 
-def test_a_remeasure_waits_for_quiet_without_the_lock_and_counts_its_try(tmp_path, monkeypatch):
+def test_a_remeasure_waits_for_quiet_without_the_lock_and_counts_its_try(tmp_path, monkeypatch, plan_state):
     import threading
 
     monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(calibrate, "_BACKGROUND", {})
     busy = _measured_model()
     busy.meta.update(quick=True, foreign_load=1.5)
     calibrate.save(busy)
@@ -392,19 +385,18 @@ def test_a_remeasure_waits_for_quiet_without_the_lock_and_counts_its_try(tmp_pat
         assert calibrate.load("cpu").meta["remeasures"] == 1  # the try is counted before it measures
         raise RuntimeError("the machine broke")
 
-    monkeypatch.setattr(calibrate, "wait_for_quiet", wait_for_quiet)
-    monkeypatch.setattr(measure, "measure_cpu", measure_cpu)
+    plan_state.wait_for_quiet, plan_state.measure_cpu = wait_for_quiet, measure_cpu
     calibrate.start_background("cpu", replacing=busy)
     assert waiting.wait(60)
     assert not calibrate.MachineLock("cpu").held_elsewhere()  # nobody waits on a thread that only waits
     go.set()
     with pytest.warns(UserWarning, match="the machine broke"):
-        calibrate._BACKGROUND["cpu"].join(60)
+        plan_state.background["cpu"].join(60)
     assert calibrate.load("cpu").meta["remeasures"] == 1 and not calibrate.MachineLock("cpu").held_elsewhere()
 
 
-def test_only_calls_that_ran_alone_and_all_disagree_are_checked(monkeypatch):
-    flight = planner._Flight()
+def test_only_calls_that_ran_alone_and_all_disagree_are_checked(plan_state):
+    flight = Flight()
     a = flight.start()
     b = flight.start()  # overlaps a
     assert not flight.end(b) and not flight.end(a)
@@ -415,13 +407,13 @@ def test_only_calls_that_ran_alone_and_all_disagree_are_checked(monkeypatch):
     x = np.random.default_rng(6).standard_normal((64, 384)).astype(np.float32)
     wp = welchpeaks.WelchPeaks(n_fft=256, segments=2)
     p = _predicted(wp, x)
-    _scripted_clock(monkeypatch, [int(p * 10), int(p * 10), int(p), int(p * 10)])  # one call agreed
+    _scripted_clock(plan_state, [int(p * 10), int(p * 10), int(p), int(p * 10)])  # one call agreed
     for _ in range(4):
         wp(x)
     seen = wp.explain()["observed"]
     assert seen["check"] is None and len(seen["observed_ns"]) == 4
-    _scripted_clock(monkeypatch, [int(p * 10)] * 4)
-    with planner.QUIET.armed():  # a background measurement in this process: its waits are not the call's time
+    _scripted_clock(plan_state, [int(p * 10)] * 4)
+    with plan_state.quiet.armed():  # a background measurement in this state: its waits are not the call's time
         for _ in range(4):
             wp(x)
     assert len(wp.explain()["observed"]["observed_ns"]) == 4
@@ -434,14 +426,26 @@ def test_describe_survives_a_hand_edited_model():
     assert "cores busy" in line and "tried again 3 times" in line
 
 
-def test_without_a_model_auto_takes_the_fused_pass_once_it_is_compiled(monkeypatch):
+@pytest.fixture
+def being_measured(plan_state):
+    """The test's state as while its CPU model is measured in the background (a thread that
+    lives until the test ends; nothing is measured), none cached."""
+    import threading
+
+    done = threading.Event()
+    thread = threading.Thread(target=done.wait, args=(600,), daemon=True)
+    thread.start()
+    plan_state.background["cpu"] = thread
+    yield plan_state
+    done.set()
+    thread.join()
+
+
+def test_without_a_model_auto_takes_the_fused_pass_once_it_is_compiled(monkeypatch, being_measured):
     """While the model is measured (here or elsewhere), a call runs the fused pass as soon as its
     kernel is compiled in this process (the measurement compiles it first), not numpy."""
     from welchpeaks import backends
 
-    monkeypatch.setattr(calibrate, "start_background", lambda *a, **k: None)
-    monkeypatch.setattr(calibrate, "measuring", lambda device="cpu": True)
-    monkeypatch.setattr(calibrate, "load", lambda device, quiet=False: None)
     x = np.random.default_rng(7).standard_normal((4, 384)).astype(np.float32)
     welchpeaks.welch_peaks(x, n_fft=256, segments=2, strategy="fused-cpu")  # compiled (or loaded) here
     set_cost_model(None)
@@ -453,7 +457,7 @@ def test_without_a_model_auto_takes_the_fused_pass_once_it_is_compiled(monkeypat
     assert welchpeaks.welch_peaks(x, n_fft=256, segments=2).strategy == "numpy"
 
 
-def test_kernels_half_imported_by_the_measurement_count_as_not_compiled(monkeypatch):
+def test_kernels_half_imported_by_the_measurement_count_as_not_compiled(monkeypatch, being_measured):
     """The background measurement's thread imports the kernel module while a first call plans:
     a module in sys.modules without its kernels yet is "not compiled" (numpy runs), not an
     AttributeError (a first call crashed so)."""
@@ -462,9 +466,6 @@ def test_kernels_half_imported_by_the_measurement_count_as_not_compiled(monkeypa
 
     from welchpeaks import backends
 
-    monkeypatch.setattr(calibrate, "start_background", lambda *a, **k: None)
-    monkeypatch.setattr(calibrate, "measuring", lambda device="cpu": True)
-    monkeypatch.setattr(calibrate, "load", lambda device, quiet=False: None)
     set_cost_model(None)
     monkeypatch.setitem(sys.modules, "welchpeaks.backends._numba_kernels", types.ModuleType("half-imported"))
     fused = backends.get("fused-cpu")

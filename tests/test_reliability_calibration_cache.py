@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from welchpeaks.plan import calibrate, measure
+from welchpeaks.plan import calibrate
 
 
 @pytest.mark.parametrize("edit", [
@@ -24,7 +24,7 @@ from welchpeaks.plan import calibrate, measure
     lambda m: m["tables"].update({"numpy/" + "x" * 200_000: m["tables"]["numpy/fft:float32"]}),
     lambda m: m["tables"].update({"fft:float32": m["tables"].pop("numpy/fft:float32")}),  # format 3's names
 ])
-def test_corrupt_cache_values_warn_and_are_remeasured(monkeypatch, tmp_path, edit):
+def test_corrupt_cache_values_warn_and_are_remeasured(monkeypatch, tmp_path, edit, plan_state):
     from helpers import synthetic_cpu_model
     from welchpeaks.plan.cost import set_cost_model
     from welchpeaks.plan.models import cost_model_for
@@ -36,8 +36,7 @@ def test_corrupt_cache_values_warn_and_are_remeasured(monkeypatch, tmp_path, edi
     path.write_text(json.dumps(doc, allow_nan=True))
     with pytest.warns(UserWarning, match="unusable"):
         assert calibrate.load("cpu") is None
-    monkeypatch.setattr(measure, "measure_cpu", lambda quick=False, progress=None: synthetic_cpu_model())
-    monkeypatch.setattr(calibrate, "_BACKGROUND", {})
+    plan_state.measure_cpu = lambda quick=False, progress=None: synthetic_cpu_model()
     set_cost_model(None)
     with pytest.warns(UserWarning):
         model = cost_model_for("cpu")  # measured in the background, waited for

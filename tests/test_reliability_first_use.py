@@ -6,10 +6,10 @@ import pytest
 
 import welchpeaks
 from welchpeaks.params import make_params
-from welchpeaks.plan import calibrate, measure
+from welchpeaks.plan import calibrate
 
 
-def test_first_use_answers_at_once_while_the_model_is_measured_in_the_background(monkeypatch):
+def test_first_use_answers_at_once_while_the_model_is_measured_in_the_background(plan_state):
     import threading
 
     from helpers import synthetic_cpu_model
@@ -23,8 +23,7 @@ def test_first_use_answers_at_once_while_the_model_is_measured_in_the_background
         assert release.wait(600)  # a guard against a hang, not a time bound on the work
         return synthetic_cpu_model()
 
-    monkeypatch.setattr(measure, "measure_cpu", slow_measure)
-    monkeypatch.setattr(calibrate, "_BACKGROUND", {})
+    plan_state.measure_cpu = slow_measure
     set_cost_model(None)
     x = np.random.default_rng(7).standard_normal((64, 384))
     wp = welchpeaks.WelchPeaks()
@@ -169,7 +168,7 @@ def test_a_graph_step_waits_while_the_background_calibration_times_a_point():
 
 
 @pytest.mark.parametrize("strategy", ["numpy", "fused-cpu"])
-def test_a_requested_execution_never_starts_the_measurement(strategy, monkeypatch):
+def test_a_requested_execution_never_starts_the_measurement(strategy, plan_state):
     """Only auto needs the machine's model to rank executions: a named one runs with the cached
     model or the default, without compiling and timing kernels in the background (a CLI job
     with --strategy numpy used to measure, and a killed or finished run cut that thread off)."""
@@ -179,11 +178,10 @@ def test_a_requested_execution_never_starts_the_measurement(strategy, monkeypatc
     def no_measure(quick=False, progress=None):
         raise AssertionError("a requested execution started the measurement")
 
-    monkeypatch.setattr(measure, "measure_cpu", no_measure)
-    monkeypatch.setattr(calibrate, "_BACKGROUND", {})
+    plan_state.measure_cpu = no_measure
     set_cost_model(None)
     x = np.random.default_rng(8).standard_normal((4, 512))
     got = welchpeaks.welch_peaks(x, n_fft=128, strategy=strategy)
-    assert got.strategy == strategy and not calibrate._BACKGROUND
+    assert got.strategy == strategy and not plan_state.background
     p = make_params(n_fft=128)
     assert_matches_reference(got, reference_psd(x, p, p.n_segments_for(512)), p, exact=strategy == "numpy")

@@ -135,7 +135,7 @@ def _cached_quick_model(**meta):
     ({"foreign_load": "busy"}, False),  # a hostile cache: not a number
     ({}, False),  # measured before the load was recorded
 ])
-def test_a_quick_model_measured_under_load_is_measured_again_in_the_background(meta, again, monkeypatch):
+def test_a_quick_model_measured_under_load_is_measured_again_in_the_background(meta, again, plan_state):
     """A first run's quick model timed while other processes held the cores prices everything
     too high (seen: 16x for the fused pass); a later process uses it meanwhile and measures it
     again in the background, a bounded number of times."""
@@ -149,16 +149,15 @@ def test_a_quick_model_measured_under_load_is_measured_again_in_the_background(m
         return fresh
 
     _cached_quick_model(**meta)
-    monkeypatch.setattr(measure, "measure_cpu", measure_cpu)
-    monkeypatch.setattr(calibrate, "wait_for_quiet", lambda *a, **k: True)  # the machine's load is not the test's
-    monkeypatch.setattr(calibrate, "_BACKGROUND", {})
+    plan_state.measure_cpu = measure_cpu
+    plan_state.wait_for_quiet = lambda: True  # the machine's load is not the test's
     set_cost_model(None)
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         first = cost_model_for("cpu", wait=False)
     assert first is not None and first.dispatch_ns == 1111.0  # the cached one serves at once
     assert any("other processes" in str(w.message) for w in said) == again
-    assert ("cpu" in calibrate._BACKGROUND) == again
+    assert ("cpu" in plan_state.background) == again
     if again:
         now = calibrate.wait_background("cpu")
         assert now.dispatch_ns == 2222.0 and cost_model_for("cpu").dispatch_ns == 2222.0
@@ -172,7 +171,7 @@ def test_a_quick_model_measured_under_load_is_measured_again_in_the_background(m
     (False, False, True, False),  # a full model of an older format: the user's; calibrate refreshes it
 ])
 def test_a_quick_model_gains_the_find_peaks_curve_once_the_kernel_is_compiled(quick, has_curve, compiled, completes,
-                                                                              monkeypatch):
+                                                                              plan_state):
     """The quick measurement does not compile the find_peaks kernel, so its node was priced at
     3x NumPy's selection (3 to 16 times too high); a filtered call's pick, once the kernel is
     compiled, measures its curve in the background and caches the completed model."""
@@ -185,18 +184,17 @@ def test_a_quick_model_gains_the_find_peaks_curve_once_the_kernel_is_compiled(qu
     m.meta["quick"] = quick
     if has_curve:
         m.tables["numpy/find_peaks"] = curve
-    monkeypatch.setattr(calibrate, "_BACKGROUND", {})
-    monkeypatch.setattr(measure, "_find_peaks_compiled", lambda: compiled)
     measured = []
-    monkeypatch.setattr(measure, "_measure_curves", lambda g, curves, grid, rng: measured.append(curves))
-    monkeypatch.setattr(measure, "_curve_tables", lambda g, curves, grid: {f"{o}/{c.name}": curve for o, c in curves})
+    plan_state.find_peaks_compiled = lambda: compiled
+    plan_state.measure_curves = lambda curves, grid, progress: (measured.append(curves)
+                                                                or {f"{o}/{c.name}": curve for o, c in curves})
     set_cost_model(m)
     x = np.random.default_rng(10).standard_normal((4, 384))
     before = m.find_peaks_ns(129, 8192, "numpy")
     welchpeaks.welch_peaks(x, prominence=0.0)  # auto: the pick
-    assert ("cpu:find_peaks" in calibrate._BACKGROUND) == completes
+    assert ("cpu:find_peaks" in plan_state.background) == completes
     if completes:
-        calibrate._BACKGROUND["cpu:find_peaks"].join()
+        plan_state.background["cpu:find_peaks"].join()
         now = cost_model_for("cpu")
         assert now is not m and "numpy/find_peaks" in now.tables and now.find_peaks_ns(129, 8192, "numpy") != before
         assert "numpy/find_peaks" in calibrate.load("cpu").tables  # cached
@@ -219,7 +217,7 @@ def test_the_pick_says_when_its_model_was_measured_under_load():
         assert ("1.5 cores busy" in wp._last_call.why) == said
 
 
-def test_calibrate_says_when_other_processes_loaded_the_machine(monkeypatch, tmp_path):
+def test_calibrate_says_when_other_processes_loaded_the_machine(plan_state):
     from typer.testing import CliRunner
 
     from helpers import synthetic_cpu_model
@@ -230,20 +228,20 @@ def test_calibrate_says_when_other_processes_loaded_the_machine(monkeypatch, tmp
         m.meta.update(quick=quick, foreign_load=1.2)
         return m
 
-    monkeypatch.setattr(measure, "measure_cpu", measure_cpu)
+    plan_state.measure_cpu = measure_cpu
     res = CliRunner().invoke(app, ["calibrate", "--quick"])
     assert res.exit_code == 0 and "1.2 cores busy" in res.output and "again when it is idle" in res.output
-    monkeypatch.setattr(measure, "measure_cpu", lambda quick=False, progress=None: synthetic_cpu_model())
+    plan_state.measure_cpu = lambda quick=False, progress=None: synthetic_cpu_model()
     res = CliRunner().invoke(app, ["calibrate", "--quick"])
     assert res.exit_code == 0 and "cores busy" not in res.output
 
 
-def test_calibrate_refuses_a_bad_cache_place_before_measuring(tmp_path, monkeypatch):
+def test_calibrate_refuses_a_bad_cache_place_before_measuring(tmp_path, monkeypatch, plan_state):
     from typer.testing import CliRunner
 
     from welchpeaks.cli import app
 
-    monkeypatch.setattr(measure, "measure_cpu", lambda **kw: pytest.fail("measured before checking the cache"))
+    plan_state.measure_cpu = lambda **kw: pytest.fail("measured before checking the cache")
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path / "file" / "cache"))
     res = CliRunner().invoke(app, ["calibrate", "--quick"])
@@ -273,7 +271,7 @@ def test_a_background_measurement_stops_cleanly_at_exit(tmp_path):
     marker = tmp_path / "stopped"
     script = f"""
 import pathlib
-from welchpeaks.plan import calibrate, measure
+from welchpeaks.plan import PlanState, calibrate
 
 def long_measure(quick=False, progress=None):
     try:
@@ -285,8 +283,7 @@ def long_measure(quick=False, progress=None):
         pathlib.Path({str(marker)!r}).write_text("stopped at a step boundary")
         raise
 
-measure.measure_cpu = long_measure
-calibrate.start_background("cpu")
+calibrate.start_background("cpu", state=PlanState(measure_cpu=long_measure))  # (a state of its own: waited for too)
 """
     env = dict(os.environ, WELCHPEAKS_CACHE_DIR=str(tmp_path / "cache"))
     proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], env=env, capture_output=True, text=True,

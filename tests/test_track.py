@@ -337,7 +337,7 @@ def test_frames_without_peaks_are_not_an_overflow(strategy):
         welchpeaks.track(loud, frame_segments=8, frame_hop=4, strategy=strategy)
 
 
-def test_whole_results_are_checked_before_they_are_allocated(tmp_path, monkeypatch):
+def test_whole_results_are_checked_before_they_are_allocated(tmp_path, plan_state):
     """Issue 35, defect 13 (the rest): ``track`` with k past the bins allocated the whole
     [rows, frames, k] result of empty slots (1.3 GB for a 4M-sample signal): the 256 MiB guard
     was per block of frames. Here one block's slots stay under it, the 601 frames' (0.4 GB) do
@@ -348,7 +348,7 @@ def test_whole_results_are_checked_before_they_are_allocated(tmp_path, monkeypat
                                          r"k=32800\].* pass k <= 9"):
         welchpeaks.track(x, n_fft=16, hop=8, frame_segments=1024, frame_hop=1, k=32800)
 
-    monkeypatch.setattr("welchpeaks.plan.planner.default_budget", lambda: 1 << 20)  # half the memory: 1 MiB
+    plan_state.memory_budget = lambda: 1 << 20  # half the memory: 1 MiB
     y = np.random.default_rng(1).standard_normal((1, 1 << 17)).astype(np.float32)  # 16,383 frames: 2.25 MiB
     kw = dict(n_fft=16, frame_segments=1, k=9, strategy="numpy")
     with pytest.raises(ValueError, match=r"the result \[1 signals, 16,383 frames, k=9\] would take 2.25 MiB, over the "

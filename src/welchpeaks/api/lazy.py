@@ -32,6 +32,7 @@ import numpy as np
 from welchpeaks import memory
 from welchpeaks.plan.cache import LruCache
 from welchpeaks.plan.modes import execution_name
+from welchpeaks.plan.state import current_state
 from welchpeaks.result import PeakResult, TrackResult
 
 _EXECUTORS = LruCache(16)
@@ -51,8 +52,10 @@ def dask_array():
 
 def _executor(cls: type, kw: dict[str, Any]) -> Any:
     """The executor ``cls(**kw)`` (a WelchPeaks or Tracker: the caller hands its class in, so
-    this module imports neither), built once per process."""
-    key = pickle.dumps((cls.__module__, cls.__qualname__, sorted(kw.items(), key=lambda item: item[0])))
+    this module imports neither), built once per process and plan state (its planner keeps the
+    state it was made in: :class:`welchpeaks.plan.PlanState`)."""
+    key = (current_state(),
+           pickle.dumps((cls.__module__, cls.__qualname__, sorted(kw.items(), key=lambda item: item[0]))))
     return _EXECUTORS.get_or_make(key, lambda: cls(**kw))
 
 

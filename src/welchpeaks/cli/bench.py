@@ -347,6 +347,7 @@ def _terminate(signum: int, frame: Any) -> None:
 
 @bench_app.command("picker")
 def bench_picker(
+    ctx: typer.Context,
     batch: Optional[str] = typer.Option(None, "--batch", help="Batches [default: 1,32,256,1024,8192,32768]."),
     n_fft: Optional[str] = typer.Option(None, "--n-fft", help="Segment lengths [default: 64,256,1024,4096]."),
     k: Optional[str] = typer.Option(None, "--k", help="Peaks per signal [default: 4,16,64]."),
@@ -382,6 +383,7 @@ def bench_picker(
     from welchpeaks.bench import picker as bp
     from welchpeaks.machine import machine_info
     from welchpeaks.plan import calibrate as cal
+    from welchpeaks.plan import current_state, using
     from welchpeaks.plan.cost import set_cost_model
 
     check_paths({"--json": json_path})
@@ -418,8 +420,9 @@ def bench_picker(
         _fail(f"--burners {burners}: use 0 to {4 * cores} (this machine has {cores} cores)")
     doc: dict[str, Any] = {"machine": machine_info(), "calibration": calibration}
     private = None
-    cal.REMEASURE = False  # the picks of the model as measured, corrected only by auto's own calls
-    cal.PERSIST = False  # and the corrections stay in this process: a benchmark never changes the machine's model
+    # the picks of the model as measured, corrected only by auto's own calls, and the corrections
+    # stay in this process: a benchmark never changes the machine's model
+    ctx.with_resource(using(current_state().derive(remeasure=False, persist=False)))
     results = []
     table = Table(title=f"picker on {device}, {mode}: predicted / measured ms per execution")
     for col in ("cell", "executions (pred / meas ms)", "picked", "fastest", "regret", "auto"):

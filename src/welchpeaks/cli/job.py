@@ -97,22 +97,25 @@ def _open(path: str) -> Any:
     return open_signals(path)
 
 
-_CACHE: dict[str, Any] = {}
+_CACHE: dict[Any, Any] = {}
 
 
-def _cached(key: str, make: Callable[[], Any]) -> Any:
+def _cached(key: Any, make: Callable[[], Any]) -> Any:
     if key not in _CACHE:
         _CACHE[key] = make()
     return _CACHE[key]
 
 
 def _executor(spec: dict[str, Any], unit: Unit) -> tuple[Any, Any]:
-    """The unit's source and executor (WelchPeaks or Tracker), built once per process."""
+    """The unit's source and executor (WelchPeaks or Tracker), built once per process (the
+    executor once per plan state: its planner keeps the state it was made in)."""
     from welchpeaks.api import Tracker, WelchPeaks
+    from welchpeaks.plan import current_state
 
     path, kind, kw = spec["sources"][unit.source], spec["kind"], spec["kw"][unit.source]
     src = _cached("src:" + path, lambda: _open(path))
-    return src, _cached(json.dumps([kind, kw], sort_keys=True), lambda: (WelchPeaks if kind == "peaks" else Tracker)(**kw))
+    return src, _cached((current_state(), json.dumps([kind, kw], sort_keys=True)),
+                        lambda: (WelchPeaks if kind == "peaks" else Tracker)(**kw))
 
 
 def unit_read(spec: dict[str, Any], unit: Unit) -> tuple[int, int, int, int, int] | None:

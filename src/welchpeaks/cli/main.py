@@ -33,12 +33,15 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _command_line(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+def _command_line(ctx: typer.Context,
+                  version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                                help="Print welchpeaks' version and exit.")) -> None:
     """The strongest spectral peaks of batches of signals (Welch PSD + top-K)."""
-    from welchpeaks.plan import calibrate
+    from welchpeaks import plan
 
-    calibrate.REMEASURE = False  # a command never spends its run measuring the machine again
+    # the command plans with its own state over the one it runs in (its caches and models), that
+    # never spends the run measuring the machine again; handed back when the command ends
+    ctx.with_resource(plan.using(plan.current_state().derive(remeasure=False)))
 @app.command()
 def peaks(
     files: list[Path] = typer.Argument(..., help=".npy (1-D or rows), .wav (channels) or .csv (one signal per row)"),
@@ -400,6 +403,7 @@ def calibrate(
 
 def _measure(device: str, quick: bool, progress: Any) -> Any:
     """The measurement of ``welchpeaks calibrate``, with a progress bar."""
+    from welchpeaks.plan import calibrate as cal
     from welchpeaks.plan import measure
 
     with progress(console=err, transient=True) as bar:
@@ -410,7 +414,7 @@ def _measure(device: str, quick: bool, progress: Any) -> Any:
             return calibrate_cuda.measure_cuda(
                 quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
         task = bar.add_task("calibrating cpu", total=measure.steps(quick))
-        return measure.measure_cpu(quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
+        return cal.measure_model(quick=quick, progress=lambda what: bar.update(task, advance=1, description=what))
 
 
 @app.command()

@@ -1,8 +1,9 @@
 """Cache a device's cost model on disk and measure it in the background.
 
-``welchpeaks calibrate`` runs :func:`welchpeaks.plan.measure.measure_cpu` in full; the planner,
-finding no cache, runs the quick variant once in a background thread (:func:`start_background`)
-and says so. The cache is JSON in the user cache directory (platformdirs;
+``welchpeaks calibrate`` runs the state's CPU measurement (:func:`measure_model`:
+:func:`welchpeaks.plan.measure.measure_cpu` unless a state hands in its own) in full; the
+planner, finding no cache, runs the quick variant once in a background thread
+(:func:`start_background`) and says so. The cache is JSON in the user cache directory (platformdirs;
 ``WELCHPEAKS_CACHE_DIR`` overrides), one file per device and key, where the key covers the
 machine, the device name, the thread count and the library versions. Writes are atomic; a
 file that cannot be read back as a model is re-measured with a warning.
@@ -11,7 +12,9 @@ This module owns the cache files (:func:`save`, :func:`load`), the background me
 the lock that lets one process per machine measure (:class:`MachineLock`), the corrections
 learned from observed calls written back (:func:`correct`), and when a model is measured again
 (:func:`should_remeasure`, :func:`describe`). How a point is timed, and the measurement itself,
-is :mod:`welchpeaks.plan.measure`'s.
+is :mod:`welchpeaks.plan.measure`'s. What it keeps (the threads measuring, when another process
+was found measuring, why a file was unusable) and its policy (measure again, write corrections)
+are the state's (:class:`welchpeaks.plan.state.PlanState`): each function takes ``state=``.
 """
 
 from __future__ import annotations
@@ -28,13 +31,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from welchpeaks.files import write_atomic
 from welchpeaks.machine import machine_info
 from welchpeaks.plan import measure
 from welchpeaks.plan.cost import BackendCostModel
-from welchpeaks.timing import QUIET
+from welchpeaks.plan.state import PlanState, current_state, for_this_thread
 
 
 FORMAT = 4  # 4: tables named by the backend whose kernel was measured ("numpy/fft:float32")
@@ -99,9 +101,10 @@ def save(model: BackendCostModel) -> Path:
     return path
 
 
-def load(device: str, quiet: bool = False) -> BackendCostModel | None:
+def load(device: str, quiet: bool = False, state: PlanState | None = None) -> BackendCostModel | None:
     """The cached model, or None (missing). A corrupt or mismatched file warns (unless
-    ``quiet``) and gives None."""
+    ``quiet``) and gives None (the state keeps why, for :func:`describe`)."""
+    unusable = (state or current_state()).unusable
     path = cache_path(device)
     if not path.exists():
         return None
@@ -117,20 +120,16 @@ def load(device: str, quiet: bool = False) -> BackendCostModel | None:
         model = BackendCostModel.from_dict(doc["model"])
         if model.device != device:
             raise ValueError(f"it holds the model of {model.device!r}")
-        _UNUSABLE.pop(device, None)
+        unusable.pop(device, None)
         return model
     except Exception as exc:  # unreadable, corrupt JSON, missing fields, wrong types or ranges
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         if not quiet:
             warnings.warn(f"welchpeaks: cost-model cache {path} is unusable ({reason}); measuring again", stacklevel=3)
-        _UNUSABLE[device] = reason
+        unusable[device] = reason
         return None
 
 
-#: why the cache file of a device could not be used, when it could not (``describe`` says it)
-_UNUSABLE: dict[str, str] = {}
-_BACKGROUND: dict[str, threading.Thread] = {}
-_BACKGROUND_LOCK = threading.Lock()
 #: set at interpreter exit: a background measurement stops at its next step
 _STOP = threading.Event()
 
@@ -150,16 +149,16 @@ def _stop_background() -> None:
     """At exit, let each background measurement finish the step it is in (a kernel's compile
     or a timing, seconds) and stop, rather than freeze it mid-kernel: a daemon thread inside a
     numba parallel region when the interpreter finalises aborts the process ("terminate called
-    without an active exception", exit 134)."""
+    without an active exception", exit 134). Every state's: its threads carry the prefix
+    :data:`THREAD_PREFIX`."""
     _STOP.set()
-    for thread in list(_BACKGROUND.values()):
-        if thread.is_alive():
+    for thread in threading.enumerate():
+        if thread.name.startswith(THREAD_PREFIX) and thread.is_alive() and thread is not threading.current_thread():
             thread.join()
 
 
-#: whether this process may measure a cached model again in the background (the CLI turns it
-#: off: a command never spends its run re-measuring the machine)
-REMEASURE = True
+#: the name of every background measurement's thread starts so
+THREAD_PREFIX = "welchpeaks-"
 
 
 class MachineLock:
@@ -227,41 +226,49 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_locks_in_child)
 
 
-def recently_elsewhere(device: str) -> bool:
+def recently_elsewhere(device: str, state: PlanState | None = None) -> bool:
     """Whether this process found, within :data:`RECHECK_S`, no model and another process
     measuring one (the planner then reads nothing from disk per call)."""
-    seen = _ELSEWHERE.get(device)
+    seen = (state or current_state()).elsewhere.get(device)
     return seen is not None and time.monotonic() - seen < RECHECK_S
 
 
-#: when this process last found another one measuring, per device (it reads the cache again
-#: at most every :data:`RECHECK_S` seconds meanwhile)
-_ELSEWHERE: dict[str, float] = {}
+#: after finding another process measuring, the cache is read again at most every RECHECK_S
+#: seconds (the state's ``elsewhere`` holds when)
 RECHECK_S = 1.0
 
 
-def measured_elsewhere(device: str) -> bool:
+def measured_elsewhere(device: str, state: PlanState | None = None) -> bool:
     """True while another process holds the measurement lock of ``device`` (checked at most
     every :data:`RECHECK_S` seconds)."""
-    seen = _ELSEWHERE.get(device)
+    elsewhere = (state or current_state()).elsewhere
+    seen = elsewhere.get(device)
     if seen is not None and time.monotonic() - seen < RECHECK_S:
         return True
     if MachineLock(device).held_elsewhere():
-        _ELSEWHERE[device] = time.monotonic()
+        elsewhere[device] = time.monotonic()
         return True
-    _ELSEWHERE.pop(device, None)
+    elsewhere.pop(device, None)
     return False
 
 
-def wait_elsewhere(device: str) -> None:
+def wait_elsewhere(device: str, state: PlanState | None = None) -> None:
     """Wait until no other process measures ``device`` (for commands that need the model)."""
     lock = MachineLock(device)
     if lock.acquire(block=True):
         lock.release()
-    _ELSEWHERE.pop(device, None)
+    (state or current_state()).elsewhere.pop(device, None)
 
 
-def start_background(device: str = "cpu", replacing: BackendCostModel | None = None) -> None:
+def measure_model(quick: bool = False, progress: Any = None, state: PlanState | None = None) -> BackendCostModel:
+    """The state's CPU measurement (its ``measure_cpu`` where it hands one in, else
+    :func:`welchpeaks.plan.measure.measure_cpu`)."""
+    own = (state or current_state()).measure_cpu
+    return (own or measure.measure_cpu)(quick=quick, progress=progress)
+
+
+def start_background(device: str = "cpu", replacing: BackendCostModel | None = None,
+                     state: PlanState | None = None) -> None:
     """Measure a model of ``device`` and cache it, in a daemon thread, once per process and
     once per machine: while another process holds the measurement lock (:class:`MachineLock`),
     nothing is started here.
@@ -271,15 +278,20 @@ def start_background(device: str = "cpu", replacing: BackendCostModel | None = N
     machine (cached on disk after), and calls meanwhile run provisionally (see the planner).
     ``replacing``: a cached model that :func:`should_remeasure`, used meanwhile and replaced
     when the new one (of its kind: quick or full) is measured; that measurement first waits
-    for the machine to be quiet. ``welchpeaks calibrate`` measures in the foreground instead."""
-    with _BACKGROUND_LOCK:
-        if device in _BACKGROUND:
+    for the machine to be quiet. ``welchpeaks calibrate`` measures in the foreground instead.
+    A state that hands in ``start_measurement`` has it called instead (and nothing else)."""
+    s = state or current_state()
+    if s.start_measurement is not None:
+        s.start_measurement(device, replacing)
+        return
+    with s.background_lock:
+        if device in s.background:
             return
         lock = None
         if replacing is None:  # a first measurement: the lock now, so no other process starts one
             lock = MachineLock(device)
             if not lock.acquire():
-                _ELSEWHERE[device] = time.monotonic()
+                s.elsewhere[device] = time.monotonic()
                 return
         if replacing is None:
             warnings.warn(
@@ -292,56 +304,57 @@ def start_background(device: str = "cpu", replacing: BackendCostModel | None = N
                           "again in the background once the machine is quiet (the cached one serves meanwhile)",
                           CalibrationNotice, stacklevel=4)
         quick = replacing is None or replacing.meta.get("quick") is not False
-        thread = threading.Thread(target=_measure_and_cache, args=(device, quick, lock, replacing),
-                                  name=f"welchpeaks-calibrate-{device}", daemon=True)
-        _BACKGROUND[device] = thread
+        thread = threading.Thread(target=_measure_and_cache, args=(device, quick, lock, replacing, s),
+                                  name=f"{THREAD_PREFIX}calibrate-{device}", daemon=True)
+        s.background[device] = thread
         thread.start()
 
 
-def measuring(device: str = "cpu") -> bool:
+def measuring(device: str = "cpu", state: PlanState | None = None) -> bool:
     """True while the background measurement of ``device`` runs."""
-    thread = _BACKGROUND.get(device)
+    thread = (state or current_state()).background.get(device)
     return thread is not None and thread.is_alive()
 
 
-def wait_background(device: str = "cpu") -> BackendCostModel | None:
+def wait_background(device: str = "cpu", state: PlanState | None = None) -> BackendCostModel | None:
     """Wait for the background measurement of ``device``; its model (None if it failed)."""
     from welchpeaks.plan.cost import stored_model
 
-    thread = _BACKGROUND.get(device)
+    s = state or current_state()
+    thread = s.background.get(device)
     if thread is not None:
         thread.join()
-    return stored_model(device, local=False)
+    return stored_model(device, local=False, state=s)
 
 
-def complete_background(model: BackendCostModel, device: str = "cpu") -> None:
+def complete_background(model: BackendCostModel, device: str = "cpu", state: PlanState | None = None) -> None:
     """Add the find_peaks curve to ``model``, a quick model without it (the quick measurement
     does not compile that kernel, and until then the node is priced at a multiple of NumPy's
     selection: 3 to 16 times too high), once this process has the kernel compiled: in a daemon
-    thread, once per process; the completed model is cached and used from then on."""
-    if model.meta.get("quick") is not True or not measure._later_curves(model):
+    thread, once per process (per state); the completed model is cached and used from then on."""
+    s = state or current_state()
+    if model.meta.get("quick") is not True or not measure._later_curves(model, s):
         return
-    with _BACKGROUND_LOCK:
+    with s.background_lock:
         name = f"{device}:find_peaks"
-        if name in _BACKGROUND:
+        if name in s.background:
             return
-        thread = threading.Thread(target=_complete_and_cache, args=(model, device), name=f"welchpeaks-{name}",
+        thread = threading.Thread(target=_complete_and_cache, args=(model, device, s), name=f"{THREAD_PREFIX}{name}",
                                   daemon=True)
-        _BACKGROUND[name] = thread
+        s.background[name] = thread
         thread.start()
 
 
-def _complete_and_cache(model: BackendCostModel, device: str) -> None:
+def _complete_and_cache(model: BackendCostModel, device: str, state: PlanState) -> None:
     import dataclasses
 
     from welchpeaks.plan.cost import set_cost_model
 
     try:
-        grid, curves = measure.QUICK_GRID, measure._later_curves(model)
-        g = measure._Grid(grid["repeats"], _step)
-        with QUIET.armed():
-            measure._measure_curves(g, curves, grid, np.random.default_rng(0))
-        tables = measure._curve_tables(g, curves, grid)
+        with for_this_thread(state):
+            grid, curves = measure.grid_of(True, state), measure._later_curves(model, state)
+            with state.quiet.armed():
+                tables = (state.measure_curves or measure.measure_curve_tables)(curves, grid, _step)
     except _Stopped:
         return
     except Exception as exc:  # the model stays as it was: priced by the fallback
@@ -353,30 +366,28 @@ def _complete_and_cache(model: BackendCostModel, device: str) -> None:
         save(done)
     except OSError as exc:
         warnings.warn(f"welchpeaks: could not cache the cost model ({exc})", stacklevel=2)
-    set_cost_model(done, device)
+    set_cost_model(done, device, state=state)
 
 
-#: whether corrections learned from observed calls are written to the cache (a benchmark turns
-#: it off: its runs must not change the machine's model)
-PERSIST = True
-
-
-def correct(model: BackendCostModel, factors: dict[str, tuple[float, int]]) -> BackendCostModel:
+def correct(model: BackendCostModel, factors: dict[str, tuple[float, int]],
+            state: PlanState | None = None) -> BackendCostModel:
     """``model`` with the corrections ``factors`` (:func:`~welchpeaks.plan.cost.with_corrections`)
     and one more inconsistency, written to the cache under the measurement lock: into the
     cached model when it is the same measurement (other processes' corrections kept), not at
     all when the cache holds a newer one (returned instead: the corrections were against the
-    old) or another process holds the lock (they then hold for this process only)."""
+    old) or another process holds the lock (they then hold for this process only). Not written
+    where the state's ``persist`` is off (a benchmark's runs must not change the machine's model)."""
     from welchpeaks.plan.cost import with_corrections
 
+    s = state or current_state()
     fixed = with_corrections(model, factors, inconsistent=True)
-    if not PERSIST:
+    if not s.persist:
         return fixed
     lock = MachineLock(model.device)
     if not lock.acquire():
         return fixed
     try:
-        on_disk = load(model.device, quiet=True)
+        on_disk = load(model.device, quiet=True, state=s)
         if on_disk is not None and on_disk.meta.get("measured_at") != model.meta.get("measured_at"):
             return on_disk
         if on_disk is not None:
@@ -412,24 +423,27 @@ def _tries(model: BackendCostModel) -> int:
     return tries if isinstance(tries, int) and not isinstance(tries, bool) and tries >= 0 else MAX_REMEASURES
 
 
-def should_remeasure(model: BackendCostModel) -> bool:
+def should_remeasure(model: BackendCostModel, state: PlanState | None = None) -> bool:
     """Whether a cached model (quick or full) should be measured again by this process: it has
     a :func:`remeasure_reason` and was tried fewer than :data:`MAX_REMEASURES` times (a machine
-    that is always busy keeps its model), and this process may (:data:`REMEASURE`)."""
-    return REMEASURE and remeasure_reason(model) is not None and _tries(model) < MAX_REMEASURES
+    that is always busy keeps its model), and the state may (its ``remeasure``: the CLI's
+    commands may not)."""
+    return ((state or current_state()).remeasure and remeasure_reason(model) is not None
+            and _tries(model) < MAX_REMEASURES)
 
 
-def describe(model: BackendCostModel | None, device: str = "cpu") -> str:
+def describe(model: BackendCostModel | None, device: str = "cpu", state: PlanState | None = None) -> str:
     """One line on the model in use: its kind, when and in how long it was measured, whose
     curves it holds (per backend), the other processes' load meanwhile, its provisional points, the corrections learned from observed
     calls, and whether it will be measured again (or, without one, why there is none)."""
     if model is None:
-        if measuring(device):
+        unusable = (state or current_state()).unusable
+        if measuring(device, state):
             return f"no {device} model yet: this process is measuring it in the background"
         if MachineLock(device).held_elsewhere():
             return f"no {device} model yet: another process is measuring it (this one waits for none)"
-        if device in _UNUSABLE:
-            return (f"the cached {device} model is unusable ({_UNUSABLE[device]}): the next program measures it "
+        if device in unusable:
+            return (f"the cached {device} model is unusable ({unusable[device]}): the next program measures it "
                     "again (`welchpeaks calibrate` now)")
         return f"no {device} model cached in {cache_dir()}: the first call measures one (`welchpeaks calibrate`)"
     meta = model.meta if isinstance(model.meta, dict) else {}
@@ -479,12 +493,13 @@ def wait_for_quiet(limit_s: float = QUIET_WAIT_S, probe_s: float = PROBE_S) -> b
     False when they did not within ``limit_s``."""
     from welchpeaks.plan.cost import FOREIGN_LOAD_MAX
 
+    _, cpu_seconds = measure.clocks()
     deadline = time.monotonic() + limit_s
     while True:
-        start = measure._cpu_seconds()
+        start = cpu_seconds()
         _STOP.wait(probe_s)
         _step("waiting for a quiet machine")
-        load = measure.foreign_load(start, measure._cpu_seconds())
+        load = measure.foreign_load(start, cpu_seconds())
         if load is None or load < FOREIGN_LOAD_MAX:
             return True
         if time.monotonic() > deadline:
@@ -492,13 +507,21 @@ def wait_for_quiet(limit_s: float = QUIET_WAIT_S, probe_s: float = PROBE_S) -> b
         _STOP.wait(min(5.0, max(0.0, deadline - time.monotonic())))
 
 
-def _measure_and_cache(device: str, quick: bool = True, lock: MachineLock | None = None,
-                       replacing: BackendCostModel | None = None) -> None:
+def _measure_and_cache(device: str, quick: bool, lock: MachineLock | None, replacing: BackendCostModel | None,
+                       state: PlanState) -> None:
     """The background thread: measure, cache, use. A re-measurement (``replacing``) first waits
     for the machine to be quiet, then takes the measurement lock (gives up if another process
     has it) and counts its try in the cached model before measuring, so a machine that is never
     quiet long enough stops trying after :data:`MAX_REMEASURES`. The lock is released however
-    it ends, after the model is cached (a process waiting on it finds the model)."""
+    it ends, after the model is cached (a process waiting on it finds the model). The thread
+    works for ``state`` (:func:`~welchpeaks.plan.state.for_this_thread`): its calls, its
+    measuring functions and the model it sets are that state's."""
+    with for_this_thread(state):
+        _measure_and_cache_here(device, quick, lock, replacing, state)
+
+
+def _measure_and_cache_here(device: str, quick: bool, lock: MachineLock | None, replacing: BackendCostModel | None,
+                            state: PlanState) -> None:
     import dataclasses
 
     from welchpeaks.plan.cost import set_cost_model
@@ -506,26 +529,26 @@ def _measure_and_cache(device: str, quick: bool = True, lock: MachineLock | None
     try:
         tries = 0
         if replacing is not None:
-            if not wait_for_quiet():
+            if not (state.wait_for_quiet or wait_for_quiet)():
                 return  # still busy: the cached model stays, and a later process tries again
             lock = MachineLock(device)
             if not lock.acquire():
                 return  # another process measures now
-            on_disk = load(device, quiet=True)
+            on_disk = load(device, quiet=True, state=state)
             if on_disk is not None and on_disk.meta.get("measured_at") != replacing.meta.get("measured_at"):
-                set_cost_model(on_disk)  # measured since by another process
+                set_cost_model(on_disk, state=state)  # measured since by another process
                 return
             tries = _tries(replacing) + 1
             save(dataclasses.replace(replacing, meta={**replacing.meta, "remeasures": tries}))
-        with QUIET.armed():
-            model = measure.measure_cpu(quick=quick, progress=_step)
+        with state.quiet.armed():
+            model = measure_model(quick=quick, progress=_step, state=state)
         if tries:
             model.meta["remeasures"] = tries
         try:
             save(model)
         except OSError as exc:
             warnings.warn(f"welchpeaks: could not cache the cost model ({exc})", stacklevel=2)
-        set_cost_model(model)
+        set_cost_model(model, state=state)
     except _Stopped:
         return
     except Exception as exc:  # reported; the planner keeps its provisional choices

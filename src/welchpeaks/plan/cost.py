@@ -11,9 +11,8 @@ from __future__ import annotations
 import contextlib
 import math
 import re
-import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Required, TypedDict
 
 import numpy as np
 
@@ -23,6 +22,7 @@ from welchpeaks.backends import (ELEMENTWISE_OPS, FIND_PEAKS_OVER_SELECT, FUSED_
 from welchpeaks.ir import METADATA_OPS, Graph, Node, Op
 from welchpeaks.plan.fusion import IoFusionGate
 from welchpeaks.plan.io import GraphIoProfile, host_readback_bytes, profile_graph_io
+from welchpeaks.plan.state import PlanState, current_state
 
 
 #: the log of the most ns a table gives (about 1e299): a table read from a file may extrapolate
@@ -366,7 +366,29 @@ def estimate_graph_cost_with_io(graph: Graph, model: BackendCostModel, io: Graph
     return estimate_graph_cost(graph, model, backend) + sum(_io_terms(graph, io, model).values())
 
 
-def cost_breakdown(graph: Graph, model: BackendCostModel, backend: Any = None) -> dict[str, Any]:
+class Breakdown(TypedDict, total=False):
+    """What one execution costs for a call shape, term by term (ns): :func:`cost_breakdown`'s
+    record, which :func:`welchpeaks.plan.picker.strategy_breakdown` completes and
+    ``WelchPeaks.explain()['costs']`` shows as it is (a plain dict at run time). ``total_ns``
+    always; ``why`` alone beside an ``inf`` total where the execution cannot run the call (or
+    with it, where its working memory is over the budget)."""
+
+    io: dict[str, Any]  # the graph's static IO profile (GraphIoProfile.to_dict)
+    nodes_ns: dict[str, float]  # per node ("%3 rfft"): its price
+    priced_by: dict[str, str]  # per node: the measured curve, or the default that stood in
+    roundtrip_ns: float  # the execution's measured fixed cost of a call (else the model's round trip)
+    sync_ns: float
+    readback_ns: float
+    total_ns: Required[float]  # corrected by ``correction`` where one was learned
+    predicted_ns: float  # the total before the correction
+    correction: float  # learned from this machine's observed calls (Planner.observe)
+    graph: list[str]  # the ops of the graph priced, in order
+    fusion: dict[str, Any]  # the gate's decision that shaped it
+    working_bytes: int
+    why: str
+
+
+def cost_breakdown(graph: Graph, model: BackendCostModel, backend: Any = None) -> Breakdown:
     """Every term of :func:`estimate_graph_cost_with_io`, for explanations, and what priced
     each node (``priced_by``: a measured curve, or the default that stood in)."""
     io = profile_graph_io(graph)
@@ -374,8 +396,9 @@ def cost_breakdown(graph: Graph, model: BackendCostModel, backend: Any = None) -
               for n in graph.nodes if n.op not in METADATA_OPS}
     nodes = {k: p.ns for k, p in prices.items()}
     terms = _io_terms(graph, io, model)
-    return {"io": io.to_dict(), "nodes_ns": nodes, "priced_by": {k: p.by for k, p in prices.items()}, **terms,
-            "total_ns": sum(nodes.values()) + sum(terms.values())}
+    return Breakdown(io=io.to_dict(), nodes_ns=nodes, priced_by={k: p.by for k, p in prices.items()},
+                     roundtrip_ns=terms["roundtrip_ns"], sync_ns=terms["sync_ns"], readback_ns=terms["readback_ns"],
+                     total_ns=sum(nodes.values()) + sum(terms.values()))
 
 
 # ---------------------------------------------------------------------------- corrections
@@ -434,40 +457,41 @@ def with_corrections(model: BackendCostModel, factors: dict[str, tuple[float, in
 
 # ---------------------------------------------------------------------------- model registry
 
-# The models in use, per device, and per thread the provisional ones. Loading a model from the
-# cache, or measuring one, is :mod:`welchpeaks.plan.models`' (it sits above calibrate).
-_MODELS: dict[str, BackendCostModel] = {}
-_LOCK = threading.Lock()
-_LOCAL = threading.local()
+# The models in use, per device, and per thread the provisional ones, are the state's
+# (:class:`welchpeaks.plan.state.PlanState`: ``models``, ``provisional``). Loading a model from
+# the cache, or measuring one, is :mod:`welchpeaks.plan.models`' (it sits above calibrate).
 
 
-def set_cost_model(model: BackendCostModel | None, device: str = "cpu") -> None:
+def set_cost_model(model: BackendCostModel | None, device: str = "cpu", state: PlanState | None = None) -> None:
     """Use ``model`` for ``device`` from now on (None forgets it: the next use loads or measures)."""
-    with _LOCK:
+    s = state or current_state()
+    with s.models_lock:
         if model is None:
-            _MODELS.pop(device, None)
+            s.models.pop(device, None)
         else:
-            _MODELS[model.device] = model
+            s.models[model.device] = model
 
 
-def stored_model(device: str, local: bool = True) -> BackendCostModel | None:
+def stored_model(device: str, local: bool = True, state: PlanState | None = None) -> BackendCostModel | None:
     """The model in use for ``device`` without loading or measuring one: this thread's
     provisional one (``local``), else the one set; None if neither
     (:func:`welchpeaks.plan.models.cost_model_for` loads or measures)."""
-    models = getattr(_LOCAL, "models", None) if local else None
+    s = state or current_state()
+    models = getattr(s.provisional, "models", None) if local else None
     if models and device in models:
         return models[device]
-    with _LOCK:
-        return _MODELS.get(device)
+    with s.models_lock:
+        return s.models.get(device)
 
 
 @contextlib.contextmanager
-def provisional_cost_model(model: BackendCostModel) -> Iterator[None]:
+def provisional_cost_model(model: BackendCostModel, state: PlanState | None = None) -> Iterator[None]:
     """Use ``model`` for its device in this thread inside the block (a measurement's own calls
     plan with it; other threads do not see it)."""
-    local = getattr(_LOCAL, "models", None)
+    s = state or current_state()
+    local = getattr(s.provisional, "models", None)
     if local is None:
-        local = _LOCAL.models = {}
+        local = s.provisional.models = {}
     previous = local.get(model.device)
     local[model.device] = model
     try:

@@ -11,11 +11,9 @@ import numpy as np
 from welchpeaks import backends
 from welchpeaks.ir import Graph, welch_chain_graph
 from welchpeaks.params import PeakParams
-from welchpeaks.plan.cache import LruCache
 from welchpeaks.plan.cost import BackendCostModel, compute_ns
 from welchpeaks.plan.fusion import fuse
-
-_GRAPHS = LruCache(1024)
+from welchpeaks.plan.state import PlanState, current_state
 
 #: the fusion gate scores every batch's rewrites at this many rows, so an execution runs the
 #: same kernels (and gives the same bits) for any batch: pieces, chunks and whole calls
@@ -23,12 +21,13 @@ GATE_ROWS = 1024
 
 
 def execution_graph(ex: backends.Execution, params: PeakParams, n_seg: int, batch: int, length: int,
-                    compute: Any, model: BackendCostModel) -> tuple[Graph, dict[str, Any]]:
+                    compute: Any, model: BackendCostModel,
+                    state: PlanState | None = None) -> tuple[Graph, dict[str, Any]]:
     """The graph ``ex`` runs for ``batch`` rows of ``length`` samples, and the fusion decision
     that made it: the Welch chain in ``compute`` precision, fused where ``model``'s gate says so
     (scored at :data:`GATE_ROWS` rows, with the compute of the measured curves).
-    Remembered, so pricing and planning the same call see the same graph object (callers must
-    not modify it)."""
+    Remembered (in ``state``'s ``graphs``), so pricing and planning the same call see the same
+    graph object (callers must not modify it)."""
     gate = model.gate()
     key = (ex.name, frozenset(ex.backend.kernels), params, n_seg, batch, length, np.dtype(compute).name, gate,
            model.curves_key)
@@ -39,4 +38,4 @@ def execution_graph(ex: backends.Execution, params: PeakParams, n_seg: int, batc
                                                                   name=ex.name)
         return fuse(chain, ex.backend, gate, lambda g: compute_ns(g, model, ex.backend), reference=ref)
 
-    return _GRAPHS.get_or_make(key, make)
+    return (state or current_state()).graphs.get_or_make(key, make)

@@ -32,11 +32,27 @@ from welchpeaks.plan.cost import (
     estimate_graph_cost,
     provisional_cost_model,
 )
-from welchpeaks.timing import QUIET
+from welchpeaks.plan.state import PlanState, current_state
 
+#: the grids of a quick and a full measurement (a state may hand in its own: PlanState.quick_grid)
 QUICK_GRID = {"n_fft": [64, 1024], "rows": [1, 32, 1024], "bins": [33, 513], "repeats": 3}
 FULL_GRID = {"n_fft": [64, 256, 1024, 4096], "rows": [1, 16, 512, 8192], "bins": [33, 129, 513, 2049],
              "repeats": 5}
+
+
+def grid_of(quick: bool, state: PlanState | None = None) -> dict[str, Any]:
+    """The grid a quick or full measurement times: the state's when it has one, else
+    :data:`QUICK_GRID` or :data:`FULL_GRID`."""
+    s = state or current_state()
+    own = s.quick_grid if quick else s.full_grid
+    return own if own is not None else QUICK_GRID if quick else FULL_GRID
+
+
+def clocks(state: PlanState | None = None) -> tuple[Callable[[], int], Callable[[], Any]]:
+    """The measurements' clock (ns) and the machine's load reading (:func:`_cpu_seconds`), the
+    state's own where it hands them in."""
+    s = state or current_state()
+    return s.measure_clock, s.cpu_seconds or _cpu_seconds
 
 
 def set_call_timer(maker: Callable[[str], Callable[[], Any]] | None) -> None:
@@ -74,20 +90,18 @@ def foreign_load(start: tuple[float, float, float] | None, end: tuple[float, flo
     return round(max(0.0, ((end[0] - start[0]) - (end[1] - start[1])) / (end[2] - start[2])), 2)
 
 
-def _inner_calls(fn: Callable[[], Any], target_ns: int) -> int:
+def _inner_calls(fn: Callable[[], Any], target_ns: int, now: Callable[[], int]) -> int:
     """How many calls of ``fn`` make a sample of about ``target_ns`` (1 to 1000), after a
-    warm-up of at least two calls and 1 ms."""
-    t0 = _NOW()
+    warm-up of at least two calls and 1 ms (timed by ``now``, ns)."""
+    t0 = now()
     calls = 0
-    while calls < 2 or _NOW() - t0 < 1_000_000:
+    while calls < 2 or now() - t0 < 1_000_000:
         fn()
         calls += 1
-    one = (_NOW() - t0) / calls
+    one = (now() - t0) / calls
     return int(min(max(target_ns // max(one, 1.0), 1), 1000))
 
 
-#: the clock of the measurements (ns)
-_NOW = time.perf_counter_ns
 #: a sample lasts about this long (short calls are repeated inside it): short enough that many
 #: samples fall between other processes' time slices on a busy machine
 SAMPLE_NS = 100_000
@@ -119,25 +133,27 @@ def _rounds(points: dict[str, Callable[[], Any]], repeats: int) -> tuple[dict[st
     busy, another stretch, up to :data:`MAX_ROUND_FACTOR` of them."""
     from welchpeaks.plan.cost import FOREIGN_LOAD_MAX
 
+    state = current_state()
+    now, cpu_seconds = clocks(state)
     inner = {}
     for name, fn in points.items():
         fn()  # a first call may compile: outside the gate, which would hold the program's work meanwhile
-        with QUIET.measuring():
-            inner[name] = _inner_calls(fn, SAMPLE_NS)
+        with state.quiet.measuring():
+            inner[name] = _inner_calls(fn, SAMPLE_NS, now)
     best = {name: math.inf for name in points}
     rounds, loads = 0, []
     for _ in range(MAX_ROUND_FACTOR):
-        start, began, done = _cpu_seconds(), _NOW(), 0
-        while done < repeats or _NOW() - began < LOAD_WINDOW_NS:
+        start, began, done = cpu_seconds(), now(), 0
+        while done < repeats or now() - began < LOAD_WINDOW_NS:
             for name, fn in points.items():
-                with QUIET.measuring():  # in the background: the process's own work waits (timing.QuietGate)
-                    t0 = _NOW()
+                with state.quiet.measuring():  # in the background: the process's own work waits (timing.QuietGate)
+                    t0 = now()
                     for _ in range(inner[name]):
                         fn()
-                    best[name] = min(best[name], (_NOW() - t0) / inner[name])
+                    best[name] = min(best[name], (now() - t0) / inner[name])
             done += 1
         rounds += done
-        load = foreign_load(start, _cpu_seconds())
+        load = foreign_load(start, cpu_seconds())
         loads.append(load)
         if load is None or load < FOREIGN_LOAD_MAX:
             break  # quiet: busy stretches take more rounds, and keep the least disturbed samples
@@ -310,13 +326,15 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
     execution's curves (:func:`cpu_curves`; :mod:`welchpeaks.backends.curves`), grid point by
     grid point: at each (n_fft, rows), every curve's point is timed round robin with the others
     (:func:`time_points`), so the machine's drifts hit them alike and no one curve is measured
-    in a busy moment alone."""
+    in a busy moment alone. Its grid, clock and load reading are the current state's
+    (:func:`grid_of`, :func:`clocks`)."""
     from welchpeaks.numba_base import numba_threads
 
-    grid = QUICK_GRID if quick else FULL_GRID
+    grid = grid_of(quick)
+    _, cpu_seconds = clocks()
     tick = progress or (lambda what: None)
     rng = np.random.default_rng(0)
-    started = _cpu_seconds()
+    started = cpu_seconds()
     t_start = time.perf_counter()
     g = _Grid(grid["repeats"], tick)
 
@@ -352,13 +370,22 @@ def measure_cpu(quick: bool = False, progress: Callable[[str], None] | None = No
     )
     model.meta["op_factors"] = _op_factors(model, 2048 if quick else 8192, g)
     model.call_ns = {name: max(t - estimate_graph_cost(gr, model), 0.0) for name, (t, gr) in calls.items()}
-    model.meta["foreign_load"] = foreign_load(started, _cpu_seconds())
+    model.meta["foreign_load"] = foreign_load(started, cpu_seconds())
     model.meta["foreign_load_max"] = min(max(g.loads), float(os.cpu_count() or 1)) if g.loads else None
     model.meta["provisional"] = g.provisional[:64]
     model.meta["one_thread"] = g.one_thread[:64]
     model.meta["rounds"] = g.rounds
     model.meta["seconds"] = round(time.perf_counter() - t_start, 1)
     return model
+
+
+def measure_curve_tables(curves: list[tuple[str, Curve]], grid: dict,
+                         progress: Callable[[str], None]) -> dict[str, LogLogTable]:
+    """The tables of ``curves`` measured over ``grid`` (what a quick model gains later:
+    :func:`welchpeaks.plan.calibrate.complete_background`)."""
+    g = _Grid(grid["repeats"], progress)
+    _measure_curves(g, curves, grid, np.random.default_rng(0))
+    return _curve_tables(g, curves, grid)
 
 
 def _find_peaks_compiled() -> bool:
@@ -369,10 +396,12 @@ def _find_peaks_compiled() -> bool:
     return kern is not None and bool(getattr(kern.host_find_peaks, "signatures", ()))
 
 
-def _later_curves(model: BackendCostModel) -> list[tuple[str, Curve]]:
+def _later_curves(model: BackendCostModel, state: PlanState | None = None) -> list[tuple[str, Curve]]:
     """The full calibration's curves a quick ``model`` lacks that can be added now: the
-    find_peaks kernel's, once this process has compiled it (a filtered call did)."""
-    if not _find_peaks_compiled():
+    find_peaks kernel's, once this process has compiled it (a filtered call did; the state's
+    ``find_peaks_compiled`` says so where it hands one in)."""
+    compiled = (state or current_state()).find_peaks_compiled or _find_peaks_compiled
+    if not compiled():
         return []
     return [(o, c) for o, c in cpu_curves(full=True) if c.name == "find_peaks" and f"{o}/{c.name}" not in model.tables]
 
@@ -430,5 +459,5 @@ def _time_tiny_calls(grid: _Grid) -> dict[str, tuple[float, Any]]:
 def steps(quick: bool) -> int:
     """How many progress ticks :func:`measure_cpu` makes (for a progress bar): one per group of
     points timed together."""
-    grid = QUICK_GRID if quick else FULL_GRID
+    grid = grid_of(quick)
     return 1 + 1 + 2 * len(grid["n_fft"]) * len(grid["rows"]) + 3 + 1

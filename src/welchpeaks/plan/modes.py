@@ -72,7 +72,7 @@ def pin(planner: Any, rows: int, length: int, dtype: Any, tensor: bool = False) 
 
         params = dataclasses.replace(planner.params, dtype=call.compute.name)
         pinned = type(planner)(params, planner.device, backends.get(call.execution), None, planner.min_recall,
-                               planner.layout, max_memory=planner.max_memory)
+                               planner.layout, max_memory=planner.max_memory, state=planner.state)
         pinned.pinned_from = f"auto's pick for {rows} signals of {length} samples in memory: {call.why}"
         pinned = planner.pinned.setdefault(key, pinned)
     return pinned

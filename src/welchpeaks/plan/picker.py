@@ -23,24 +23,20 @@ import numpy as np
 from welchpeaks import backends
 from welchpeaks.params import PeakParams, make_params
 from welchpeaks.plan import calibrate
-from welchpeaks.plan.cache import LruCache
-from welchpeaks.plan.cost import BackendCostModel, correction, cost_breakdown, region
+from welchpeaks.plan.cost import BackendCostModel, Breakdown, correction, cost_breakdown, region
 from welchpeaks.plan.defaults import default_cuda_model
 from welchpeaks.plan.graphs import execution_graph
 from welchpeaks.plan.models import cost_model_for
 from welchpeaks.numeric import size_text
 from welchpeaks.plan.io import peak_working_bytes
 from welchpeaks.plan.original import legacy_mode, legacy_pick
+from welchpeaks.plan.state import PlanState, current_state
 
 log = logging.getLogger("welchpeaks.plan")
 
-#: the breakdowns pick_for chose from, per call shape: key -> (the cost model they were
-#: computed with, breakdown); every budget is applied to the same breakdown
-_BREAKDOWNS = LruCache(1024)
 
-
-def _model(device: str, model: BackendCostModel | None) -> BackendCostModel:
-    m = model or cost_model_for(device)
+def _model(device: str, model: BackendCostModel | None, state: PlanState | None = None) -> BackendCostModel:
+    m = model or cost_model_for(device, state=state)
     if m is None and device == "cuda":  # not measured: the labelled default from published figures
         m = default_cuda_model()
     if m is None:
@@ -51,13 +47,13 @@ def _model(device: str, model: BackendCostModel | None) -> BackendCostModel:
 def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, compute: Any,
                        device: str = "cpu", model: BackendCostModel | None = None,
                        extra: list[backends.Execution] | None = None,
-                       budget: int | None = None) -> dict[str, dict]:
-    """Per execution: IO profile, working memory, every cost term (ns), total, and the fusion
-    decision that shaped its graph (``inf`` and why where it cannot run, or where its working
-    memory exceeds ``budget`` bytes). ``extra``: executions outside the registry (a learned
-    model's) to price too."""
-    m = _model(device, model)
-    out: dict[str, dict] = {}
+                       budget: int | None = None, state: PlanState | None = None) -> dict[str, Breakdown]:
+    """Per execution, its :class:`~welchpeaks.plan.cost.Breakdown`: IO profile, working memory,
+    every cost term (ns), total, and the fusion decision that shaped its graph (``inf`` and why
+    where it cannot run, or where its working memory exceeds ``budget`` bytes). ``extra``:
+    executions outside the registry (a learned model's) to price too."""
+    m = _model(device, model, state)
+    out: dict[str, Breakdown] = {}
     execs: list[tuple[str, Any]] = []
     for name in backends.names():
         try:
@@ -67,14 +63,14 @@ def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, 
     execs += [(ex.name, ex) for ex in extra or []]
     for name, ex in execs:
         if isinstance(ex, Exception):
-            out[name] = {"total_ns": math.inf, "why": str(ex)}
+            out[name] = Breakdown(total_ns=math.inf, why=str(ex))
             continue
         why = ex.unavailable_reason() if ex.device == device else f"runs on {ex.device!r}, not {device!r}"
         why = why or ex.unsupported_reason(params)
         if why:
-            out[name] = {"total_ns": math.inf, "why": why}
+            out[name] = Breakdown(total_ns=math.inf, why=why)
             continue
-        g, decision = execution_graph(ex, params, n_seg, batch, length, compute, m)
+        g, decision = execution_graph(ex, params, n_seg, batch, length, compute, m, state)
         b = cost_breakdown(g, m, ex.backend)
         factor = correction(m, region(name, params, n_seg, batch, compute))
         if factor != 1.0:  # learned from this machine's observed calls (Planner.observe)
@@ -87,7 +83,7 @@ def strategy_breakdown(params: PeakParams, n_seg: int, batch: int, length: int, 
     return within_budget(out, budget)
 
 
-def within_budget(breakdown: dict[str, dict], budget: int | None) -> dict[str, dict]:
+def within_budget(breakdown: dict[str, Breakdown], budget: int | None) -> dict[str, Breakdown]:
     """``breakdown`` with every execution whose working memory exceeds ``budget`` bytes priced
     ``inf``, saying why (copies of those entries; the others are shared)."""
     if budget is None:
@@ -122,23 +118,25 @@ class OverBudget(ValueError):
 
 
 def pick_for(params: PeakParams, n_seg: int, batch: int, length: int, compute: Any, device: str = "cpu",
-             model: BackendCostModel | None = None, budget: int | None = None) -> tuple[str, dict, str]:
+             model: BackendCostModel | None = None, budget: int | None = None,
+             state: PlanState | None = None) -> tuple[str, dict[str, Breakdown], str]:
     """(execution, per-execution breakdown, why) for one call; ties go to the earlier execution.
     Executions whose working memory exceeds ``budget`` bytes are not picked (:class:`OverBudget`
     when that leaves none).
 
-    The breakdown of a call shape is computed once per cost model and remembered (bounded,
-    least recently used first out); every budget is applied to it. The breakdowns returned
-    are shared, so callers must not modify them.
+    The breakdown of a call shape is computed once per cost model and remembered (the state's
+    ``breakdowns``: bounded, least recently used first out); every budget is applied to it. The
+    breakdowns returned are shared, so callers must not modify them.
     """
-    resolved = _model(device, model)
+    s = state or current_state()
+    resolved = _model(device, model, s)
     if params.filters is not None and device == "cpu" and model is None:
-        calibrate.complete_background(resolved)  # a quick model gains the find_peaks curve once it is compiled
+        calibrate.complete_background(resolved, state=s)  # a quick model gains the find_peaks curve once compiled
     key = (params, n_seg, batch, length, np.dtype(compute).name, device)
-    hit = _BREAKDOWNS.get(key)
+    hit = s.breakdowns.get(key)
     if hit is None or hit[0] is not resolved:
-        hit = (resolved, strategy_breakdown(params, n_seg, batch, length, compute, device, resolved))
-        _BREAKDOWNS.put(key, hit)
+        hit = (resolved, strategy_breakdown(params, n_seg, batch, length, compute, device, resolved, state=s))
+        s.breakdowns.put(key, hit)
     info = within_budget(hit[1], budget)
     finite = {n: v["total_ns"] for n, v in info.items() if math.isfinite(v["total_ns"])}
     if not finite:

@@ -14,7 +14,8 @@ For a call (rows, samples, input dtype, where the data is) it decides:
 
 Each decision carries its reason, and :meth:`Planner.explain` reports them with every cost
 term; calls computed in parts (sources, frames, pinning) are planned by :mod:`~welchpeaks.plan.modes`.
-Plans, picks and programs are kept in bounded LRU caches (:class:`~welchpeaks.plan.cache.LruCache`).
+Plans are kept per planner, picks and programs in its state (:class:`~welchpeaks.plan.state.PlanState`),
+in bounded LRU caches (:class:`~welchpeaks.plan.cache.LruCache`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,25 +41,15 @@ from welchpeaks.plan.models import cost_model_for
 from welchpeaks.numeric import size_text
 from welchpeaks.plan.io import peak_working_bytes
 from welchpeaks.plan.picker import OverBudget, execution_graph, pick_for
-from welchpeaks.timing import QUIET
-
-_AVAILABLE: list[float] = [0.0, 0]  # (time read, bytes)
+from welchpeaks.plan.state import PlanState, current_state
 
 
-def default_budget() -> int:
-    """Half the memory available now (read at most once a second), rounded down to 256 MiB."""
-    now = time.monotonic()
-    if now - _AVAILABLE[0] > 1.0:
-        from welchpeaks.machine import available_memory_bytes
-
-        _AVAILABLE[:] = [now, available_memory_bytes()]
-    return max(int(_AVAILABLE[1]) // 2 // (256 << 20) * (256 << 20), 256 << 20)
+def default_budget(state: PlanState | None = None) -> int:
+    """Half the memory available now (read at most once a second), rounded down to 256 MiB
+    (:meth:`PlanState.budget`: a state may hand in its own)."""
+    return (state or current_state()).budget()
 
 
-#: Compiled programs, shared by every planner: a program's kernels hold their constants and
-#: scratch (guarded by the kernel lock where they are shared), so one-shot calls of the same
-#: shape reuse them. The key holds the backend itself (learned backends differ per model).
-_PROGRAMS = LruCache(64)
 LAYOUTS = {"ultra": 1, "fast": 2}
 #: why auto chooses provisionally while there is no CPU cost model (such plans are not remembered)
 
@@ -70,40 +60,8 @@ CHECK_CALLS = 3
 CHECK_RATIO = 2.0
 MIN_CHECK_NS = 200_000.0
 KEEP_CALLS = 8
-#: the clock of Planner.run (ns)
-_CLOCK = time.perf_counter_ns
-#: programs that have run once in this process (a runner-up is warmed up before it is timed)
-_WARM: set[int] = set()
-#: observed call shapes, per (parameters, planner key), shared by every planner (Planner.observe)
-_WATCHES = LruCache(1024)
-_WATCH_LOCK = threading.Lock()
-
-
-class _Flight:
-    """Planned calls under way in this process: a call's time is its own only if no other
-    started or ran while it did."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.started = 0
-        self.running = 0
-
-    def start(self) -> tuple[int, bool]:
-        with self._lock:
-            self.started += 1
-            self.running += 1
-            return self.started, self.running == 1
-
-    def end(self, ticket: tuple[int, bool]) -> bool:
-        """Whether the call of ``ticket`` ran alone."""
-        with self._lock:
-            self.running -= 1
-            return ticket[1] and self.started == ticket[0]
-
-
-_FLIGHT = _Flight()
-#: the last checks made, with the parameters they were made for (explain shows them)
-_CHECKS: list[tuple[PeakParams, str]] = []
+#: the state keeps the last MAX_CHECKS checks made, with the parameters they were made for
+#: (explain shows them); its watches, calls in flight, clock and warmed programs are Planner.run's
 MAX_CHECKS = 64
 
 
@@ -118,22 +76,25 @@ class _Watch:
     check: str | None = None
 
 
-def cuda_model() -> BackendCostModel:
+def cuda_model(state: PlanState | None = None) -> BackendCostModel:
     """The CUDA cost model: measured and cached (``welchpeaks calibrate --device cuda``), else
     the labelled default from the published figures."""
-    return cost_model_for("cuda", calibrate=False, wait=False) or default_cuda_model()
+    return cost_model_for("cuda", calibrate=False, wait=False, state=state) or default_cuda_model()
 
 
 class Planner:
     """Decisions for one parameter set; thread safe.
 
     ``forced``: the execution asked for by name (None under ``auto``); ``learned``: a learned
-    execution that may race the pick under ``auto``; ``layout``: None or ``'auto'``.
+    execution that may race the pick under ``auto``; ``layout``: None or ``'auto'``; ``state``:
+    what it plans with (:class:`~welchpeaks.plan.state.PlanState`; None: the current one,
+    kept from then on).
     """
 
     def __init__(self, params: PeakParams, device: str, forced: backends.Execution | None,
                  learned: Any = None, min_recall: float = 0.99, layout: str | None = None, cache_size: int = 256,
-                 max_memory: int | None = None):
+                 max_memory: int | None = None, state: PlanState | None = None):
+        self.state = state if state is not None else current_state()
         self.params = params
         self.device = device
         self.max_memory = max_memory
@@ -184,7 +145,7 @@ class Planner:
         compute = self.compute_dtype(input_dtype)
         best = {}
         for name, n_seg in LAYOUTS.items():
-            pick, costs, _ = pick_for(p, n_seg, rows, length, compute, self.device)
+            pick, costs, _ = pick_for(p, n_seg, rows, length, compute, self.device, state=self.state)
             # a forced execution the cost model does not price (learned) is compared through
             # the planner's pick for the same layout
             forced = self.forced.name if self.forced is not None else pick
@@ -199,7 +160,7 @@ class Planner:
         system has available (read at most once a second, rounded down to 256 MiB)."""
         if self.max_memory is not None:
             return self.max_memory
-        return default_budget()
+        return self.state.budget()
 
     def _execution(self, rows: int, n_seg: int, length: int, compute: np.dtype,
                    tensor: bool, budget: int) -> tuple[backends.Execution, str, dict | None]:
@@ -211,14 +172,15 @@ class Planner:
             return self.forced, "requested", None
         if self.device == "cuda":
             return (*self._host_data_on_cuda(rows, n_seg, length, compute, budget), None)
-        if self.device == "cpu" and cost_model_for("cpu", wait=False) is None:
+        if self.device == "cpu" and cost_model_for("cpu", wait=False, state=self.state) is None:
             return (*self._provisional(compute), None)
         info: dict | None
         try:
             name, info, why = self._pick_lean(rows, n_seg, length, compute, budget)
         except OverBudget:  # nothing fits at once: the fastest that fits one signal, in blocks of rows
             try:
-                name, _, why = pick_for(self.params, n_seg, 1, length, compute, self.device, budget=budget)
+                name, _, why = pick_for(self.params, n_seg, 1, length, compute, self.device, budget=budget,
+                                        state=self.state)
                 why += (f"; no execution fits the {size_text(budget)} memory budget at once, so it runs in blocks "
                         "of rows")
             except OverBudget:
@@ -236,7 +198,7 @@ class Planner:
         """The fastest execution ``device``'s picker offers (only those computing on ``on``,
         when given) whose graph keeps the per-segment chain (its segments can be summed in
         pieces: :meth:`Program.segment_sum`), or None."""
-        _, info, _ = pick_for(self.params, n_seg, 1, length, compute, device)
+        _, info, _ = pick_for(self.params, n_seg, 1, length, compute, device, state=self.state)
         for name in sorted((n for n, b in info.items() if math.isfinite(b["total_ns"])),
                            key=lambda n: info[n]["total_ns"]):
             ex = backends.get(name)
@@ -302,8 +264,8 @@ class Planner:
         (a measurement here compiles it in its first seconds) and takes these parameters, else
         numpy, which has nothing to compile; either within :data:`welchpeaks.memory.LEAN_BYTES` of working memory
         (the plan runs in blocks of rows or pieces of segments)."""
-        where = ("it is being measured in another process" if calibrate.measured_elsewhere("cpu") else
-                 "it is being measured in the background" if calibrate.measuring("cpu") else
+        where = ("it is being measured in another process" if calibrate.measured_elsewhere("cpu", self.state) else
+                 "it is being measured in the background" if calibrate.measuring("cpu", self.state) else
                  "measuring it failed (see the warning; `welchpeaks calibrate` retries)")
         try:
             fused = backends.get("fused-cpu")
@@ -322,9 +284,10 @@ class Planner:
         auto does not bet on it while a lean one can do the work."""
         lean = min(budget, memory.LEAN_BYTES)
         try:
-            name, info, why = pick_for(self.params, n_seg, rows, length, compute, self.device, budget=lean)
+            name, info, why = pick_for(self.params, n_seg, rows, length, compute, self.device, budget=lean,
+                                       state=self.state)
         except OverBudget:
-            return pick_for(self.params, n_seg, rows, length, compute, self.device, budget=budget)
+            return pick_for(self.params, n_seg, rows, length, compute, self.device, budget=budget, state=self.state)
         over = [n for n, b in info.items() if lean < b.get("working_bytes", 0) <= budget]
         if over:
             why += (f"; {', '.join(over)} not ranked: over {lean >> 20} MiB of intermediates, where measured costs "
@@ -340,7 +303,8 @@ class Planner:
                 raise ValueError(f"strategy={self.forced.name!r} runs on host arrays and x is on a CUDA device; use "
                                  "strategy='auto' or a GPU execution, or pass x.cpu()")
             return self.forced, "requested"
-        name, _, why = pick_for(self.params, n_seg, rows, length, compute, "cuda", cuda_model(), budget=budget)
+        name, _, why = pick_for(self.params, n_seg, rows, length, compute, "cuda", cuda_model(self.state),
+                                budget=budget, state=self.state)
         return backends.get(name), why + " (data on the CUDA device)"
 
     def _host_data_on_cuda(self, rows: int, n_seg: int, length: int, compute: np.dtype,
@@ -348,16 +312,18 @@ class Planner:
         """Host data with ``device='cuda'``: the CUDA pick with its upload counted, against the
         CPU pick, when the CUDA model is measured (a default one is never ranked against the
         measured CPU model: the GPU runs, as asked)."""
-        model = cuda_model()
-        name, info, why = pick_for(self.params, n_seg, rows, length, compute, "cuda", model, budget=budget)
+        model = cuda_model(self.state)
+        name, info, why = pick_for(self.params, n_seg, rows, length, compute, "cuda", model, budget=budget,
+                                   state=self.state)
         if model.status != "measured":
             return backends.get(name), why + " (device='cuda')"
         upload_ns = rows * length * np.dtype(compute).itemsize / model.h2d_bw
         gpu_ns = info[name]["total_ns"] + upload_ns
-        cpu_model = cost_model_for("cpu", wait=False)
+        cpu_model = cost_model_for("cpu", wait=False, state=self.state)
         if cpu_model is None:
             return backends.get(name), why + " (device='cuda'; no CPU model to compare with yet)"
-        cpu_name, cpu_info, _ = pick_for(self.params, n_seg, rows, length, compute, "cpu", cpu_model, budget=budget)
+        cpu_name, cpu_info, _ = pick_for(self.params, n_seg, rows, length, compute, "cpu", cpu_model, budget=budget,
+                                         state=self.state)
         cpu_ns = cpu_info[cpu_name]["total_ns"]
         if cpu_ns < gpu_ns:
             return backends.get(cpu_name), (f"device='cuda', but {cpu_name!r} on the CPU is predicted faster "
@@ -390,9 +356,10 @@ class Planner:
         """The graph ``ex`` runs for this call and the fusion decision behind it (fused as the
         model of the device it runs on says: the graph priced is the graph run). A requested
         execution never starts the machine's measurement: it takes the cached model or the default."""
-        model = (cuda_model() if ex.device == "cuda"
-                 else cost_model_for("cpu", calibrate=self.forced is None, wait=False) or default_cpu_model())
-        return execution_graph(ex, self.params, n_seg, rows, length, compute, model)
+        model = (cuda_model(self.state) if ex.device == "cuda"
+                 else cost_model_for("cpu", calibrate=self.forced is None, wait=False, state=self.state)
+                 or default_cpu_model())
+        return execution_graph(ex, self.params, n_seg, rows, length, compute, model, self.state)
 
     def program(self, ex: backends.Execution, n_seg: int, rows: int, length: int,
                 compute: np.dtype) -> tuple[Program, dict[str, Any]]:
@@ -405,14 +372,15 @@ class Planner:
         """``graph`` compiled for ``ex``'s backend, once per graph structure (every batch size
         of one structure shares the program)."""
         key = (ex.backend, self.params, n_seg, np.dtype(compute).name, tuple(n.op for n in graph.nodes))
-        return _PROGRAMS.get_or_make(key, lambda: compile(graph, ex.backend))
+        return self.state.programs.get_or_make(key, lambda: compile(graph, ex.backend))
 
     def plan(self, rows: int, length: int, input_dtype: np.dtype, tensor: bool = False) -> CallPlan:
         """How a call on ``rows`` signals of ``length`` samples is computed (remembered);
         ``tensor``: the signals are a torch tensor (a GPU execution computes them where they are)."""
         key = (rows, length, input_dtype, tensor)
         call = self._calls.get(key)
-        if call is not None and call.priced is not None and cost_model_for("cpu", wait=False) is not call.priced:
+        if call is not None and call.priced is not None and \
+                cost_model_for("cpu", wait=False, state=self.state) is not call.priced:
             call = None  # the model changed (measured again, or corrected by observed calls): plan again
         if call is None:
             n_seg, layout = self._segments(rows, length, input_dtype)
@@ -446,10 +414,11 @@ class Planner:
                 why += "; " + mode_why
             model, ranking = None, ()
             if info is not None and ex.name in info:
-                model = cost_model_for("cpu", wait=False)
+                model = cost_model_for("cpu", wait=False, state=self.state)
                 ranking = tuple(sorted(((n, v["total_ns"]) for n, v in info.items() if math.isfinite(v["total_ns"])),
                                        key=lambda item: item[1]))
-            priced = (cost_model_for("cpu", wait=False) if self.forced is None and not tensor and self.device == "cpu"
+            priced = (cost_model_for("cpu", wait=False, state=self.state)
+                      if self.forced is None and not tensor and self.device == "cpu"
                       and not why.startswith(PROVISIONAL) else None)
             call = CallPlan(execution=ex.name, program=program, n_seg=n_seg, frame=self.params.frame_length(n_seg),
                             compute=compute, why=why, fusion=fusion, layout=layout, upload=upload,
@@ -467,14 +436,15 @@ class Planner:
         only then is the time the call's own."""
         if call.model is None:
             return call.run(rows)
-        ticket = _FLIGHT.start()
-        t0 = _CLOCK()
+        s = self.state
+        ticket = s.flight.start()
+        t0 = s.clock()
         try:
             out = call.run(rows)
         finally:
-            elapsed = _CLOCK() - t0
-            alone = _FLIGHT.end(ticket)
-        if alone and not QUIET.armed_count:
+            elapsed = s.clock() - t0
+            alone = s.flight.end(ticket)
+        if alone and not s.quiet.armed_count:
             self.observe(call, rows, elapsed)
         return out
 
@@ -489,11 +459,11 @@ class Planner:
         if own is None or len(call.ranking) < 2 or not isinstance(call.model.meta.get("measured_at"), str):
             return
         key = (self.params, call.key)  # shared by every planner of these parameters (welch_peaks makes one per call)
-        with _WATCH_LOCK:
-            watch = _WATCHES.get(key)
+        with self.state.observe_lock:
+            watch = self.state.watches.get(key)
             if watch is None or watch.model is not call.model:  # a new plan: its prediction; a shape is checked once
                 watch = _Watch(call.model, call.execution, own, check=watch.check if watch else None)
-                _WATCHES.put(key, watch)
+                self.state.watches.put(key, watch)
             watch.observed = (watch.observed + [float(elapsed_ns)])[-KEEP_CALLS:]
             if watch.check is not None or len(watch.observed) < CHECK_CALLS:
                 return
@@ -519,34 +489,34 @@ class Planner:
         program, _ = self.program(ex, call.n_seg, n_rows, length, call.compute)
         alt = dataclasses.replace(call, execution=alt_name, program=program, model=None, ranking=(),
                                   batch_graph=self.graph(ex, call.n_seg, n_rows, length, call.compute)[0])
-        if id(program) not in _WARM:  # its first run may compile or load kernels
+        if id(program) not in self.state.warm:  # its first run may compile or load kernels
             alt.run(rows)
-            _WARM.add(id(program))
+            self.state.warm.add(id(program))
         times = []
         for _ in range(2):
-            t0 = _CLOCK()
+            t0 = self.state.clock()
             alt.run(rows)
-            times.append(_CLOCK() - t0)
+            times.append(self.state.clock() - t0)
         alt_ns, own_ns = min(times), min(watch.observed)
         regions = {n: cost_mod.region(n, self.params, call.n_seg, n_rows, call.compute) for n in (call.execution, alt_name)}
         old = {n: cost_mod.correction(call.model, r) for n, r in regions.items()}
         fixed = calibrate.correct(call.model, {
             regions[call.execution]: (old[call.execution] * own_ns / max(watch.predicted_ns, 1.0), len(watch.observed)),
-            regions[alt_name]: (old[alt_name] * alt_ns / max(alt_pred, 1.0), len(times))})
-        cost_mod.set_cost_model(fixed)
-        if calibrate.should_remeasure(fixed):
-            calibrate.start_background("cpu", replacing=fixed)
+            regions[alt_name]: (old[alt_name] * alt_ns / max(alt_pred, 1.0), len(times))}, state=self.state)
+        cost_mod.set_cost_model(fixed, state=self.state)
+        if calibrate.should_remeasure(fixed, self.state):
+            calibrate.start_background("cpu", replacing=fixed, state=self.state)
         watch.check = (f"{call.execution} took {own_ns / 1e6:.3g} ms (least of {len(watch.observed)} calls; "
                        f"predicted {watch.predicted_ns / 1e6:.3g} ms); the runner-up {alt_name} took "
                        f"{alt_ns / 1e6:.3g} ms on the same rows (predicted {alt_pred / 1e6:.3g} ms); both corrected "
                        f"for {regions[call.execution].split('|', 1)[1]}; planned again")
-        with _WATCH_LOCK:
-            _CHECKS.append((self.params, watch.check))
-            del _CHECKS[:-MAX_CHECKS]
+        with self.state.observe_lock:
+            self.state.checks.append((self.params, watch.check))
+            del self.state.checks[:-MAX_CHECKS]
 
     def observed(self, key: tuple) -> dict[str, Any] | None:
         """What :meth:`observe` holds for a call shape: predicted and observed ns, the check."""
-        watch = _WATCHES.get((self.params, key))
+        watch = self.state.watches.get((self.params, key))
         if watch is None:
             return None
         return {"execution": watch.execution, "predicted_ns": watch.predicted_ns, "observed_ns": list(watch.observed),
@@ -558,11 +528,12 @@ class Planner:
         profile, cost terms (ns), total and fusion decision, and the graph that will run."""
         from welchpeaks.plan.picker import strategy_breakdown
 
-        model = cuda_model() if self.device == "cuda" else cost_model_for(self.device)  # waits for one under way
+        model = (cuda_model(self.state) if self.device == "cuda"
+                 else cost_model_for(self.device, state=self.state))  # waits for one under way
         call = self.plan(batch, length, np.dtype(input_dtype))
         extra = [self.learned] if self.learned is not None else []
         costs = copy.deepcopy(strategy_breakdown(self.params, call.n_seg, batch, length, call.compute, self.device,
-                                                 model, extra=extra, budget=self.budget()))
+                                                 model, extra=extra, budget=self.budget(), state=self.state))
         out = {
             "strategy": call.execution,
             "device": self.device,
@@ -580,13 +551,13 @@ class Planner:
             "compute_dtype": call.compute.name,
             "cost_model": {"status": model.status, "dispatch_ns": model.dispatch_ns, "roundtrip_ns": model.roundtrip_ns,
                            "memory_bw_gbps": model.memory_bw, "threads": model.threads,
-                           "summary": calibrate.describe(model)},
+                           "summary": calibrate.describe(model, state=self.state)},
             "costs": costs,
             "available": backends.available(self.device),
         }
         if call.key is not None and (seen := self.observed(call.key)) is not None:
             out["observed"] = seen  # this shape's calls against the prediction (Planner.observe)
-        checks = [text for params, text in _CHECKS if params == self.params]
+        checks = [text for params, text in self.state.checks if params == self.params]
         if checks:
             out["checks"] = checks[-8:]
         if call.layout is not None:

@@ -11,7 +11,7 @@ import welchpeaks.spectral
 from welchpeaks import backends, ir, plan
 from welchpeaks.ir.graph import welch_chain_graph
 from welchpeaks.params import make_params
-from welchpeaks.plan import calibrate
+from welchpeaks.plan import calibrate, cost
 from welchpeaks.plan.cost import LogLogTable, set_cost_model
 from welchpeaks.plan.fusion import IoFusionGate, fusion_benefit
 from welchpeaks.plan import original
@@ -106,7 +106,8 @@ def test_fusion_pass_rewrites_the_chain_and_keeps_results(rng):
     np.testing.assert_array_equal(a.bins, b.bins)
     np.testing.assert_allclose(a.power, b.power, rtol=1e-12)
     np.testing.assert_allclose(a.fbins, b.fbins, rtol=0, atol=1e-9)
-    refuse = IoFusionGate(1, 1, 1, 1, 1, True, 0, min_gain_ns=1e18)
+    refuse = IoFusionGate(dispatch_ns=1, roundtrip_ns=1, memory_bw=1, h2d_bw=1, d2h_bw=1, unified_memory=True,
+                          host_thunk_penalty_ns=0, min_gain_ns=1e18)
     kept, info = plan.fuse(g, fused_cpu, refuse)
     assert kept is g and info["fused"] is None and "< min gain" in info["reason"]
     assert all(c["score_ns"] < info["min_gain_ns"] for c in info["candidates"].values())
@@ -124,7 +125,8 @@ def test_peaks_only_outputs_pass():
     out, info = select_peaks_only_outputs(g)
     assert info["fused"] and out.outputs == [peaks]  # peaks already out: spectrum dropped
     g.set_outputs([spec])
-    cpu_like = IoFusionGate(50, 0, 50, 50, 50, True, 0, 0)
+    cpu_like = IoFusionGate(dispatch_ns=50, roundtrip_ns=0, memory_bw=50, h2d_bw=50, d2h_bw=50, unified_memory=True,
+                            host_thunk_penalty_ns=0, min_gain_ns=0)
     out, info = select_peaks_only_outputs(g, cpu_like)
     assert info["fused"] and out.outputs == [peaks]
     out, info = select_peaks_only_outputs(g, DEFAULT_GATES["wgpu"])  # adds a sync: 25 ms penalty
@@ -146,9 +148,11 @@ def test_gate_fuses_when_readback_dominates_and_refuses_when_a_sync_costs_more()
     assert all(score(metal, 2 ** i) < 0 for i in range(6, 20))
     # A discrete device, readback at 10 B/ns, 1 ms per added sync: the crossover is where
     # (4096 - 128) B / 10 - 4224 B / 1000 = 1e6 ns, i.e. B = 2548.
-    gate = IoFusionGate(0, 0, 1000, 10, 10, False, 1e6, 0)
+    gate = IoFusionGate(dispatch_ns=0, roundtrip_ns=0, memory_bw=1000, h2d_bw=10, d2h_bw=10, unified_memory=False,
+                        host_thunk_penalty_ns=1e6, min_gain_ns=0)
     assert score(gate, 2548) >= 0 > score(gate, 2547)
-    no_penalty = IoFusionGate(0, 0, 1e9, 1.0, 1.0, False, 0, 0)  # only readback counts: 1 ns per byte
+    no_penalty = IoFusionGate(dispatch_ns=0, roundtrip_ns=0, memory_bw=1e9, h2d_bw=1.0, d2h_bw=1.0,
+                              unified_memory=False, host_thunk_penalty_ns=0, min_gain_ns=0)  # only readback counts: 1 ns per byte
     b = fusion_benefit(plan.GraphIoProfile(3, 0, 5000, 0), plan.GraphIoProfile(4, 0, 1000, 0))
     assert no_penalty.score_ns(b) == pytest.approx(4000)
 
@@ -284,6 +288,8 @@ def test_calibration_cache_round_trip_corruption_and_versions(monkeypatch, tmp_p
     assert path.parent == tmp_path and not list(tmp_path.glob("*.tmp"))
     back = calibrate.load("cpu")
     assert back.to_dict() == m.to_dict()
+    assert list(m.to_dict()) == list(json.loads(path.read_text())["model"]) == list(cost._FIELDS)  # the file's form
+    assert back.gate() is back.machine and back.dispatch_ns == back.gate().dispatch_ns == 1234.0  # one record
     assert back.fused_ns(256, 1000, 2, 16, "float32", "fused-cpu") == m.fused_ns(256, 1000, 2, 16, "float32",
                                                                                 "fused-cpu")
     path.write_text(path.read_text()[:50])  # a partial write

@@ -220,7 +220,7 @@ def measure_cuda(quick: bool = False, progress: Callable[[str], None] | None = N
             scalars[name] = (fallback, fallback)
     name = torch.cuda.get_device_name(device) if on_gpu else f"{device} (Triton interpreter: not a GPU's numbers)"
     points = len(grid["n_fft"]) * len(grid["rows"]) * len(names) + len(scalars)
-    return BackendCostModel(
+    return BackendCostModel.of(
         device="cuda", status="measured" if on_gpu else "stand-in (Triton interpreter)",
         **{k: v for k, (v, _) in scalars.items()}, unified_memory=False, threads=1, tables=tables,
         min_gain_ns=scalars["dispatch_ns"][0],

@@ -9,6 +9,7 @@ node; :func:`estimate_graph_cost_with_io` adds round trips, syncs and readback.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -88,20 +89,31 @@ class BackendCostModel:
     assembly) beyond its nodes; ``roundtrip_ns`` stands in for an execution without one.
     """
 
-    device: str
-    status: str  # "measured" or "default"
-    dispatch_ns: float
-    roundtrip_ns: float
-    memory_bw: float
-    h2d_bw: float
-    d2h_bw: float
-    unified_memory: bool
+    machine: IoFusionGate  # the device's launch, sync and bandwidth figures; also its IO gate
     threads: int
     tables: dict[str, LogLogTable] = field(default_factory=dict)
     call_ns: dict[str, float] = field(default_factory=dict)
-    min_gain_ns: float = 0.0
-    host_thunk_penalty_ns: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, *, threads: int, tables: dict | None = None, call_ns: dict | None = None, meta: dict | None = None,
+           **machine: Any) -> "BackendCostModel":
+        """A model from the machine record's fields (:data:`~welchpeaks.plan.fusion.MACHINE_FIELDS`)
+        and its own, by keyword."""
+        return cls(IoFusionGate(**machine), threads, {} if tables is None else tables, {} if call_ns is None else call_ns,
+                   {} if meta is None else meta)
+
+    # the machine record's figures, read through the model
+    device = property(lambda self: self.machine.device)
+    status = property(lambda self: self.machine.status)  # "measured" or "default"
+    dispatch_ns = property(lambda self: self.machine.dispatch_ns)
+    roundtrip_ns = property(lambda self: self.machine.roundtrip_ns)
+    memory_bw = property(lambda self: self.machine.memory_bw)
+    h2d_bw = property(lambda self: self.machine.h2d_bw)
+    d2h_bw = property(lambda self: self.machine.d2h_bw)
+    unified_memory = property(lambda self: self.machine.unified_memory)
+    min_gain_ns = property(lambda self: self.machine.min_gain_ns)
+    host_thunk_penalty_ns = property(lambda self: self.machine.host_thunk_penalty_ns)
 
     @property
     def on_host(self) -> bool:
@@ -199,14 +211,14 @@ class BackendCostModel:
         return float(v) if ok else None
 
     def gate(self) -> IoFusionGate:
-        return IoFusionGate(self.dispatch_ns, self.roundtrip_ns, self.memory_bw, self.h2d_bw, self.d2h_bw,
-                            self.unified_memory, self.host_thunk_penalty_ns, self.min_gain_ns,
-                            device=self.device, status=self.status)
+        """The IO gate of this device: its machine record."""
+        return self.machine
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["tables"] = {k: v.to_dict() for k, v in self.tables.items()}
-        return d
+        """The model as plain data, the machine record's fields beside the others (:data:`_FIELDS`)."""
+        d = {**asdict(self.machine), "threads": self.threads, "tables": {k: v.to_dict() for k, v in self.tables.items()},
+             "call_ns": dict(self.call_ns), "meta": copy.deepcopy(self.meta)}
+        return {name: d[name] for name in _FIELDS}
 
     @property
     def label(self) -> str:
@@ -270,7 +282,7 @@ class BackendCostModel:
         need = REQUIRED_CURVES.get(d["device"], set()) - set(tables)
         if need:
             raise ValueError(f"the {d['device']} model lacks the curves {sorted(need)}")
-        return cls(**{**d, "tables": tables})
+        return cls.of(**{**d, "tables": tables})
 
 
 #: a table's name: ``<backend>/<curve>`` (read from a file)
@@ -297,7 +309,7 @@ def _positive(name: str, v: Any, allow_zero: bool = False) -> None:
 
 def cpu_cost_model(**kw: Any) -> BackendCostModel:
     """A CPU model (unified memory: nothing is read back)."""
-    return BackendCostModel(device="cpu", unified_memory=True, **kw)
+    return BackendCostModel.of(device="cpu", unified_memory=True, **kw)
 
 
 # ---------------------------------------------------------------------------- node costs

@@ -40,6 +40,6 @@ def default_cuda_model(arch: str = "sm_90") -> BackendCostModel:
 
     tables = {f"{name}/{curve}": table(per_row) for name in backends.names()
               for curve, per_row in backends.get(name).default_cuda_curves(arch).items()}
-    return BackendCostModel(device="cuda", status=f"default ({pub['name']}; not measured)", dispatch_ns=8_000.0,
+    return BackendCostModel.of(device="cuda", status=f"default ({pub['name']}; not measured)", dispatch_ns=8_000.0,
                             roundtrip_ns=20_000.0, memory_bw=pub["hbm_tbps"] * 1e3, h2d_bw=25.0, d2h_bw=25.0,
                             unified_memory=False, threads=1, tables=tables, meta={"source": "published figures", "arch": arch})

@@ -3,7 +3,7 @@ applies the rewrites of the fusion pass that the gate accepts."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable
 
 from welchpeaks.ir import Graph, welch_chain_fusions
@@ -33,24 +33,37 @@ def fusion_benefit(before: GraphIoProfile, after: GraphIoProfile) -> FusionBenef
     )
 
 
-@dataclass(frozen=True)
-class IoFusionGate:
-    """Prices a :class:`FusionBenefit` in nanoseconds. Bandwidths are in bytes per ns (= GB/s).
+@dataclass(frozen=True, kw_only=True)
+class MachineRecord:
+    """What launches, syncs and memory traffic cost on one device: the figures the IO gate
+    prices fusion with and the cost model prices launches and traffic with (a
+    :class:`~welchpeaks.plan.cost.BackendCostModel` holds one, as its gate). Bandwidths are in
+    bytes per ns (= GB/s), times in ns.
 
     ``status`` is ``"measured"`` when the numbers come from this machine's calibration and
-    ``"default"`` when they are the original system's per-target constants.
+    ``"default"`` when they are stand-ins (the original system's per-target constants, or
+    published figures).
     """
 
+    device: str = "cpu"
+    status: str = "default"
     dispatch_ns: float
     roundtrip_ns: float
     memory_bw: float
     h2d_bw: float
     d2h_bw: float
     unified_memory: bool
-    host_thunk_penalty_ns: float
-    min_gain_ns: float
-    device: str = "cpu"
-    status: str = "default"
+    host_thunk_penalty_ns: float = 0.0
+    min_gain_ns: float = 0.0
+
+
+#: the record's fields, in its order
+MACHINE_FIELDS = tuple(f.name for f in fields(MachineRecord))
+
+
+@dataclass(frozen=True, kw_only=True)
+class IoFusionGate(MachineRecord):
+    """A machine's record as the gate: prices a :class:`FusionBenefit` in nanoseconds."""
 
     def score_ns(self, b: FusionBenefit) -> float:
         """Time saved: launches, syncs, device traffic and readback, minus the penalty of added syncs.

@@ -138,7 +138,8 @@ BACKEND = Backend("original", {
 
 
 def _default(device, dispatch, rt, bw, rb, unified, penalty, gain) -> IoFusionGate:
-    return IoFusionGate(dispatch, rt, bw, rb, rb, unified, penalty, gain, device=device, status="default")
+    return IoFusionGate(device=device, status="default", dispatch_ns=dispatch, roundtrip_ns=rt, memory_bw=bw, h2d_bw=rb,
+                        d2h_bw=rb, unified_memory=unified, host_thunk_penalty_ns=penalty, min_gain_ns=gain)
 
 
 #: The original system's per-target constants (rlx-system.md section 2.2). Labelled "default".

@@ -138,6 +138,27 @@ def butterfly_lanes(re, im, i0, i1, wr, wi, nv):
         im[i1, lane] = ai - bi
 
 
+def _imported_sources(path, root) -> set:
+    """The files of the package at ``root`` that the module at ``path`` imports from at its top
+    level: a module, a package's ``__init__`` (a family's face), or a module imported by name
+    from a package (``from pkg.family import module``)."""
+    import ast
+    from pathlib import Path
+
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except SyntaxError:
+        return set()
+    found = set()
+    for node in tree.body:  # (welchpeaks imports absolutely)
+        if not isinstance(node, ast.ImportFrom) or node.level or (node.module or "").split(".")[0] != root.name:
+            continue
+        for name in ("", *(a.name for a in node.names)):
+            at = Path(root.parent, *node.module.split("."), *([name] if name else []))
+            found.update(f for f in (at.with_suffix(".py"), at / "__init__.py") if f.is_file())
+    return found
+
+
 def clear_stale_caches(package: str | None = None) -> bool:
     """Delete numba's on-disk caches of ``package``'s kernels (the folder of welchpeaks by
     default) when any of its modules using numba changed since the last check, and record
@@ -145,22 +166,21 @@ def clear_stale_caches(package: str | None = None) -> bool:
 
     numba keys a cached kernel on its own source file only: a kernel that calls or inlines a
     helper of another module keeps the old helper after that module is edited. One digest over
-    every module that imports numba at its top, and every module they import from (whose
-    constants are compiled in), catches any such edit (an install rewrites every file, so only
-    a developer's tree needs this; ``tests/conftest.py`` calls it when the tests start). Caches
-    under ``NUMBA_CACHE_DIR`` are found by the package's path inside it."""
+    every module that imports numba at its top (in any folder of the package), and every module
+    they import from (whose constants are compiled in: a module, a package's face, a module
+    imported by name from a package), catches any such edit (an install rewrites every file, so
+    only a developer's tree needs this; ``tests/conftest.py`` calls it when the tests start).
+    Caches under ``NUMBA_CACHE_DIR`` are found by the package's path inside it."""
     import hashlib
     import re
     from pathlib import Path
 
     root = Path(package or Path(__file__).parent)
     uses = re.compile(r"^(from numba[ .]|import numba)", re.M)  # (at module level: its kernels)
-    imports = re.compile(rf"^from {root.name}\.([\w.]+) import", re.M)
     kernels = [p for p in root.rglob("*.py") if uses.search(p.read_text(errors="replace"))]
     # and the modules they import from (a constant a kernel reads is compiled into it)
-    named = {m for p in kernels for m in imports.findall(p.read_text(errors="replace"))}
-    helpers = [root.joinpath(*m.split(".")).with_suffix(".py") for m in named]
-    sources = sorted(set(kernels) | {p for p in helpers if p.is_file()})
+    helpers = {f for p in kernels for f in _imported_sources(p, root)}
+    sources = sorted(set(kernels) | helpers)
     digest = hashlib.sha256()
     for p in sources:
         digest.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())

@@ -4,9 +4,9 @@ scipy's ``find_peaks`` takes one 1-D row (scipy#15405 asks for more); this runs 
 of an ``[..., n]`` array at once, with scipy's filters in scipy's order and scipy's definitions
 of prominence and width, and returns padded arrays with a count per row
 (:class:`welchpeaks.result.FoundPeaks`). Host rows go to a numba kernel, rows in parallel
-(:mod:`welchpeaks.backends._numba_find_peaks`); rows on a CUDA device (torch tensors, CuPy
+(:mod:`welchpeaks.backends.numba.find_peaks`); rows on a CUDA device (torch tensors, CuPy
 arrays) to a Triton kernel, one program per row, that writes only the peaks
-(:mod:`welchpeaks.backends._triton_find_peaks`).
+(:mod:`welchpeaks.backends.triton.find_peaks`).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     >>> r.indices.tolist(), r.counts.tolist()
     ([[3, 1, 5], [3, 5, -1]], [3, 2])
     """
-    from welchpeaks.backends import _numba_find_peaks as kern
+    from welchpeaks.backends.numba import find_peaks as kern
 
     t = tensor_input(rows, "rows")
     if t is None:
@@ -170,7 +170,7 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
                              "or k=None (as many slots as the fullest row)")
     rows_n = x.shape[0]
     if t is not None:
-        from welchpeaks.backends.triton_launch import device_find_peaks, find_peaks_available
+        from welchpeaks.backends.triton import device_find_peaks, find_peaks_available
 
         if find_peaks_available(t, n):  # rows on a GPU stay there: the Triton kernel
             got = device_find_peaks(x, f, slots, bool(edges))
@@ -203,7 +203,7 @@ def _host_peaks(x: np.ndarray, cfg: Any, need_prom: bool, need_width: bool, ever
     every slot (blocks of :data:`EVERY_PEAK_BYTES`, at least a row) and the results widened
     once to the fullest. Memory is in the peaks found (plus a redone row's slots), not in the
     rows' length; the arrays returned may be views of ones up to a quarter wider."""
-    from welchpeaks.backends import _numba_find_peaks as kern
+    from welchpeaks.backends.numba import find_peaks as kern
     from welchpeaks.backends.filtered import launch_host
 
     names = ("indices", "heights", "prom", "base", "wid", "ips")

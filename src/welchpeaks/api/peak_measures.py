@@ -6,7 +6,7 @@ take rows ``x [..., n]`` and peak indices ``peaks [..., k]`` with the same leadi
 row's list padded with -1 to ``k`` slots (what ``welchpeaks.find_peaks(...).indices`` holds),
 and return ``[..., k]`` arrays whose every row is exactly scipy's answer for that row. The
 rows are measured in parallel by a numba kernel
-(:mod:`welchpeaks.backends._numba_fp_measures`), with the single-peak definitions the
+(:mod:`welchpeaks.backends.numba.find_peaks.measures`), with the single-peak definitions the
 ``find_peaks`` kernel uses.
 """
 
@@ -124,9 +124,9 @@ def _prominence_data(data: Any, pk: np.ndarray, shape: tuple, n: int, lead: tupl
 
 def _measure(x2: np.ndarray, pk: np.ndarray, lead: tuple, wlen: int, rel_height: float, data: tuple | None,
              need_width: bool) -> Any:
-    """Run the kernel (:func:`_numba_fp_measures.host_peak_measures`); its ``Measures``. A row
+    """Run the kernel (:func:`find_peaks.measures.host_peak_measures`); its ``Measures``. A row
     holding NaN or infinity is a ValueError naming it."""
-    from welchpeaks.backends import _numba_fp_measures as kern
+    from welchpeaks.backends.numba.find_peaks import measures as kern
     from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, kernel_input, numba_threads
     from welchpeaks.timing import QUIET
 

@@ -35,7 +35,7 @@ class HostFilters:
     :class:`RowPeaks` made of those."""
 
     def __init__(self, p: PeakParams):
-        from welchpeaks.backends import _numba_find_peaks as kern  # numba: imported on first use
+        from welchpeaks.backends.numba import find_peaks as kern  # numba: imported on first use
 
         f = p.filters
         self.p, self.kern, self.lim = p, kern, filter_limits(p)
@@ -60,7 +60,7 @@ class HostFilters:
 def launch_host(x: np.ndarray, cfg: Any, out: tuple) -> None:
     """Run the host find_peaks kernel (numba) on float64 rows ``x [R, n]`` with the kernel's
     ``cfg`` into ``out``: the one launch of both this node and :func:`welchpeaks.find_peaks`."""
-    from welchpeaks.backends import _numba_find_peaks as kern
+    from welchpeaks.backends.numba import find_peaks as kern
     from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, kernel_input, numba_threads
     from welchpeaks.timing import QUIET
 

@@ -1,4 +1,4 @@
-"""The summation order of the fused-cpu pass (``_numba_k_common`` describes it): a block's power
+"""The summation order of the fused-cpu pass (``fused.common`` describes it): a block's power
 sums over its segments in chunks of ``CHUNK`` (:func:`block_sums`), the same sums for the
 find_peaks kernel (:func:`block_power`), the state a block leaves between pieces of long rows
 (:func:`_save_state`), and the sums of a call with fewer blocks than workers shared out by
@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from welchpeaks.backends import _simd
-from welchpeaks.backends._numba_k_common import CHUNK, Welch, Worker, _lanes
-from welchpeaks.backends._numba_k_fft import segments_power
+from welchpeaks.backends.numba import simd
+from welchpeaks.backends.numba.fused.common import CHUNK, Welch, Worker, _lanes
+from welchpeaks.backends.numba.fused.fft import segments_power
 from welchpeaks.numba_base import HELPER as _HELPER
 from welchpeaks.numba_base import INLINE as _INL
 from welchpeaks.numba_base import LANES
@@ -63,9 +63,9 @@ def _save_state(ac, carry, done, r0, nl, n_bins):
 
 @njit(parallel=True, **_OPTS)
 def _chunk_rounds(x, n_rows, n_seg, welch, scr, bad, pieces):
-    """The power sums of a :func:`~welchpeaks.backends._numba_k_fused.fused_pow2` call with
+    """The power sums of a :func:`~welchpeaks.backends.numba.fused.pow2.fused_pow2` call with
     fewer blocks than workers, shared out by chunks; the arguments are its own (``scr``: all of
-    its :class:`~welchpeaks.backends._numba_k_common.PassScratch`, ``acc`` holding at least a
+    its :class:`~welchpeaks.backends.numba.fused.common.PassScratch`, ``acc`` holding at least a
     block's sums a worker).
 
     Job ``i`` is chunk ``i // n_blocks`` of the call (counted from the chunk of segment
@@ -147,7 +147,7 @@ def _chunk_rounds(x, n_rows, n_seg, welch, scr, bad, pieces):
                 ws = Worker(tile[t], stats[t], sums[t], buf_re[t], buf_im[t])
                 segments_power(x, rj, lj, s_lo - seg0, s_hi - seg0, welch, ws, aj, fj, np.int64(0), pivot)
                 work[t] += 1
-                job = _simd.fetch_add(next_job, 1)
+                job = simd.fetch_add(next_job, 1)
         # the round's chunk sums into their blocks' totals, in job order: chunk order per block
         for i in range(j0, j1):
             _merge_job(i, parts[i - j0], flags[i - j0], n_rows, n_blocks, n_bins, c_first, seg0, n_seg, finish, acc,
@@ -205,10 +205,10 @@ def block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev
     block of at most ``LANES`` rows, lane ``i`` is row ``r0 + i``), in the summation order,
     into ``ac[1 .. n_bins, lane]`` (``ac``: ``[>= 2 n_bins + 2, LANES]``); ``bad[r]`` set for
     a row that is not finite, cleared otherwise. For the find_peaks kernel
-    (``_numba_find_peaks.welch_find_peaks``), which passes its arguments one by one:
-    ``n_fft`` .. ``whole`` are the fields of a :class:`~welchpeaks.backends._numba_k_common.Welch`,
+    (``numba.find_peaks.welch_find_peaks``), which passes its arguments one by one:
+    ``n_fft`` .. ``whole`` are the fields of a :class:`~welchpeaks.backends.numba.fused.common.Welch`,
     ``tl``, ``st``, ``sm``, ``re``, ``im`` those of a
-    :class:`~welchpeaks.backends._numba_k_common.Worker`; with ``use_carry`` each row's first
+    :class:`~welchpeaks.backends.numba.fused.common.Worker`; with ``use_carry`` each row's first
     chunk starts from ``carry`` ``[rows, n_bins]``; ``pivot``: as :func:`block_sums`'.
     Returns the lanes computed (the rows rounded up to a vector; those past the last row hold
     zeros)."""
@@ -228,16 +228,16 @@ def block_sums(x, r0, nl, seg0, n_seg, welch, ws, ac, bad, carry, done, use_carr
     Parameters: ``x`` ``[rows, samples]``, only read, its first sample starting segment
     ``seg0`` (int) of the rows; ``r0``, ``nl`` (int): the block's first row and its rows;
     ``n_seg`` (int): the segments; ``welch``: the constants (a
-    :class:`~welchpeaks.backends._numba_k_common.Welch`); ``ws``: one worker's scratch (a
-    :class:`~welchpeaks.backends._numba_k_common.Worker`); ``ac`` ``[>= 2 n_bins + 2,
+    :class:`~welchpeaks.backends.numba.fused.common.Welch`); ``ws``: one worker's scratch (a
+    :class:`~welchpeaks.backends.numba.fused.common.Worker`); ``ac`` ``[>= 2 n_bins + 2,
     LANES]``: on return the rows' running chunk (rows ``1 .. n_bins``; zero when the last
     segment completed its chunk) and their completed chunks' total (rows ``n_bins + 2 ..``);
     ``bad`` (bool ``[rows]``): set for a row whose samples are not finite, cleared otherwise;
     ``carry``, ``done``, ``use_carry``, ``pivot``: as the fields of a
-    :class:`~welchpeaks.backends._numba_k_common.Pieces` (an empty ``done`` is zero).
+    :class:`~welchpeaks.backends.numba.fused.common.Pieces` (an empty ``done`` is zero).
 
     Returns the lanes computed. Memory: the carried state read once, the samples as
-    :func:`~welchpeaks.backends._numba_k_fft.segments_power` reads them."""
+    :func:`~welchpeaks.backends.numba.fused.fft.segments_power` reads them."""
     n_fft = welch.n_fft
     n_bins = n_fft // 2 + 1
     tot = n_bins + 2

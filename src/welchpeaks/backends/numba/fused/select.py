@@ -1,6 +1,6 @@
 """Selection of the fused-cpu kernels: the ``k`` strongest bins or local maxima of one PSD row
 (:func:`select_into`), ranked by power (ties to the lower bin), optionally thinned to a least
-distance, then refined to fractional bins (``_numba_k_refine``); and the per-worker scratch it
+distance, then refined to fractional bins (``fused.refine``); and the per-worker scratch it
 works in (:func:`select_scratch`).
 
 A row is read from a worker's scratch (``n_bins + 2`` values, in L1) once or twice; ``k``
@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from welchpeaks.backends._numba_k_common import (INTERP_HANN, INTERP_LOG, INTERP_POWER, MODE_BINS, MODE_PSD,
-                                                  SelectScratch)
-from welchpeaks.backends._numba_k_edges import edge_refine_row
-from welchpeaks.backends._numba_k_refine import (_float32_bits, _is_float32_array, _refine, _refine_f32, _refine_hann,
-                                                  _refine_power_f32)
+from welchpeaks.backends.numba.fused.common import (INTERP_HANN, INTERP_LOG, INTERP_POWER, MODE_BINS, MODE_PSD,
+                                                    SelectScratch)
+from welchpeaks.backends.numba.fused.edges import edge_refine_row
+from welchpeaks.backends.numba.fused.refine import (_float32_bits, _is_float32_array, _refine, _refine_f32,
+                                                    _refine_hann, _refine_power_f32)
 from welchpeaks.numba_base import INLINE as _INL
 from welchpeaks.numba_base import worker_rows
 
@@ -26,7 +26,7 @@ _LOW32 = (1 << 32) - 1
 
 def select_scratch(workers: int, k: int, n_bins: int, dtype) -> SelectScratch:
     """Per-worker scratch of :func:`select_into` for rows of ``n_bins`` and ``k`` slots, a
-    :class:`~welchpeaks.backends._numba_k_common.SelectScratch` (its docstring says what each
+    :class:`~welchpeaks.backends.numba.fused.common.SelectScratch` (its docstring says what each
     array holds), each worker's rows a cache line apart."""
     return SelectScratch(
         worker_rows(workers, n_bins + 2, dtype),
@@ -150,12 +150,12 @@ def _select_scalar(prow, n_bins, k, mode, min_distance, vals, idx, cand):
 @njit(**_INL)
 def select_into(prow, n_bins, sel, vals, idx, cand, top, out, r):
     """Select from one PSD row into row ``r`` of ``out`` (an
-    :class:`~welchpeaks.backends._numba_k_common.Outputs`; ``bins``, ``power``, ``fbin``
+    :class:`~welchpeaks.backends.numba.fused.common.Outputs`; ``bins``, ``power``, ``fbin``
     already filled with -1 / NaN).
 
     ``prow`` has ``n_bins + 2`` entries: the PSD at ``1..n_bins`` between two sentinels (-inf:
     DC and Nyquist may be peaks; +inf: never), so the local-maximum test needs no edge branches.
-    ``sel``: what to select (a :class:`~welchpeaks.backends._numba_k_common.Select`; its
+    ``sel``: what to select (a :class:`~welchpeaks.backends.numba.fused.common.Select`; its
     ``scale`` and ``edge`` are the caller's). ``vals``, ``idx``, ``cand``, ``top``: one
     worker's rows of :func:`select_scratch`. ``MODE_PSD`` (internal, ``k == n_bins``) writes
     the PSD row itself into ``out.power``.

@@ -4,7 +4,7 @@ windowed, summed on the way; :func:`_load_first_pass`), transformed by a half-le
 whose innermost loop runs across the rows, so every butterfly is SIMD over rows
 (:func:`_fft_lanes`), unpacked to the real spectrum with the segment's trend removed there, and
 its ``|2X|^2`` added to a worker's accumulator. Also the trend of one segment
-(:func:`_segment_trend`, for :func:`~welchpeaks.backends._numba_k_frames.window_segments`) and
+(:func:`_segment_trend`, for :func:`~welchpeaks.backends.numba.fused.frames.window_segments`) and
 the shift of a row on loading (:func:`_pivot`).
 
 Memory: each sample is read from ``x`` once per segment (once per block with ``Welch.whole``:
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from welchpeaks.backends._numba_k_common import DETREND_CONSTANT, DETREND_LINEAR, DETREND_NONE, _lanes
+from welchpeaks.backends.numba.fused.common import DETREND_CONSTANT, DETREND_LINEAR, DETREND_NONE, _lanes
 from welchpeaks.numba_base import HELPER as _HELPER
 from welchpeaks.numba_base import INLINE as _INL
 from welchpeaks.numba_base import butterfly_lanes
@@ -203,8 +203,8 @@ def segments_power(x, r0, nl, s_lo, s_hi, welch, ws, ac, flags, f0, pivot):
     Parameters: ``x`` ``[rows, samples]`` (float32 or float64), only read: segment ``s`` of
     row ``r`` starts at ``x[r, s * hop]``; ``r0``, ``nl`` (int): the block's first row and its
     rows (at most ``LANES``); ``s_lo``, ``s_hi`` (int): the segments; ``welch``: the constants
-    (a :class:`~welchpeaks.backends._numba_k_common.Welch`); ``ws``: one worker's scratch (a
-    :class:`~welchpeaks.backends._numba_k_common.Worker`; with ``welch.whole`` the range's
+    (a :class:`~welchpeaks.backends.numba.fused.common.Welch`); ``ws``: one worker's scratch (a
+    :class:`~welchpeaks.backends.numba.fused.common.Worker`; with ``welch.whole`` the range's
     frame is transposed into ``ws.tile`` once, else one segment at a time); ``ac`` ``[>= n_bins
     + 1, LANES]`` (compute dtype): the sums, added to; ``flags`` (bool), ``f0`` (int):
     ``flags[f0 + lane]`` set for a lane whose samples are not finite (never cleared here);

@@ -2,7 +2,7 @@
 summation order's chunk, and the named tuples the kernels pass around (the Welch constants, what
 to select, the scratch, where the results go, the state of long rows fed in pieces).
 
-The kernels are split by concept (``_numba_kernels`` is their public face and lists the
+The kernels are split by concept (``numba.fused`` is their public face and lists the
 modules). Each function carries the options of ``welchpeaks.numba_base`` (``OPTS`` for the
 parallel kernels, ``HELPER`` for helpers behind a call, ``INLINE`` for those inlined), so a
 helper compiles the same wherever it is first called from.
@@ -109,10 +109,10 @@ refits the peaks next to DC and Nyquist (``EdgeModel.kernel_arrays()``;
 
 SelectScratch = namedtuple("SelectScratch", ("psd", "vals", "idx", "cand", "top"))
 SelectScratch.__doc__ = """One set of selection scratch per worker (``sel_scr``, leading axis: the
-worker; :func:`welchpeaks.backends._numba_k_select.select_scratch`), rows a cache line apart.
+worker; :func:`welchpeaks.backends.numba.fused.select.select_scratch`), rows a cache line apart.
 
 ``psd`` ``[workers, >= n_bins + 2]`` (compute dtype): a PSD row between its two sentinels
-(:func:`~welchpeaks.backends._numba_k_frames.frames_select` needs ``2 n_bins + 2``); ``vals``
+(:func:`~welchpeaks.backends.numba.fused.frames.frames_select` needs ``2 n_bins + 2``); ``vals``
 ``[workers, >= 3 k]``: the selected powers, then the three powers around each peak; ``idx``
 (int64 ``[workers, >= k + 1]``): the selected bins (or keys); ``cand`` (int64 ``[workers, >=
 n_bins]``): the candidate bins (or keys); ``top`` (int64 ``[workers, >= k + 1]``): the keyed

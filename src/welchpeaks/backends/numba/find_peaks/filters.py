@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from welchpeaks.backends._numba_fp_common import _OPTS, BASE_LEFT, BASE_RIGHT
+from welchpeaks.backends.numba.find_peaks.common import _OPTS, BASE_LEFT, BASE_RIGHT
 
 
 @njit(inline="always", **_OPTS)

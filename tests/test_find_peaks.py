@@ -453,9 +453,11 @@ def test_snr_logarithm_in_lanes_and_one_at_a_time():
 
 def test_every_kernel_helper_states_whether_it_has_numba_runtime():
     """A numba dispatcher compiles a signature once, with the runtime flag of whichever caller
-    compiles it first unless it states its own (numba_base.HELPER): a helper that allocates,
-    first compiled under one without the runtime, fails to compile; one that does not,
-    first compiled under one with it, pays reference counts. So each states it."""
+    compiles it first unless it states its own (numba_base's ``*_HELPER`` and ``*_RUNTIME``
+    sets): a helper that allocates, first compiled under one without the runtime, fails to
+    compile; one that does not, first compiled under one with it, pays reference counts. So each
+    states it. And each family compiles with its one kind of arithmetic: fast-math in the fused
+    pass, exact in the find_peaks kernel (and the linker's step)."""
     from numba.core.registry import CPUDispatcher
 
     import importlib
@@ -478,6 +480,18 @@ def test_every_kernel_helper_states_whether_it_has_numba_runtime():
     assert unstated == []
     assert rows.row_step.targetoptions["_nrt"] is False
     assert rank.sorted_order.targetoptions["_nrt"] is False  # it sorts in its scratch
+    # one set of options a kind: fast-math in the fused pass, exact in the find_peaks kernel and the linker
+    from welchpeaks import linkstep, numba_base
+
+    for mod in numba_modules:
+        for name, d in vars(mod).items():
+            if isinstance(d, CPUDispatcher) and d.py_func.__module__ == mod.__name__:
+                fast = d.targetoptions.get("fastmath")
+                if ".fused." in mod.__name__:
+                    assert fast == numba_base.FASTMATH["fastmath"], f"{mod.__name__}.{name}"
+                elif ".find_peaks." in mod.__name__:
+                    assert not fast, f"{mod.__name__}.{name}"
+    assert not any(getattr(d, "targetoptions", {}).get("fastmath") for d in vars(linkstep).values())
 
 
 def _lower_index_rule(row, k, distance, height=None, prominence=None):

@@ -22,8 +22,8 @@ pyproject.toml; each imports what it needs from the module that defines it):
 * ``common``: constants, the named tuples ``Config``, ``Outputs`` and ``Scratch`` and their
   named columns (``WID_*``, ``BASE_*``, ...), the one lane primitive all of them use.
 
-No function is compiled with fast-math, so every comparison and interpolation is the IEEE
-operation scipy performs. numba's
+Every function is compiled exact (``welchpeaks.numba_base``'s ``EXACT_*`` sets: no fast-math),
+so every comparison and interpolation is the IEEE operation scipy performs. numba's
 on-disk cache keys a kernel on its own source file only; the tests clear the caches after an
 edit of any module using numba (:func:`welchpeaks.numba_base.clear_stale_caches`).
 """

@@ -1,9 +1,11 @@
-"""What every module of the numba ``find_peaks`` kernel shares: its compile options, its
-constants, the named tuples it passes around (what to find, where the results go, a worker's
-scratch) and the one lane primitive all of them use.
+"""What every module of the numba ``find_peaks`` kernel shares: its constants, the named tuples
+it passes around (what to find, where the results go, a worker's scratch) and the one lane
+primitive all of them use.
 
 The kernel is split by concept (``numba.find_peaks`` is its public face and lists the
-modules). Each module's functions carry the options below, so a helper compiles the same
+modules). Every function is compiled exact (``welchpeaks.numba_base``'s ``EXACT_RUNTIME`` for the
+parallel kernels and the helpers that allocate, ``EXACT_HELPER`` for helpers behind a call,
+without numba's runtime, ``EXACT_INLINE`` for those inlined), so a helper compiles the same
 wherever it is first called from.
 
 numba's on-disk cache keys a compiled function on its own source file only; the tests clear
@@ -18,11 +20,7 @@ import numpy as np
 from numba import njit
 
 from welchpeaks.backends.numba import simd
-
-# Helpers run without numba's runtime, so without reference counts (numba_base.HELPER says why);
-# the parallel kernels and the helpers that allocate turn it on.
-_OPTS = dict(cache=True, nogil=True, boundscheck=False, _nrt=False)
-_KERNEL = dict(_OPTS, _nrt=True)
+from welchpeaks.numba_base import EXACT_HELPER
 
 #: the largest finite float64: ``abs(v) <= _BIG`` is False for infinity and NaN alike
 _BIG = np.finfo(np.float64).max
@@ -103,7 +101,7 @@ and ``iv`` (int64 ``[3, cap + 1]``): the valleys (``FV_*``, ``IV_*`` rows). ``la
 (``find_peaks.rank.sorted_order``)."""
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _higher_bits(hts, m, h, start=0):
     """Which of ``m`` values are above ``h`` and which equal it, as bits, 16 lanes at a time.
 

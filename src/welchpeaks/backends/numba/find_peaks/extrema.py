@@ -21,10 +21,11 @@ import numpy as np
 from numba import njit
 
 from welchpeaks.backends.numba import simd
-from welchpeaks.backends.numba.find_peaks.common import _BIG, _OPTS, BLOCK, FV_LOW, IV_FIRST, IV_LAST
+from welchpeaks.backends.numba.find_peaks.common import _BIG, BLOCK, FV_LOW, IV_FIRST, IV_LAST
+from welchpeaks.numba_base import EXACT_HELPER, EXACT_INLINE
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _local_maxima(row, edges, cand, hts):
     """The local maxima of ``row`` as scipy defines them, with their heights.
 
@@ -78,7 +79,7 @@ def _local_maxima(row, edges, cand, hts):
     return m, finite
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _maxima_and_valleys(row, cand, fv, iv):
     """The local maxima of ``row`` (edges not counted) and the valley on each side of each.
 
@@ -151,7 +152,7 @@ def _maxima_and_valleys(row, cand, fv, iv):
     return w
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _strict_extrema(row, cand, mins):
     """The local maxima and minima of a row, in one branch-free pass.
 
@@ -179,7 +180,7 @@ def _strict_extrema(row, cand, mins):
     return m, q, flat
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def scan_blocks(row, edges, bmin, bmax, bpk, bbits):
     """The block index of ``row``, in one pass: per block of ``BLOCK`` samples (the last may be
     shorter) its extrema, its highest local maximum and its maxima as bits.
@@ -209,7 +210,7 @@ def scan_blocks(row, edges, bmin, bmax, bpk, bbits):
     return flags
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _scan_block(row, b, edges, bmin, bmax, bpk, bbits):
     """Block ``b`` of :func:`scan_blocks` sample by sample (a row's first and last blocks, where
     a vector would read outside the row): the same four outputs at ``[b]``, and the block's

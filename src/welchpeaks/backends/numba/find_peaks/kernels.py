@@ -24,11 +24,11 @@ import numpy as np
 from numba import njit, prange
 
 from welchpeaks.backends.numba import simd
-from welchpeaks.backends.numba.find_peaks.common import _KERNEL, Config, Outputs
+from welchpeaks.backends.numba.find_peaks.common import Config, Outputs
 from welchpeaks.backends.numba.find_peaks.median import lane_medians
 from welchpeaks.backends.numba.find_peaks.rows import _scratch, row_step
 from welchpeaks.backends.numba.fused import block_power, scale_tile
-from welchpeaks.numba_base import LANES
+from welchpeaks.numba_base import EXACT_RUNTIME, LANES
 
 #: the first compile, for the notice (measured with an empty cache: 44-46 s)
 COMPILE_TIME = "about 45 s on 2 cores"
@@ -73,7 +73,7 @@ def outputs(rows: int, k: int, need_prom: bool, need_width: bool, need_snr: bool
                    f(need_width and extents, 3), f(need_snr), f(refine), np.empty(rows, np.int64))
 
 
-@njit(parallel=True, **_KERNEL)
+@njit(parallel=True, **EXACT_RUNTIME)
 def host_find_peaks(x, cfg, out, n_workers):
     """Peaks of every row of ``x``, as ``scipy.signal.find_peaks`` finds them, then the ``k``
     highest (ties to the lower index).
@@ -121,7 +121,7 @@ def host_find_peaks(x, cfg, out, n_workers):
             row_step(x, first, min(n_rows, first + run), np.int64(0), cfg, out, scr, no_medians)
 
 
-@njit(parallel=True, **_KERNEL)
+@njit(parallel=True, **EXACT_RUNTIME)
 def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im,
                      trend, scale, whole, tile, stats, sums, buf_re, buf_im, acc, bad, pivot, lane_bits, cfg, out):
     """The fused pass of ``welch_peaks`` with scipy's filters: Welch's PSD of each block of

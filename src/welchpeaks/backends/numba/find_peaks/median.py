@@ -15,15 +15,14 @@ import numpy as np
 from numba import njit
 
 from welchpeaks.backends.numba import simd
-from welchpeaks.backends.numba.find_peaks.common import (_LANE_MAXIMA, _OPTS, BLOCK, LAST_HI, LAST_HIT, LAST_LO,
-                                                         _higher_bits)
-from welchpeaks.numba_base import LANES
+from welchpeaks.backends.numba.find_peaks.common import _LANE_MAXIMA, BLOCK, LAST_HI, LAST_HIT, LAST_LO, _higher_bits
+from welchpeaks.numba_base import EXACT_HELPER, LANES
 
 #: values of the row :func:`median_of` samples to bracket the median
 _MEDIAN_SAMPLE = 2 * BLOCK
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def median_of(row, tmp, last):
     """``np.median`` of ``row`` (finite), by selection rather than a sort.
 
@@ -61,7 +60,7 @@ def median_of(row, tmp, last):
     return (_kth(tmp, m, m // 2 - 1) + upper) / 2.0
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _sample_bracket(row, tmp):
     """``(lo, hi)``: the values of ranks 12 and 20 of a sample of 32 evenly spaced values of
     ``row`` (at least 64 values), a bracket for :func:`median_of`; ``tmp``: at least 32
@@ -73,7 +72,7 @@ def _sample_bracket(row, tmp):
     return _pick_lanes(tmp, s, s // 2 - 4, s // 2 + 4)
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _median_between(row, tmp, lo_rank, hi_rank, lo, hi):
     """The ``lo_rank``-th and ``hi_rank``-th smallest of ``row`` (finite), if the bracket
     ``[lo, hi)`` holds both and at most :data:`_LANE_MAXIMA` values.
@@ -94,7 +93,7 @@ def _median_between(row, tmp, lo_rank, hi_rank, lo, hi):
     return True, v0, v1
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _pick_lanes(vals, m, r0, r1):
     """The ``r0``-th and ``r1``-th smallest (``r0 <= r1``) of ``vals[:m]`` (``m <=
     _LANE_MAXIMA``; ``vals`` holds whole vectors).
@@ -120,7 +119,7 @@ def _pick_lanes(vals, m, r0, r1):
     return v0, v1
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _kth(tmp, m, kth):
     """The ``kth`` smallest of ``tmp[:m]`` (``tmp`` holds ``3 m`` floats; its contents are lost).
 
@@ -154,7 +153,7 @@ def _kth(tmp, m, kth):
             return pivot
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def lane_medians(ac, n_bins, bits, med):
     """The median of every row of a PSD block at once, by a bisection on the values' bits.
 

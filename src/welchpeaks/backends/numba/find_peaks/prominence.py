@@ -21,12 +21,12 @@ import numpy as np
 from numba import njit
 
 from welchpeaks.backends.numba import simd
-from welchpeaks.backends.numba.find_peaks.common import (_ALL_LANES, _OPTS, BASE_LEFT, BASE_RIGHT, BLOCK, FV_LOW,
-                                                         FV_STACK_H, FV_STACK_LOW, IV_FIRST, IV_LAST, IV_STACK_AT,
-                                                         _higher_bits)
+from welchpeaks.backends.numba.find_peaks.common import (_ALL_LANES, BASE_LEFT, BASE_RIGHT, BLOCK, FV_LOW, FV_STACK_H,
+                                                         FV_STACK_LOW, IV_FIRST, IV_LAST, IV_STACK_AT, _higher_bits)
+from welchpeaks.numba_base import EXACT_HELPER, EXACT_INLINE
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _all_prominences(m, hts, fv, iv, prom, base):
     """Prominences and bases of all ``m`` maxima at once, from their valleys.
 
@@ -71,7 +71,7 @@ def _all_prominences(m, hts, fv, iv, prom, base):
         st_h[top], st_low[top], st_at[top] = h, low, at
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _lanes_prominences(m, hts, fv, iv, prom, base):
     """:func:`_all_prominences` in lanes (``m <= _LANE_MAXIMA``): each maximum's by
     :func:`_lane_prominence`, its higher maxima from one compare of all heights."""
@@ -80,7 +80,7 @@ def _lanes_prominences(m, hts, fv, iv, prom, base):
                                                                             _higher_bits(hts, m, hts[j])[0])
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _lane_prominence(j, m, hts, fv, iv, above):
     """``(prominence, left base, right base)`` of maximum ``j`` of ``m <= _LANE_MAXIMA``, from the
     valleys, without a loop or a branch on the data.
@@ -103,7 +103,7 @@ def _lane_prominence(j, m, hts, fv, iv, above):
     return hts[j] - max(low_l, low_r), lasts[simd.highest_bit(at_l)], firsts[simd.trailing_zeros(at_r)]
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _least_valley(lows, lanes, m):
     """``(least, its lanes)`` of the valleys ``lows`` whose bits are set in ``lanes``, over as few
     vectors as hold the ``m + 1`` valleys (:func:`simd.low32`, ``low48``, ``low64``)."""
@@ -114,7 +114,7 @@ def _least_valley(lows, lanes, m):
     return simd.low64(lows, lanes)
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _lanes(first, last):
     """The bits ``first..last`` (0 when ``last < first``): a walk's lanes as a mask."""
     if last < first:
@@ -122,7 +122,7 @@ def _lanes(first, last):
     return ((2 << last) - 1) ^ ((1 << first) - 1)
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _step_left(high, low, o, lanes, top):
     """One 16-lane step of a walk to the left over ``[o, o + 16)``, within ``lanes``.
 
@@ -142,7 +142,7 @@ def _step_left(high, low, o, lanes, top):
     return least, o + simd.highest_bit(at), end
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _step_right(high, low, o, lanes, top):
     """:func:`_step_left` walking right: the lowest lane above ``top`` ends it, and of the lanes
     before it the first holding the least."""
@@ -157,7 +157,7 @@ def _step_right(high, low, o, lanes, top):
     return least, o + simd.trailing_zeros(at), end
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _lowest_left(row, bmin, bmax, p, stop):
     """``(value, index)`` of the lowest sample from ``p`` leftwards, before a sample higher than
     ``row[p]`` or the index ``stop``; of equal lows the first met (scipy's walk).
@@ -204,7 +204,7 @@ def _lowest_left(row, bmin, bmax, p, stop):
     return low, at
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _blocks_left(bmin, bmax, b, first, top, low):
     """The walk left over whole blocks ``b, b - 1, ..., first`` while they hold nothing higher
     than ``top``.
@@ -232,7 +232,7 @@ def _blocks_left(bmin, bmax, b, first, top, low):
     return low, lowest, first - 1
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _blocks_right(bmin, bmax, b, last, top, low):
     """:func:`_blocks_left` to the right, over blocks ``b, b + 1, ..., last`` (``end``: the first
     higher block, else ``last + 1``)."""
@@ -255,7 +255,7 @@ def _blocks_right(bmin, bmax, b, last, top, low):
     return low, lowest, last + 1
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _lowest_right(row, bmin, bmax, p, stop):
     """:func:`_lowest_left` to the right of ``p``, up to the index ``stop`` (of equal lows the
     first met: the leftmost); the first step is the 16 samples from the peak, or near the
@@ -299,7 +299,7 @@ def _lowest_right(row, bmin, bmax, p, stop):
     return low, at
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _prominence(row, bmin, bmax, p, wlen, edges):
     """``(prominence, left base, right base)`` of the peak at ``p``, as
     ``scipy.signal.peak_prominences`` gives them, by a walk to each side.

@@ -19,13 +19,14 @@ import numpy as np
 from numba import njit
 
 from welchpeaks.backends.numba import simd
-from welchpeaks.backends.numba.find_peaks.common import (_LANE_MAXIMA, _OPTS, _PROM_LANES, _PROM_WALK, BASE_LEFT,
-                                                         BASE_RIGHT, BLOCK, LAST_THRESHOLD, WID_LEFT, WID_LINE,
-                                                         WID_RIGHT, WID_SNR, WID_WIDTH, _higher_bits)
+from welchpeaks.backends.numba.find_peaks.common import (_LANE_MAXIMA, _PROM_LANES, _PROM_WALK, BASE_LEFT, BASE_RIGHT,
+                                                         BLOCK, LAST_THRESHOLD, WID_LEFT, WID_LINE, WID_RIGHT, WID_SNR,
+                                                         WID_WIDTH, _higher_bits)
 from welchpeaks.backends.numba.find_peaks.filters import _bounded, _passes, _passes_threshold, _width
 from welchpeaks.backends.numba.find_peaks.median import _kth
 from welchpeaks.backends.numba.find_peaks.prominence import _lane_prominence, _prominence
 from welchpeaks.backends.numba.find_peaks.snr import _snr_db
+from welchpeaks.numba_base import EXACT_HELPER, EXACT_INLINE
 
 #: survivors of :func:`_top`'s threshold ranked by counting (more, or no threshold: by insertion);
 #: tiers of :func:`rank_tier` ranked by counting (more: a stable sort)
@@ -35,14 +36,14 @@ _COUNTED = 64
 _COUNTED_BLOCKS = 128
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _first_tier(k):
     """How many candidates :func:`_lazy_top` ranks first for ``k`` slots: a quarter more, for
     the ones the filters drop."""
     return k + (k + 3) // 4
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _lazy_top(row, r, m, cfg, scr, floor, prom_mode, from_blocks):
     """The distance rule, the prominence, width and SNR filters and the ``k`` highest at once,
     for row ``r`` (``row``); exactly what applying every filter to all and keeping the ``k``
@@ -140,7 +141,7 @@ def _lazy_top(row, r, m, cfg, scr, floor, prom_mode, from_blocks):
     return kept
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _next_tier(row, cfg, cand, hts, order, sel, tmp, rad, bpk, bbits, guess, m, want, t_hi, from_blocks):
     """The next tier of :func:`_lazy_top`'s candidates, ranked into ``order``; returns
     ``(ranked, m, t_hi, more)``.
@@ -188,7 +189,7 @@ def _next_tier(row, cfg, cand, hts, order, sel, tmp, rad, bpk, bbits, guess, m, 
     return m, m, t, t > -np.inf
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _block_threshold(bpk, want, last, first_tier, tmp):
     """A threshold with at least ``want`` of the blocks' highest maxima ``bpk`` at or above it.
 
@@ -224,7 +225,7 @@ def _block_threshold(bpk, want, last, first_tier, tmp):
     return t
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def rank_tier(hts, m0, m, order, rad):
     """``order[m0:m]``: the positions ``m0..m-1`` from the highest of ``hts``, ties to the lower
     position; the rest of ``order`` untouched.
@@ -250,7 +251,7 @@ def rank_tier(hts, m0, m, order, rad):
         order[rank] = a
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _top(hts, m, kept, order, sel, tmp, rad):
     """``order[:kept]``: the positions of the ``kept`` highest of ``hts[:m]``, highest first, ties
     to the lower position (a strict order: a longer ranking starts with a shorter one).
@@ -334,7 +335,7 @@ _FLIP = np.int64(0x7FFFFFFFFFFFFFFF)
 _RADIX, _PASSES = 256, 8
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def sorted_order(hts, m0, m, order, count, rad):
     """``order[m0 : m0 + count]``: the first ``count`` of the positions ``m0 .. m - 1`` from the
     highest of ``hts`` (finite), ties to the lower position (a stable sort).
@@ -376,7 +377,7 @@ def sorted_order(hts, m0, m, order, count, rad):
         order[m0 + a] = pos[a]
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _measured_top(row, m, cfg, cand, hts, prom, base, wid, order, sel, tmp, rad, fv, iv):
     """The ``k`` highest of ``m <= _LANE_MAXIMA`` maxima when no filter is left that could drop
     one: ranked in lanes (:func:`_top`) into ``order``, then the prominence (in lanes,

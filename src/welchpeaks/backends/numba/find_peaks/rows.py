@@ -14,9 +14,9 @@ import numpy as np
 from numba import njit
 
 from welchpeaks.backends.numba import simd
-from welchpeaks.backends.numba.find_peaks.common import (_BIG, _KERNEL, _LANE_MAXIMA, _OPTS, _PROM_KNOWN, _PROM_LANES,
-                                                         _PROM_WALK, BASE_LEFT, BASE_RIGHT, BLOCK, WID_LEFT, WID_LINE,
-                                                         WID_RIGHT, WID_SNR, WID_WIDTH, Scratch)
+from welchpeaks.backends.numba.find_peaks.common import (_BIG, _LANE_MAXIMA, _PROM_KNOWN, _PROM_LANES, _PROM_WALK,
+                                                         BASE_LEFT, BASE_RIGHT, BLOCK, WID_LEFT, WID_LINE, WID_RIGHT,
+                                                         WID_SNR, WID_WIDTH, Scratch)
 from welchpeaks.backends.numba.find_peaks.extrema import _local_maxima, _maxima_and_valleys, scan_blocks
 from welchpeaks.backends.numba.find_peaks.filters import (_bounded, _by_distance, _by_distance_ranked, _compact,
                                                           _compact_peaks, _near_distance, _passes, _passes_plateau,
@@ -28,9 +28,10 @@ from welchpeaks.backends.numba.find_peaks.rank import (_PASSES, _RADIX, _first_t
 from welchpeaks.backends.numba.find_peaks.snr import _snr_db, _snr_of, ten_log10_each
 from welchpeaks.backends.numba.fused import INTERP_HANN, edge_refine_row, hann_gathered, sub_bin_offset
 from welchpeaks.edgefit import CFG_ZONES
+from welchpeaks.numba_base import EXACT_HELPER, EXACT_INLINE, EXACT_RUNTIME
 
 
-@njit(**_KERNEL)
+@njit(**EXACT_RUNTIME)
 def _scratch(n, noise_bins):
     """A worker's :class:`~welchpeaks.backends.numba.find_peaks.common.Scratch` for rows of ``n``
     samples (its docstring names the parts); allocated once per worker, reused for every row."""
@@ -45,7 +46,7 @@ def _scratch(n, noise_bins):
                    np.empty(4 * cap + _PASSES * _RADIX, np.int64))
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def row_step(x, first, last, at, cfg, out, scr, medians):
     """Rows ``first .. last - 1`` of ``x`` into rows ``at + first ..`` of ``out``: one call per
     run of rows, as :func:`~welchpeaks.backends.numba.find_peaks.host_find_peaks` takes them.
@@ -68,7 +69,7 @@ def row_step(x, first, last, at, cfg, out, scr, medians):
       unless neighbours are equal: then every maximum is listed (:func:`_local_maxima`
       resolves plateaus).
 
-    This and its helpers run without numba's runtime (``_OPTS``), so without reference counts,
+    This and its helpers run without numba's runtime (``EXACT_HELPER``), so without reference counts,
     which would cost two atomic operations per array handed to each call; runs of rows per call,
     the inlined paths and helpers that take single arrays rather than the scratch keep the
     calls few and light (docs/performance-history.md)."""
@@ -143,7 +144,7 @@ def row_step(x, first, last, at, cfg, out, scr, medians):
                 edge_refine_row(x[i], 0, x.shape[1], out.idx[r], kept, out.fbin, r, cfg.edge_cfg, cfg.edge_tab)
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _prefilter(row, cfg, cand, hts, keep, prom, base, wid, fv, iv, m, swept, lazy):
     """The ``m`` listed maxima of a row (``cand``) through the filters that need no ranking.
 
@@ -183,7 +184,7 @@ def _prefilter(row, cfg, cand, hts, keep, prom, base, wid, fv, iv, m, swept, laz
     return m
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _filter_all(row, cfg, scr, m, swept):
     """scipy's distance, prominence and width filters on all ``m`` candidates in turn, in its
     order (the prominences walked unless ``swept`` has them), then the ``k`` highest into
@@ -220,7 +221,7 @@ def _filter_all(row, cfg, scr, m, swept):
     return kept
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _may_drop(cfg):
     """Whether a filter after the height and threshold filters may drop a peak: distance, the
     SNR minimum, a width bound, a prominence bound (a lower bound at or below 0 drops nothing:
@@ -230,7 +231,7 @@ def _may_drop(cfg):
             or p_lim[0] > 0.0)
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _write(row, r, cfg, out, cand, hts, prom, base, wid, order, tmp, kept, floor):
     """Row ``r`` of ``out`` from the ``kept`` candidates at ``order[:kept]``; the other slots
     empty (-1, NaN). ``counts[r]`` is ``kept``, even where ``out`` has fewer slots (``k=None``'s
@@ -305,7 +306,7 @@ def _write(row, r, cfg, out, cand, hts, prom, base, wid, order, tmp, kept, floor
                 out_snr[r, s] = _snr_of(hts[order[s]], floor)
 
 
-@njit(error_model="numpy", **_OPTS)
+@njit(error_model="numpy", **EXACT_HELPER)
 def _refine_hann_rows(x, first, last, at, out_idx, counts, out_fbin, abc, flag, n_fft, one_sided):
     """The Hann estimator's refined positions of the peaks of a run of rows: ``out_fbin[r,
     :counts[r]]`` for the rows ``r = at + i``, ``i`` in ``first .. last - 1`` of ``x`` (rows not

@@ -11,8 +11,9 @@ import numpy as np
 from numba import njit
 
 from welchpeaks.backends.numba import simd
-from welchpeaks.backends.numba.find_peaks.common import _BIG, _OPTS
+from welchpeaks.backends.numba.find_peaks.common import _BIG
 from welchpeaks.backends.numba.find_peaks.median import _kth
+from welchpeaks.numba_base import EXACT_HELPER, EXACT_INLINE
 
 #: log10(2) in two parts, the first exact times any exponent; 1 / ln(10); sqrt(2)
 _LOG10_2_HI, _LOG10_2_LO = 0.30102992057800293, 7.508597826552624e-08
@@ -23,7 +24,7 @@ _TINY = np.finfo(np.float64).tiny
 _MANTISSA, _EXPONENT_ONE = (1 << 52) - 1, 1023 << 52
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _snr_db(row, p, floor, noise_bins, tmp):
     """The SNR in dB of the peak at ``p``: ``10 log10(row[p] / floor)``, over ``floor`` (the
     row's median) or, with ``noise_bins >= 1``, over the median of the ``2 noise_bins + 1``
@@ -34,7 +35,7 @@ def _snr_db(row, p, floor, noise_bins, tmp):
     return _snr_of(row[p], floor)
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _snr_of(h, floor):
     """``10 log10(h / floor)`` (:func:`log10`): infinite over a zero floor, NaN for 0 / 0."""
     if floor > 0.0:
@@ -42,7 +43,7 @@ def _snr_of(h, floor):
     return np.inf if h > 0.0 else np.nan
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _local_floor(row, p, noise_bins, tmp):
     """The median of the ``2 noise_bins + 1`` bins of ``p``'s window
     (:func:`welchpeaks.params.noise_window`: centred on ``p`` among the inner bins, shifted
@@ -59,7 +60,7 @@ def _local_floor(row, p, noise_bins, tmp):
     return _kth(tmp, w, w // 2)
 
 
-@njit(error_model="numpy", **_OPTS)
+@njit(error_model="numpy", **EXACT_HELPER)
 def ten_log10_each(v, n):
     """``v[:n] = 10 log10(v[:n])`` in place, each value as :func:`log10` gives it.
 
@@ -77,7 +78,7 @@ def ten_log10_each(v, n):
             v[i] = 10.0 * log10(v[i])
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def log10(x):
     """log10 of ``x``: :func:`_log10_normal` for positive normal numbers, else the C library's
     (0, subnormals, infinity, NaN, negative numbers)."""
@@ -86,7 +87,7 @@ def log10(x):
     return math.log10(x)
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _log10_normal(x):
     """log10 of a positive normal float64 without a call, so a loop of it vectorises; within 4
     ulp of the C library's (relative 5e-16, checked from 1e-300 to 1e300 and near 1).

@@ -24,12 +24,10 @@ from welchpeaks.backends.numba.fused.common import (Outputs, PassScratch, Pieces
                                                     _lanes)
 from welchpeaks.backends.numba.fused.select import _clear_row, select_into
 from welchpeaks.backends.numba.fused.sums import _chunk_rounds, _save_state, _total_into_tile, block_sums, scale_tile
-from welchpeaks.numba_base import INLINE as _INL
-from welchpeaks.numba_base import LANES
-from welchpeaks.numba_base import OPTS as _OPTS
+from welchpeaks.numba_base import FASTMATH, FASTMATH_INLINE, FASTMATH_RUNTIME, LANES
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _select_block(ac, n_bins, r0, nl, nv, sel, prow, tv, ti, tc, tt, out):
     """Scale the row sums of a block (rows ``1 .. n_bins`` of ``ac``) to its PSD and select the
     peaks of its rows ``r0 .. r0 + nl`` into ``out``; a row whose power overflowed is flagged
@@ -61,7 +59,7 @@ def _select_block(ac, n_bins, r0, nl, nv, sel, prow, tv, ti, tc, tt, out):
         select_into(prow, n_bins, sel, tv, ti, tc, tt, out, r)
 
 
-@njit(**dict(_OPTS, _nrt=True))  # (it hands arrays to a parallel function: with numba's runtime)
+@njit(**FASTMATH_RUNTIME)  # (it hands arrays to a parallel function: with numba's runtime)
 def fused_pow2(x, n_rows, n_seg, split, welch, sel, scr, sel_scr, pieces, out):
     """:func:`fused_pass` called from Python: its records (``welch``, ``sel``, ``scr``,
     ``sel_scr``, ``pieces``, ``out``) come as plain tuples of their fields and are named here.
@@ -71,7 +69,7 @@ def fused_pow2(x, n_rows, n_seg, split, welch, sel, scr, sel_scr, pieces, out):
                Pieces(*pieces), Outputs(*out))
 
 
-@njit(parallel=True, **_OPTS)
+@njit(parallel=True, **FASTMATH)
 def fused_pass(x, n_rows, n_seg, split, welch, sel, scr, sel_scr, pieces, out):
     """The fused pass for power-of-two ``n_fft``: the peaks of rows ``0 .. n_rows - 1`` of
     ``x`` from the ``n_seg`` segments of each.

@@ -20,8 +20,7 @@ from numba.extending import intrinsic
 
 from welchpeaks.backends.numba.fused.common import _F32_ZERO_BELOW, INTERP_BOXCAR, INTERP_HANN, INTERP_LOG, INTERP_POWER
 from welchpeaks.estimators import IMAGE_C_MAX, IMAGE_GATE, IMAGE_MIN_DIST, IMAGE_MIN_OFFSET, ZERO_BELOW
-from welchpeaks.numba_base import HELPER as _HELPER
-from welchpeaks.numba_base import INLINE as _INL
+from welchpeaks.numba_base import FASTMATH_HELPER, FASTMATH_INLINE
 
 # ------------------------------------------------------------------------------ float32 bits
 
@@ -65,7 +64,7 @@ _F32_ONE = np.float32(1.0)
 _LOG2_SERIES = tuple(np.float32(2.0 / (math.log(2.0) * n)) for n in (1, 3, 5, 7, 9))
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def log2_f32(v):
     """log2 of a positive normal float32, vectorisable (no libm call): exponent plus series."""
     bits = _float32_bits(v)
@@ -83,7 +82,7 @@ def log2_f32(v):
 # ------------------------------------------------------------------------------ refinement of k peaks
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _gather3(prow, idx, count, abd):
     """The powers at bins j-1, j, j+1 of each of the ``count`` peaks (``prow`` holds bin ``q`` at
     ``q + 1``) into ``abd`` side by side, so that the refinement after runs as SIMD."""
@@ -98,7 +97,7 @@ def _gather3(prow, idx, count, abd):
 _EXP2_SERIES = tuple(np.float32(math.log(2.0) ** n / math.factorial(n)) for n in range(7))
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def exp2_f32(v):
     """2**v of a float32 ``v`` in [-126, 0], vectorisable (no libm call): the nearest integer's
     power of two from its bits times a series for the rest."""
@@ -109,7 +108,7 @@ def exp2_f32(v):
         (np.int32(n) + np.int32(127)) << np.int32(23))
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _refine_power_f32(prow, idx, count, n_bins, out_fbin, r, abd, alpha):
     """The power parabola (:func:`sub_bin_offset`) of the ``count`` float32 peaks at bins
     ``idx[:count]``, vectorised like :func:`_refine_f32`: on the neighbours' power ratios to the
@@ -129,7 +128,7 @@ def _refine_power_f32(prow, idx, count, n_bins, out_fbin, r, abd, alpha):
         out_fbin[r, c] = j + min(0.5, max(-0.5, 0.5 * float((ra - rc) / den))) if ok else float(j)
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _refine_f32(prow, idx, count, n_bins, out_fbin, r, abd):
     """The log-parabola (:func:`sub_bin_offset`) of the ``count`` float32 peaks at bins
     ``idx[:count]``, vectorised.
@@ -153,7 +152,7 @@ def _refine_f32(prow, idx, count, n_bins, out_fbin, r, abd):
         out_fbin[r, c] = j + 0.5 * float((la - lc) / den) if ok else float(j)
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def _refine_hann(prow, idx, count, n_bins, out_fbin, r, abd, flag, n_fft, one_sided):
     """The Hann estimator (:func:`sub_bin_offset`) of the ``count`` peaks at bins ``idx[:count]``: one
     branch-free pass (SIMD where LLVM can) for the offsets and :func:`_image_gate`, then the
@@ -162,7 +161,7 @@ def _refine_hann(prow, idx, count, n_bins, out_fbin, r, abd, flag, n_fft, one_si
     hann_gathered(idx, count, n_bins, out_fbin, r, abd, flag, n_fft, one_sided)
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def hann_gathered(idx, count, n_bins, out_fbin, r, abd, flag, n_fft, one_sided):
     """``out_fbin[r, :count]``: the Hann estimator's refined positions (clipped to half a bin;
     DC and Nyquist not refined) of the peaks at bins ``idx[:count]`` of ``n_bins``, from their
@@ -193,14 +192,14 @@ def hann_gathered(idx, count, n_bins, out_fbin, r, abd, flag, n_fft, one_sided):
 # ------------------------------------------------------------------------------ one peak's offset
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def _hann_b(x, u, e):
     """The periodic Hann window's response ``x`` bins from a bin, over ``sin(pi x)`` and up to a
     linear phase (``u = pi / n_fft``, ``e = exp(i u)``)."""
     return 0.5 / math.sin(u * x) - 0.25 * e / math.sin(u * (x + 1.0)) - 0.25 * e.conjugate() / math.sin(u * (x - 1.0))
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _hann_ratio(a, b, c):
     """The Hann estimator's magnitudes and offset ``(sa, sb, sc, d)`` from the powers ``a, b, c``
     (float64; a neighbour under ``ZERO_BELOW`` of the peak is zero; ``d`` not yet clipped)."""
@@ -211,7 +210,7 @@ def _hann_ratio(a, b, c):
     return sa, sb, sc, (2.0 * (sc - sa) / den if den > 0.0 else 0.0)
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _hann_one_sided(sb, sc):
     """The Hann estimator's one-sided offset ``(2 C - B) / (B + C)`` (not clipped) from the
     magnitudes of a peak and its right neighbour: exact for one complex tone at offsets in
@@ -221,7 +220,7 @@ def _hann_one_sided(sb, sc):
     return (2.0 * sc - sb) / den if den > 0.0 else 0.0
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _image_gate(sa, sb, sc, d, j, n_fft):
     """Whether :func:`_real_tone_hann` may move the Hann offset ``d`` of a peak at bin ``j``
     (1 <= j <= n_fft / 2 - 1): no division, no modulo, so the noisy peaks that fail it cost a
@@ -233,7 +232,7 @@ def _image_gate(sa, sb, sc, d, j, n_fft):
             & (abs(num) * math.pi * dist * (dist * dist - 1.0) < IMAGE_GATE * (sb + sc) * (sb + sa)))
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def _real_tone_hann(sa, sb, sc, d, j, n_fft):
     """:func:`welchpeaks.estimators.real_tone_hann` of one peak that passed
     :func:`_image_gate`: the Hann offset ``d`` corrected for a real tone's image, or ``d``."""
@@ -259,7 +258,7 @@ def _real_tone_hann(sa, sb, sc, d, j, n_fft):
     return 2.0 * d - d_tone - share * g_d
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def hann_corrected(a, b, c, j, n_fft):
     """The Hann estimator's offset (not clipped) of one peak at bin ``j`` of power ``b`` between
     ``a`` and ``c``, corrected for a real tone's image where :func:`_image_gate` lets it: the
@@ -270,7 +269,7 @@ def hann_corrected(a, b, c, j, n_fft):
     return d
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def _hann_offset(a, b, c, j, n_fft):
     """:func:`hann_corrected` behind a call, for :func:`sub_bin_offset`, which every kernel inlines (the
     correction is compiled once, not in every caller; the selection refines Hann peaks in
@@ -278,7 +277,7 @@ def _hann_offset(a, b, c, j, n_fft):
     return hann_corrected(a, b, c, j, n_fft)
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def sub_bin_offset(a, b, c, interp, alpha, j, n_fft, one_sided):
     """:func:`welchpeaks.estimators.interp_offset` of one peak, in float64: the offset in bins
     from the power ``a, b, c`` at bins j-1, j, j+1 by the estimator ``interp``
@@ -314,7 +313,7 @@ def sub_bin_offset(a, b, c, interp, alpha, j, n_fft, one_sided):
     return min(0.5, max(-0.5, d))
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _refine(a, b, c, j, n_bins, interp, alpha, n_fft, one_sided):
     """Fractional bin of the peak at bin ``j`` of power ``b`` between ``a`` and ``c``
     (:func:`sub_bin_offset`; unrefined at the edges)."""

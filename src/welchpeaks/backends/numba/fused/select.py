@@ -17,8 +17,7 @@ from welchpeaks.backends.numba.fused.common import (INTERP_HANN, INTERP_LOG, INT
 from welchpeaks.backends.numba.fused.edges import edge_refine_row
 from welchpeaks.backends.numba.fused.refine import (_float32_bits, _is_float32_array, _refine, _refine_f32,
                                                     _refine_hann, _refine_power_f32)
-from welchpeaks.numba_base import INLINE as _INL
-from welchpeaks.numba_base import worker_rows
+from welchpeaks.numba_base import FASTMATH_INLINE, worker_rows
 
 #: the low half of a selection key (the complement of a bin)
 _LOW32 = (1 << 32) - 1
@@ -37,7 +36,7 @@ def select_scratch(workers: int, k: int, n_bins: int, dtype) -> SelectScratch:
     )
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _insert_desc(vals, idx, count, cap, p, j):
     """Insert (p, j) into the descending list vals/idx of ``count`` (<= cap) entries.
 
@@ -59,7 +58,7 @@ def _insert_desc(vals, idx, count, cap, p, j):
     return count
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _candidates(prow, n_bins, mode, cand):
     """The candidate bins in ascending order into ``cand`` (every bin, or the local maxima);
     returns their count."""
@@ -75,7 +74,7 @@ def _candidates(prow, n_bins, mode, cand):
     return n_cand
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _select_keyed(prow, n_bins, k, mode, vals, idx, cand, top):
     """Selection of float32 rows without thinning; returns the count.
 
@@ -115,7 +114,7 @@ def _select_keyed(prow, n_bins, k, mode, vals, idx, cand, top):
     return count
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _select_scalar(prow, n_bins, k, mode, min_distance, vals, idx, cand):
     """Selection by insertion (or greedy thinning for ``min_distance > 1``); returns the count."""
     n_cand = _candidates(prow, n_bins, mode, cand)
@@ -147,7 +146,7 @@ def _select_scalar(prow, n_bins, k, mode, min_distance, vals, idx, cand):
     return count
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def select_into(prow, n_bins, sel, vals, idx, cand, top, out, r):
     """Select from one PSD row into row ``r`` of ``out`` (an
     :class:`~welchpeaks.backends.numba.fused.common.Outputs`; ``bins``, ``power``, ``fbin``
@@ -201,7 +200,7 @@ def select_into(prow, n_bins, sel, vals, idx, cand, top, out, r):
         edge_refine_row(prow, 1, n_bins, idx, count, out_fbin, r, sel.edge_cfg, sel.edge_tab)
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _clear_row(out, r):
     """Row ``r`` of ``out`` emptied: bins -1, power and fractional bins NaN."""
     out_bins = out.bins

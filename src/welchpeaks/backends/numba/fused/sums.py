@@ -16,15 +16,12 @@ from numba import njit, prange
 from welchpeaks.backends.numba import simd
 from welchpeaks.backends.numba.fused.common import CHUNK, Welch, Worker, _lanes
 from welchpeaks.backends.numba.fused.fft import segments_power
-from welchpeaks.numba_base import HELPER as _HELPER
-from welchpeaks.numba_base import INLINE as _INL
-from welchpeaks.numba_base import LANES
-from welchpeaks.numba_base import OPTS as _OPTS
+from welchpeaks.numba_base import FASTMATH, FASTMATH_HELPER, FASTMATH_INLINE, LANES
 
 # ------------------------------------------------------------------------------ a block's state
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _add_chunk(dst, src, n_bins, nv):
     """A completed chunk (rows ``1 .. n_bins`` of ``src``) added to the total (rows
     ``n_bins + 2 ..`` of ``dst``), lanes ``< nv``: one addition per value."""
@@ -34,7 +31,7 @@ def _add_chunk(dst, src, n_bins, nv):
             dst[tot + q, lane] += src[q + 1, lane]
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _total_into_tile(ac, n_bins, nv):
     """The row sums: the completed chunks' total plus the running chunk, into rows
     ``1 .. n_bins`` of ``ac`` (lanes ``< nv``)."""
@@ -44,7 +41,7 @@ def _total_into_tile(ac, n_bins, nv):
             ac[q + 1, lane] = ac[tot + q, lane] + ac[q + 1, lane]
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _save_state(ac, carry, done, r0, nl, n_bins):
     """A block's summation state into the rows ``r0 ..`` of ``carry`` (the running chunk) and
     ``done`` (the completed chunks' total; not written when empty)."""
@@ -61,7 +58,7 @@ def _save_state(ac, carry, done, r0, nl, n_bins):
 # ------------------------------------------------------------------------------ a call shared out by chunks
 
 
-@njit(parallel=True, **_OPTS)
+@njit(parallel=True, **FASTMATH)
 def _chunk_rounds(x, n_rows, n_seg, welch, scr, bad, pieces):
     """The power sums of a :func:`~welchpeaks.backends.numba.fused.pow2.fused_pow2` call with
     fewer blocks than workers, shared out by chunks; the arguments are its own (``scr``: all of
@@ -165,7 +162,7 @@ def _chunk_rounds(x, n_rows, n_seg, welch, scr, bad, pieces):
                         carry[rb + lane, q] = 0.0
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _merge_job(i, part, fl, n_rows, n_blocks, n_bins, c_first, seg0, n_seg, finish, acc, bad, carry):
     """Job ``i`` of :func:`_chunk_rounds` done: its non-finite lanes (``fl``) into ``bad``, and
     its chunk sum (``part``, rows ``1 .. n_bins``) added to its block's total, or, when it is
@@ -185,7 +182,7 @@ def _merge_job(i, part, fl, n_rows, n_blocks, n_bins, c_first, seg0, n_seg, fini
                 carry[rb + lane, q] = part[q + 1, lane]
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def scale_tile(ac, scale, n_bins, nv):
     """The PSD of a block: its sums ``ac[1 .. n_bins, :nv]`` times the per-bin ``scale``, in
     the compute dtype (both fused kernels, so their PSD values are the same bits)."""
@@ -198,7 +195,7 @@ def scale_tile(ac, scale, n_bins, nv):
 # ------------------------------------------------------------------------------ a block's sums
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im, trend,
                 whole, tl, st, sm, re, im, ac, bad, carry, use_carry, pivot):
     """The sums of ``|2X|^2`` over the ``n_seg`` segments of rows ``r0 .. r0 + nl`` of ``x`` (a
@@ -220,7 +217,7 @@ def block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev
     return nv
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def block_sums(x, r0, nl, seg0, n_seg, welch, ws, ac, bad, carry, done, use_carry, pivot):
     """One worker's sums of ``|2X|^2`` over segments ``seg0 .. seg0 + n_seg - 1`` of the rows
     ``r0 .. r0 + nl`` (a block) in the summation order.

@@ -10,7 +10,7 @@ import scipy.signal as ss
 import welchpeaks
 from helpers import reference_psd
 from welchpeaks import edgefit
-from welchpeaks.backends import _numba_k_edges as kern
+from welchpeaks.backends.numba import fused as kern
 from welchpeaks.params import make_params
 from welchpeaks.spectral import reference_peaks
 

@@ -275,7 +275,7 @@ def test_device_rows_over_the_triton_kernel_s_limit_go_to_the_host_kernel():
     """PSD rows over 8192 bins on a GPU execution: the find_peaks node's device kernel hands
     them to the host kernel and returns tensors on their device, equal to numpy's."""
     torch = pytest.importorskip("torch")
-    from welchpeaks.backends.triton_launch import MAX_FIND_PEAKS_N
+    from welchpeaks.backends.triton import MAX_FIND_PEAKS_N
 
     n_fft = 2 * MAX_FIND_PEAKS_N
     x = _rows(np.random.default_rng(9), 2, n_fft + n_fft // 2)

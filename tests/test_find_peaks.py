@@ -250,7 +250,7 @@ def test_triton_kernel_matches_scipy_and_the_numba_kernel():
     refused by number, as on the host."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
-    from welchpeaks.backends.triton_launch import find_peaks_available
+    from welchpeaks.backends.triton import find_peaks_available
 
     probe = torch.zeros(2, 8, device="cuda" if torch.cuda.is_available() else "cpu")
     assert find_peaks_available(probe, 8)
@@ -280,17 +280,17 @@ def test_block_index_of_a_row():
     numpy's per block: least and greatest sample, highest local maximum and the maxima as
     bits (edges counted only with edges=True), for every length around the block size and a
     long row; NaN, infinity and equal neighbours anywhere are flagged."""
-    from welchpeaks.backends import _numba_find_peaks as kern
-    from welchpeaks.backends import _simd
+    from welchpeaks.backends.numba import simd
+    from welchpeaks.backends.numba.find_peaks import common, extrema
 
     rng = np.random.default_rng(3)
-    b = kern._BLOCK
+    b = common.BLOCK
     for n in list(range(1, 4 * b + 3)) + [1025]:
         nb = (n + b - 1) // b
         for edges in (False, True):
             row = rng.standard_normal(n)
             out = np.full(nb, np.nan), np.full(nb, np.nan), np.full(nb, np.nan), np.full(nb, -7, np.int64)
-            assert kern._scan_blocks(row, edges, *out) == 0
+            assert extrema.scan_blocks(row, edges, *out) == 0
             peak = np.zeros(n, bool)
             peak[1:-1] = (row[:-2] < row[1:-1]) & (row[1:-1] >= row[2:])
             if edges and n >= 2:
@@ -306,19 +306,19 @@ def test_block_index_of_a_row():
             for bad in (np.nan, np.inf, -np.inf):
                 spoilt = row.copy()
                 spoilt[rng.integers(n)] = bad
-                assert kern._scan_blocks(spoilt, edges, *out) & _simd.NOT_FINITE
+                assert extrema.scan_blocks(spoilt, edges, *out) & simd.NOT_FINITE
             if n >= 2:
                 equal = row.copy()
                 i = rng.integers(n - 1)
                 equal[i + 1] = equal[i]
-                assert kern._scan_blocks(equal, edges, *out) == _simd.EQUAL_NEIGHBOURS
+                assert extrema.scan_blocks(equal, edges, *out) == simd.EQUAL_NEIGHBOURS
 
 
 def test_tier_ranking_in_lanes_and_loops():
     """A tier's ranking (in vector lanes up to 32 candidates, by counting or a stable sort
     beyond) is numpy's stable descending order, ties to the lower position, wherever the tier
     starts; the rest of ``order`` is left alone."""
-    from welchpeaks.backends import _numba_find_peaks as kern
+    from welchpeaks.backends.numba.find_peaks import rank
 
     rng = np.random.default_rng(11)
     for size in list(range(1, 40)) + [64, 65, 90, 300]:
@@ -326,7 +326,7 @@ def test_tier_ranking_in_lanes_and_loops():
             m0 = int(rng.integers(0, 20))
             hts = rng.integers(0, levels, m0 + size + 40).astype(float)
             order = np.full(hts.size, -5, np.int64)
-            kern._rank_tier(hts, m0, m0 + size, order, np.empty(4 * size + 2048, np.int64))
+            rank.rank_tier(hts, m0, m0 + size, order, np.empty(4 * size + 2048, np.int64))
             want = m0 + np.argsort(-hts[m0:m0 + size], kind="stable")
             np.testing.assert_array_equal(order[m0:m0 + size], want)
             assert (order[:m0] == -5).all() and (order[m0 + size:] == -5).all()
@@ -349,7 +349,7 @@ def test_row_median_by_bracket_and_by_selection():
     row's bracket is tried, hits and misses."""
     from numba import njit
 
-    from welchpeaks.backends import _numba_find_peaks as kern
+    from welchpeaks.backends.numba.find_peaks import median
 
     @njit
     def medians(rows):
@@ -357,7 +357,7 @@ def test_row_median_by_bracket_and_by_selection():
         last = np.full(4, np.nan)
         out = np.empty(rows.shape[0])
         for r in range(rows.shape[0]):
-            out[r] = kern._median_of(rows[r], tmp, last)
+            out[r] = median.median_of(rows[r], tmp, last)
         return out
 
     rng = np.random.default_rng(12)
@@ -375,8 +375,8 @@ def test_block_medians_in_lanes(dtype):
     is made of against numpy."""
     from numba import njit
 
-    from welchpeaks.backends import _numba_find_peaks as kern
-    from welchpeaks.backends import _simd
+    from welchpeaks.backends.numba import simd
+    from welchpeaks.backends.numba.find_peaks import median
 
     ints = np.int32 if dtype == np.float32 else np.int64
 
@@ -385,18 +385,18 @@ def test_block_medians_in_lanes(dtype):
         out = np.empty((tiles.shape[0], tiles.shape[2]))
         med = np.empty(tiles.shape[2])
         for b in range(tiles.shape[0]):
-            kern._lane_medians(tiles[b], n_bins, bits, med)
+            median.lane_medians(tiles[b], n_bins, bits, med)
             out[b] = med
         return out
 
     @njit
     def columns(tile, first, last, at, out):
-        _simd.column_bounds(tile, first, last, out[0], out[1])
-        _simd.column_counts(tile, first, last, at, out[2])
-        _simd.column_least_from(tile, first, last, at, out[3])
+        simd.column_bounds(tile, first, last, out[0], out[1])
+        simd.column_counts(tile, first, last, at, out[2])
+        simd.column_least_from(tile, first, last, at, out[3])
 
     rng = np.random.default_rng(8)
-    lanes = _simd.COLUMNS
+    lanes = simd.COLUMNS
     for n_bins in (1, 3, 5, 129, 513):
         tiles = rng.chisquare(4, (6, n_bins + 2, lanes)) * 10.0 ** rng.uniform(-30, 30, (6, 1, lanes))
         tiles[0, :, :8] = np.round(tiles[0, :, :8] / tiles[0, :, :8].max(0) * 3)  # few levels, zeros
@@ -424,13 +424,13 @@ def test_snr_logarithm_in_lanes_and_one_at_a_time():
     value at a time, each as the scalar path gives it (the SNR filter's): the same bits."""
     from numba import njit
 
-    from welchpeaks.backends import _numba_find_peaks as kern
+    from welchpeaks.backends.numba.find_peaks import snr
 
     @njit
     def scalar(v):
         out = np.empty_like(v)
         for i in range(v.shape[0]):
-            out[i] = 10.0 * kern._log10(v[i])
+            out[i] = 10.0 * snr.log10(v[i])
         return out
 
     rng = np.random.default_rng(5)
@@ -438,13 +438,13 @@ def test_snr_logarithm_in_lanes_and_one_at_a_time():
         v = np.exp(rng.uniform(np.log(lo), np.log(hi), 20_000))
         got = v.copy()
         for a in range(0, v.size, 16):  # batches of a row's 16 SNRs
-            kern._ten_log10_each(got[a:a + 16], 16)
+            snr.ten_log10_each(got[a:a + 16], 16)
         want = 10.0 * np.log10(v)
         assert np.all(np.abs(got - want) <= 4 * np.spacing(np.abs(want)))
         np.testing.assert_array_equal(got, scalar(v))
     odd = np.array([4.0, 0.0, 5e-320, np.inf, np.nan, -2.0, 1e-3, 1.0])
     got = odd.copy()
-    kern._ten_log10_each(got, odd.size)
+    snr.ten_log10_each(got, odd.size)
     with np.errstate(divide="ignore", invalid="ignore"):
         want = 10.0 * np.log10(odd)
     np.testing.assert_array_equal(got, scalar(odd))
@@ -453,21 +453,23 @@ def test_snr_logarithm_in_lanes_and_one_at_a_time():
 
 def test_every_kernel_helper_states_whether_it_has_numba_runtime():
     """A numba dispatcher compiles a signature once, with the runtime flag of whichever caller
-    compiles it first unless it states its own (numba_base.HELPER): a helper that allocates,
-    first compiled under one without the runtime, fails to compile; one that does not,
-    first compiled under one with it, pays reference counts. So each states it."""
+    compiles it first unless it states its own (numba_base's ``*_HELPER`` and ``*_RUNTIME``
+    sets): a helper that allocates, first compiled under one without the runtime, fails to
+    compile; one that does not, first compiled under one with it, pays reference counts. So each
+    states it. And each family compiles with its one kind of arithmetic: fast-math in the fused
+    pass, exact in the find_peaks kernel (and the linker's step)."""
     from numba.core.registry import CPUDispatcher
 
     import importlib
     import pkgutil
 
-    from welchpeaks import backends
-    from welchpeaks.backends import _numba_find_peaks
+    from welchpeaks.backends import numba as kernels
+    from welchpeaks.backends.numba.find_peaks import rank, rows
     from welchpeaks.learned import compiled
 
-    numba_modules = [importlib.import_module(f"welchpeaks.backends.{m.name}") for m in pkgutil.iter_modules(
-        backends.__path__) if m.name.startswith("_numba_")]
-    assert len(numba_modules) >= 10  # the kernels, the find_peaks face and its eight modules
+    numba_modules = [importlib.import_module(m.name) for m in pkgutil.walk_packages(kernels.__path__,
+                                                                                    kernels.__name__ + ".")]
+    assert len(numba_modules) >= 20  # the two families (faces and modules) and simd
     unstated = []
     for mod in (*numba_modules, compiled):
         for name, d in vars(mod).items():
@@ -476,8 +478,20 @@ def test_every_kernel_helper_states_whether_it_has_numba_runtime():
                 if not (o.get("parallel") or o.get("inline") == "always" or "_nrt" in o):
                     unstated.append(f"{mod.__name__}.{name}")
     assert unstated == []
-    assert _numba_find_peaks._rows.targetoptions["_nrt"] is False
-    assert _numba_find_peaks._sorted_order.targetoptions["_nrt"] is False  # it sorts in its scratch
+    assert rows.row_step.targetoptions["_nrt"] is False
+    assert rank.sorted_order.targetoptions["_nrt"] is False  # it sorts in its scratch
+    # one set of options a kind: fast-math in the fused pass, exact in the find_peaks kernel and the linker
+    from welchpeaks import linkstep, numba_base
+
+    for mod in numba_modules:
+        for name, d in vars(mod).items():
+            if isinstance(d, CPUDispatcher) and d.py_func.__module__ == mod.__name__:
+                fast = d.targetoptions.get("fastmath")
+                if ".fused." in mod.__name__:
+                    assert fast == numba_base.FASTMATH["fastmath"], f"{mod.__name__}.{name}"
+                elif ".find_peaks." in mod.__name__:
+                    assert not fast, f"{mod.__name__}.{name}"
+    assert not any(getattr(d, "targetoptions", {}).get("fastmath") for d in vars(linkstep).values())
 
 
 def _lower_index_rule(row, k, distance, height=None, prominence=None):
@@ -539,7 +553,7 @@ def test_triton_distance_ties_go_to_the_lower_index():
     wins (Triton's interpreter on CPU tensors without a GPU)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
-    from welchpeaks.backends.triton_launch import find_peaks_available
+    from welchpeaks.backends.triton import find_peaks_available
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     x = np.random.default_rng(36).integers(0, 4, (12, 40)).astype(float)
@@ -558,7 +572,7 @@ def test_read_only_rows_run_the_compiled_kernel(tmp_path):
     as a writeable-typed view of the same memory, not a copy."""
     import numba
 
-    from welchpeaks.backends import _numba_find_peaks as kern
+    from welchpeaks.backends.numba import find_peaks as kern
     from welchpeaks.numba_base import kernel_input
 
     x = np.random.default_rng(16).standard_normal((50, 300))
@@ -617,7 +631,7 @@ class TestScipyFindPeaks(scipy_tests.TestFindPeaks):
 
 def test_the_k_highest_of_many_peaks_are_the_first_k_of_every_peak():
     """A k over 64 but under an eighth of a row's maxima is ranked by a stable sort of the
-    heights above a threshold (``_numba_fp_rank._top``; insertion, before, was quadratic on
+    heights above a threshold (``find_peaks.rank._top``; insertion, before, was quadratic on
     rows whose heights rise): the same peaks, in the same order, as the first k of k=None, on
     random rows with ties and on rising and falling rows."""
     rng = np.random.default_rng(41)

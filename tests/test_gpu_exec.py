@@ -15,8 +15,8 @@ from helpers import assert_matches_reference, reference_psd
 from welchpeaks import backends
 from welchpeaks.backends import torch_exec
 from welchpeaks.backends import triton_exec as te
-from welchpeaks.backends import triton_launch as tl
-from welchpeaks.backends.triton_config import FUSED_TILES, dft_factors
+from welchpeaks.backends.triton import launches as tl
+from welchpeaks.backends.triton import FUSED_TILES, dft_factors
 from welchpeaks.backends.triton_exec import PRECISION_RTOL
 from welchpeaks.plan import picker
 from welchpeaks.spectral import reference_peaks

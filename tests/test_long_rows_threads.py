@@ -2,7 +2,7 @@
 each block's segments out to the workers by chunks, and the results are the same bits whatever
 the number of workers and threads, with or without that split, and whatever the pieces a long
 row is fed in (the summation order is fixed by the segment indices: chunks of
-``_numba_kernels.CHUNK`` segments, each summed from zero, added in order)."""
+``numba.fused.CHUNK`` segments, each summed from zero, added in order)."""
 
 import contextlib
 import dataclasses
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 import welchpeaks
-from welchpeaks.backends import _numba_kernels, fused_cpu
+from welchpeaks.backends import fused_cpu
+from welchpeaks.backends.numba.fused import CHUNK
 from welchpeaks.params import make_params
 
 from helpers import assert_matches_reference, reference_psd
 
-CHUNK = _numba_kernels.CHUNK
 THREADS = (1, 2) if numba.config.NUMBA_NUM_THREADS >= 2 else (1,)
 
 

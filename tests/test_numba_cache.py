@@ -36,6 +36,28 @@ def test_an_edit_clears_the_cached_kernels_and_no_edit_keeps_them(tmp_path, monk
         assert clear_stale_caches(str(pkg)) and not any(f.exists() for f in files), edited
 
 
+def test_kernels_in_family_folders_and_what_they_import_from_a_face(tmp_path, monkeypatch):
+    """Kernels in sub-packages (backends/numba/fused/...) are found, and so are the files they
+    import from a package: its face (``__init__``, whose constants are compiled in) and a module
+    imported by name (``from pkg.family import module``)."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    pkg = _package(tmp_path)
+    family = pkg / "family"
+    (family / "__pycache__").mkdir(parents=True)
+    (family / "__init__.py").write_text("EDGE = 1.0\n")
+    (family / "shared.py").write_text("WIDTH = 16\n")
+    (family / "kern.py").write_text("import numba\nfrom pkg.family import EDGE, shared\n")
+    cached = family / "__pycache__" / "kern.f-1.py311.nbi"
+    cached.write_bytes(b"cached")
+    assert clear_stale_caches(str(pkg)) and not cached.exists()
+    for edited, text in (("kern.py", "import numba\nfrom pkg.family import EDGE, shared  # edited\n"),
+                         ("__init__.py", "EDGE = 2.0\n"), ("shared.py", "WIDTH = 8\n")):
+        cached.write_bytes(b"cached")
+        assert not clear_stale_caches(str(pkg)) and cached.exists()
+        (family / edited).write_text(text)
+        assert clear_stale_caches(str(pkg)) and not cached.exists(), edited
+
+
 def test_caches_under_numba_cache_dir_are_cleared_too(tmp_path, monkeypatch):
     pkg = _package(tmp_path)
     elsewhere = tmp_path / "numba-cache"

@@ -97,9 +97,9 @@ def test_float32_trend_removed_in_the_spectrum(detrend, window, rng):
 def test_float32_log2_of_the_refinement():
     from numba import njit
 
-    from welchpeaks.backends._numba_kernels import _log2_f32
+    from welchpeaks.backends.numba.fused.refine import log2_f32
 
-    log2 = njit(lambda v: np.array([_log2_f32(e) for e in v], np.float32))
+    log2 = njit(lambda v: np.array([log2_f32(e) for e in v], np.float32))
     v = np.concatenate([
         np.float32(2.0) ** np.arange(-126, 128, dtype=np.float32),
         np.nextafter(np.float32(np.sqrt(2)), np.float32([0, 10])),
@@ -115,9 +115,9 @@ def test_float32_log2_of_the_refinement():
 def test_float32_exp2_of_the_power_parabola():
     from numba import njit
 
-    from welchpeaks.backends._numba_kernels import _exp2_f32
+    from welchpeaks.backends.numba.fused.refine import exp2_f32
 
-    exp2 = njit(lambda v: np.array([_exp2_f32(e) for e in v], np.float32))
+    exp2 = njit(lambda v: np.array([exp2_f32(e) for e in v], np.float32))
     v = np.concatenate([np.linspace(-126, 0, 100_001), -np.random.default_rng(0).uniform(0, 126, 5000),
                         np.arange(-126, 1)]).astype(np.float32)
     ref = np.exp2(v.astype(np.float64))
@@ -286,15 +286,15 @@ def test_read_only_inputs_run_the_compiled_kernels(rng, tmp_path):
     writeable=False) runs the fused-cpu kernels compiled for writeable signals, the plain pass
     and the pass with scipy's filters: numba compiles no read-only specialisation (20-60 s,
     unannounced), and the peaks are the same."""
-    from welchpeaks.backends import _numba_find_peaks, _numba_kernels
+    from welchpeaks.backends.numba import find_peaks, fused
 
     x = rng.standard_normal((40, 640)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
     frozen = x.copy()
     frozen.setflags(write=False)
-    for kernel, kw in ((_numba_kernels.fused_pow2, {}),
-                       (_numba_find_peaks.welch_find_peaks, dict(prominence=1e-4, distance=2))):
+    for kernel, kw in ((fused.fused_pow2, {}),
+                       (find_peaks.welch_find_peaks, dict(prominence=1e-4, distance=2))):
         want = welchpeaks.welch_peaks(x, k=5, n_fft=128, strategy="fused-cpu", **kw)
         signatures = list(kernel.signatures)
         for ro in (mapped, frozen):

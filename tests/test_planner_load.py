@@ -467,7 +467,7 @@ def test_kernels_half_imported_by_the_measurement_count_as_not_compiled(monkeypa
     from welchpeaks import backends
 
     set_cost_model(None)
-    monkeypatch.setitem(sys.modules, "welchpeaks.backends._numba_kernels", types.ModuleType("half-imported"))
+    monkeypatch.setitem(sys.modules, "welchpeaks.backends.numba.fused", types.ModuleType("half-imported"))
     fused = backends.get("fused-cpu")
     assert not fused.compiled_for(welchpeaks.WelchPeaks(n_fft=256, segments=2).params, np.dtype(np.float32))
     x = np.random.default_rng(7).standard_normal((4, 384)).astype(np.float32)

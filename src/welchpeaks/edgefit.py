@@ -41,7 +41,7 @@ log-parabola; ``interp='none'``).
 
 Used by ``interp='auto'`` (the default); an estimator asked for by name is applied as asked.
 Every CPU execution fits alike: numpy and torch with :func:`refine_edges`, fused-cpu in its
-kernels (``backends/_numba_k_edges.py``, the same arithmetic). The Triton kernels do not: their
+kernels (``backends/numba/fused/edges.py``, the same arithmetic). The Triton kernels do not: their
 peaks there keep the three-point estimate and :func:`approximate` says so.
 """
 
@@ -116,7 +116,7 @@ class EdgeModel:
         return (j >= 1) & (j <= self.n_bins - 2) & ((j <= self.dc_zone) | (j >= self.n_bins - 1 - self.ny_zone))
 
     def kernel_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(cfg, tables)`` as the compiled fit takes them (``backends/_numba_k_edges.py``):
+        """``(cfg, tables)`` as the compiled fit takes them (``backends/numba/fused/edges.py``):
         ``cfg`` float64, its fields at the ``CFG_*`` indices, then ``(f0, b0)`` of each side
         (:func:`cfg_side`)."""
         cfg = _cfg(self.dc_zone, self.ny_zone, self.tables.shape[0], self.n_bins, self.n_fft / 2.0)

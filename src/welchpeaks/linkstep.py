@@ -25,7 +25,10 @@ import math
 import numpy as np
 from numba import njit
 
-_OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False)
+from welchpeaks.numba_base import EXACT
+
+# exact, with numpy's error model (a division by zero gives infinity or NaN, unchecked)
+_OPTS = dict(EXACT, error_model="numpy")
 
 #: ``cfg``'s fields (float64 ``[len]``)
 (C_RES, C_MAX_JUMP, C_MAX_GAP, C_MIN_SNR, C_MEASURE_SD, C_SHARED_SD, C_NEW_SLOPE_SD, C_Q0, C_Q1, C_P00, C_P01,

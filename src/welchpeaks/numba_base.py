@@ -1,8 +1,10 @@
-"""Numba machinery shared by every CPU kernel of welchpeaks (the fused CPU kernels and the
-learned butterfly network): compile options, the lane width, the kernel lock, padded
-per-worker scratch, the radix-2 lane butterfly and bit reversal.
+"""Numba machinery shared by every CPU kernel of welchpeaks (the fused CPU kernels, the
+find_peaks kernel, the learned butterfly network and the linker's step): the compile options
+(exact or fast-math, named once), the lane width, the kernel lock, padded per-worker scratch,
+the radix-2 lane butterfly and bit reversal; and :func:`clear_stale_caches`.
 
-It sits below ``backends`` and ``learned`` so that both use one copy of each.
+It imports nothing of welchpeaks and sits below ``backends``, ``learned`` and ``linkstep`` so
+that all of them use one copy of each.
 """
 
 from __future__ import annotations
@@ -18,20 +20,38 @@ from numba import njit
 #: compute only their rows, rounded up to 8.
 LANES = 32
 
-# 'reassoc' lets LLVM vectorise the per-row sums; NaN and infinity keep their IEEE meaning
-# (no 'nnan'/'ninf'), which the finiteness checks rely on.
-OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "contract"})
+# ------------------------------------------------------------------------------ compile options
+#
+# Every numba function of welchpeaks is compiled with one of the sets below: its arithmetic is
+# exact or fast-math, and it is a kernel (parallel, or one with numba's runtime), a helper behind
+# a call (without the runtime) or a helper inlined into its caller.
+#
 # Reference counts: numba counts the references to every array a function holds, each count an
 # atomic operation; in a call per row, or on an array all threads share, they cost more than the
 # work. A helper that allocates nothing and returns no array works on arrays its caller holds
-# for the whole call, so it is compiled without numba's runtime (``_nrt=False``), which leaves
-# the counts out (measured in docs/performance-history.md: the find_peaks row step, 8192 PSD rows, 20%
-# of its time). Callees inherit the flag unless they state it, and a dispatcher compiles a
-# signature once, with the flags of its first caller: so every helper states it; one that
-# allocates says ``_nrt=True`` (parallel kernels are entered from Python: the runtime is on).
-HELPER = dict(OPTS, _nrt=False)
-# Small helpers are inlined (the caller's flags apply).
-INLINE = dict(OPTS, inline="always")
+# for the whole call, so it is compiled without numba's runtime (``_nrt=False``, the ``*_HELPER``
+# sets), which leaves the counts out (measured in docs/performance-history.md: the find_peaks
+# row step, 8192 PSD rows, 20% of its time). Callees inherit the flag unless they state it, and a
+# dispatcher compiles a signature once, with the flags of its first caller: so every helper
+# states it; one that allocates, or hands arrays to a parallel function, has the runtime (the
+# ``*_RUNTIME`` sets; parallel kernels are entered from Python: the runtime is on). A helper
+# inlined (the ``*_INLINE`` sets) is compiled as part of its caller, under the caller's flags.
+
+#: Exact: no fast-math flag, so every comparison, rounding and interpolation is the IEEE
+#: operation (the find_peaks kernel: scipy's; the linker's frame step); numba's own error model;
+#: cached on disk, without the GIL, no bounds checks.
+EXACT = dict(cache=True, nogil=True, boundscheck=False)
+EXACT_RUNTIME = dict(EXACT, _nrt=True)
+EXACT_HELPER = dict(EXACT, _nrt=False)
+EXACT_INLINE = dict(EXACT_HELPER, inline="always")
+#: Fast-math (the fused pass and its selection, the learned network): 'reassoc' lets LLVM
+#: vectorise the per-row sums, 'contract' fuses multiply-adds; NaN and infinity keep their IEEE
+#: meaning (no 'nnan'/'ninf'), which the finiteness checks rely on; numpy's error model (a
+#: division by zero gives infinity or NaN, unchecked).
+FASTMATH = dict(EXACT, error_model="numpy", fastmath={"reassoc", "contract"})
+FASTMATH_RUNTIME = dict(FASTMATH, _nrt=True)
+FASTMATH_HELPER = dict(FASTMATH, _nrt=False)
+FASTMATH_INLINE = dict(FASTMATH, inline="always")
 
 # Numba's default (workqueue) threading layer must not be entered from two threads at once;
 # a kernel already uses every core, so serialising launches costs no throughput. Every caller
@@ -124,7 +144,7 @@ def bit_reverse(n: int) -> np.ndarray:
     return rev
 
 
-@njit(**INLINE)
+@njit(**FASTMATH_INLINE)
 def butterfly_lanes(re, im, i0, i1, wr, wi, nv):
     """One radix-2 butterfly ``(a, b) -> (a + w b, a - w b)`` on rows ``i0``/``i1`` of lanes ``< nv``."""
     for lane in range(nv):
@@ -138,6 +158,27 @@ def butterfly_lanes(re, im, i0, i1, wr, wi, nv):
         im[i1, lane] = ai - bi
 
 
+def _imported_sources(path, root) -> set:
+    """The files of the package at ``root`` that the module at ``path`` imports from at its top
+    level: a module, a package's ``__init__`` (a family's face), or a module imported by name
+    from a package (``from pkg.family import module``)."""
+    import ast
+    from pathlib import Path
+
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except SyntaxError:
+        return set()
+    found = set()
+    for node in tree.body:  # (welchpeaks imports absolutely)
+        if not isinstance(node, ast.ImportFrom) or node.level or (node.module or "").split(".")[0] != root.name:
+            continue
+        for name in ("", *(a.name for a in node.names)):
+            at = Path(root.parent, *node.module.split("."), *([name] if name else []))
+            found.update(f for f in (at.with_suffix(".py"), at / "__init__.py") if f.is_file())
+    return found
+
+
 def clear_stale_caches(package: str | None = None) -> bool:
     """Delete numba's on-disk caches of ``package``'s kernels (the folder of welchpeaks by
     default) when any of its modules using numba changed since the last check, and record
@@ -145,22 +186,21 @@ def clear_stale_caches(package: str | None = None) -> bool:
 
     numba keys a cached kernel on its own source file only: a kernel that calls or inlines a
     helper of another module keeps the old helper after that module is edited. One digest over
-    every module that imports numba at its top, and every module they import from (whose
-    constants are compiled in), catches any such edit (an install rewrites every file, so only
-    a developer's tree needs this; ``tests/conftest.py`` calls it when the tests start). Caches
-    under ``NUMBA_CACHE_DIR`` are found by the package's path inside it."""
+    every module that imports numba at its top (in any folder of the package), and every module
+    they import from (whose constants are compiled in: a module, a package's face, a module
+    imported by name from a package), catches any such edit (an install rewrites every file, so
+    only a developer's tree needs this; ``tests/conftest.py`` calls it when the tests start).
+    Caches under ``NUMBA_CACHE_DIR`` are found by the package's path inside it."""
     import hashlib
     import re
     from pathlib import Path
 
     root = Path(package or Path(__file__).parent)
     uses = re.compile(r"^(from numba[ .]|import numba)", re.M)  # (at module level: its kernels)
-    imports = re.compile(rf"^from {root.name}\.([\w.]+) import", re.M)
     kernels = [p for p in root.rglob("*.py") if uses.search(p.read_text(errors="replace"))]
     # and the modules they import from (a constant a kernel reads is compiled into it)
-    named = {m for p in kernels for m in imports.findall(p.read_text(errors="replace"))}
-    helpers = [root.joinpath(*m.split(".")).with_suffix(".py") for m in named]
-    sources = sorted(set(kernels) | {p for p in helpers if p.is_file()})
+    helpers = {f for p in kernels for f in _imported_sources(p, root)}
+    sources = sorted(set(kernels) | helpers)
     digest = hashlib.sha256()
     for p in sources:
         digest.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())

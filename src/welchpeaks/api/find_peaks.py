@@ -4,9 +4,9 @@ scipy's ``find_peaks`` takes one 1-D row (scipy#15405 asks for more); this runs 
 of an ``[..., n]`` array at once, with scipy's filters in scipy's order and scipy's definitions
 of prominence and width, and returns padded arrays with a count per row
 (:class:`welchpeaks.result.FoundPeaks`). Host rows go to a numba kernel, rows in parallel
-(:mod:`welchpeaks.backends._numba_find_peaks`); rows on a CUDA device (torch tensors, CuPy
+(:mod:`welchpeaks.backends.numba.find_peaks`); rows on a CUDA device (torch tensors, CuPy
 arrays) to a Triton kernel, one program per row, that writes only the peaks
-(:mod:`welchpeaks.backends._triton_find_peaks`). Which one runs, and how its launches go, is
+(:mod:`welchpeaks.backends.triton.find_peaks`). Which one runs, and how its launches go, is
 the plan's (:mod:`welchpeaks.plan.found`); ``FoundPeaks.plan`` says what ran and why.
 """
 

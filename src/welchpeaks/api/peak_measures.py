@@ -6,7 +6,7 @@ take rows ``x [..., n]`` and peak indices ``peaks [..., k]`` with the same leadi
 row's list padded with -1 to ``k`` slots (what ``welchpeaks.find_peaks(...).indices`` holds),
 and return ``[..., k]`` arrays whose every row is exactly scipy's answer for that row. The
 rows are measured in parallel by a numba kernel
-(:mod:`welchpeaks.backends._numba_fp_measures`), with the single-peak definitions the
+(:mod:`welchpeaks.backends.numba.find_peaks.measures`), with the single-peak definitions the
 ``find_peaks`` kernel uses.
 """
 

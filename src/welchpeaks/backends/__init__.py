@@ -184,45 +184,39 @@ def upload_device() -> str | None:
     return "cuda" if torch.cuda.is_available() else None
 
 
-# ---------------------------------------------------------------- the find_peaks kernels, for plan.found
-def find_peaks_config(**kw: Any) -> Any:
-    """The host find_peaks kernel's configuration of scipy's filters (``_numba_find_peaks.config``)."""
-    from welchpeaks.backends import _numba_find_peaks as kern
+# ---------------------------------------------------------------- kernels launched outside a graph
+# plan.found and api.peak_measures launch these; their modules are loaded by name on first use,
+# as the executions are (_MODULES), so the face imports no kernel family.
+def _kernels(family: str) -> Any:
+    return importlib.import_module(f"welchpeaks.backends.{family}")
 
-    return kern.config(**kw)
+
+def find_peaks_config(**kw: Any) -> Any:
+    """The host find_peaks kernel's configuration of scipy's filters (``numba.find_peaks.config``)."""
+    return _kernels("numba.find_peaks").config(**kw)
 
 
 def find_peaks_outputs(rows: int, slots: int, need_prom: bool, need_width: bool) -> Any:
     """The host find_peaks kernel's outputs for ``rows`` rows of ``slots`` slots (empty)."""
-    from welchpeaks.backends import _numba_find_peaks as kern
-
-    return kern.outputs(rows, slots, need_prom, need_width, False, False)
+    return _kernels("numba.find_peaks").outputs(rows, slots, need_prom, need_width, False, False)
 
 
 def find_peaks_launch(x: np.ndarray, cfg: Any, out: Any) -> None:
-    """One launch of the host find_peaks kernel on float64 rows ``x`` into ``out``."""
-    from welchpeaks.backends import filtered
-
-    filtered.launch_host(x, cfg, out)
+    """One launch of the host find_peaks kernel on float64 rows ``x`` into ``out`` (``filtered.launch_host``)."""
+    _kernels("filtered").launch_host(x, cfg, out)
 
 
 def find_peaks_on_device(t: Any, n: int) -> bool:
     """Whether rows of ``n`` samples of tensor ``t`` go to the Triton find_peaks kernel where they are."""
-    from welchpeaks.backends.triton_launch import find_peaks_available
-
-    return find_peaks_available(t, n)
+    return _kernels("triton").find_peaks_available(t, n)
 
 
 def find_peaks_device(x: Any, f: dict, slots: int, edges: bool) -> dict:
-    """The Triton find_peaks kernel's outputs for tensor rows ``x`` (``triton_launch.device_find_peaks``)."""
-    from welchpeaks.backends.triton_launch import device_find_peaks
-
-    return device_find_peaks(x, f, slots, edges)
+    """The Triton find_peaks kernel's outputs for tensor rows ``x`` (``triton.device_find_peaks``)."""
+    return _kernels("triton").device_find_peaks(x, f, slots, edges)
 
 
 def peak_measures_launch(x2: np.ndarray, pk: np.ndarray, wlen: int, rel_height: float, data: Any,
                          need_width: bool) -> Any:
     """The peak prominences and widths kernel on rows ``x2`` at peaks ``pk`` (``filtered.launch_peak_measures``)."""
-    from welchpeaks.backends import filtered
-
-    return filtered.launch_peak_measures(x2, pk, wlen, rel_height, data, need_width)
+    return _kernels("filtered").launch_peak_measures(x2, pk, wlen, rel_height, data, need_width)

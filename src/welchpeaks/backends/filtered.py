@@ -35,7 +35,7 @@ class HostFilters:
     :class:`RowPeaks` made of those."""
 
     def __init__(self, p: PeakParams):
-        from welchpeaks.backends import _numba_find_peaks as kern  # numba: imported on first use
+        from welchpeaks.backends.numba import find_peaks as kern  # numba: imported on first use
 
         f = p.filters
         self.p, self.kern, self.lim = p, kern, filter_limits(p)
@@ -60,7 +60,7 @@ class HostFilters:
 def launch_host(x: np.ndarray, cfg: Any, out: tuple) -> None:
     """Run the host find_peaks kernel (numba) on float64 rows ``x [R, n]`` with the kernel's
     ``cfg`` into ``out``: the one launch of both this node and :func:`welchpeaks.find_peaks`."""
-    from welchpeaks.backends import _numba_find_peaks as kern
+    from welchpeaks.backends.numba import find_peaks as kern
     from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, kernel_input, numba_threads
     from welchpeaks.timing import QUIET
 
@@ -94,7 +94,7 @@ def launch_peak_measures(x2: np.ndarray, pk: np.ndarray, wlen: int, rel_height: 
     """The peak prominences and widths kernel (numba) on float64 rows ``x2 [R, n]`` at the
     peaks ``pk [R, k]`` (``data``: the prominences and bases when given, else computed); its
     ``Measures``, every slot empty where the rows have no samples."""
-    from welchpeaks.backends import _numba_fp_measures as kern
+    from welchpeaks.backends.numba.find_peaks import measures as kern
     from welchpeaks.numba_base import KERNEL_LOCK, announce_compile, kernel_input, numba_threads
     from welchpeaks.timing import QUIET
 

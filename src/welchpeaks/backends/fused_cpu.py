@@ -1,7 +1,7 @@
 """The ``fused-cpu`` backend: numba kernels for the fused Welch ops, NumPy for the rest.
 
 * ``welch_peaks`` (power-of-two ``n_fft``): one parallel pass per block of 32 rows, raw frames
-  in, peaks out (:func:`welchpeaks.backends._numba_kernels.fused_pow2`); a call with fewer
+  in, peaks out (:func:`welchpeaks.backends.numba.fused.fused_pow2`); a call with fewer
   blocks than threads and many segments shares each block's segments out instead, in chunks
   (:func:`split_workers`), with the same bits; with scipy's filters
   and the measures, the find_peaks kernel's row step on each block's PSD rows in place of the
@@ -10,7 +10,7 @@
   pass (other ``n_fft``, after the ``scipy.fft`` transform);
 * ``window``: detrend and window every segment in one parallel pass.
 
-Kernels live in :mod:`welchpeaks.backends._numba_kernels` (compiled once, cached on disk). A
+Kernels live in :mod:`welchpeaks.backends.numba.fused` (compiled once, cached on disk). A
 :class:`FusedCpuPlan` owns everything the fused pass needs (window, twiddles, scale, scratch),
 bound once when the planner compiles the graph, so repeated calls allocate only their outputs.
 """
@@ -47,13 +47,13 @@ _SPLIT_BYTES = 4 * 1024 * 1024
 
 
 def _kernels():
-    from welchpeaks.backends import _numba_kernels
+    from welchpeaks.backends.numba import fused
 
-    return _numba_kernels
+    return fused
 
 
 def _select(params: PeakParams, scale: np.ndarray):
-    """What the kernels select for ``params`` (a ``_numba_kernels.Select``), ``scale`` the
+    """What the kernels select for ``params`` (a ``numba.fused.Select``), ``scale`` the
     per-bin factor from their sums to the PSD."""
     return _kernels().Select(scale, params.k, params.mode_code, params.min_distance, params.interp_code,
                              params.interp_alpha, params.n_fft, params.one_sided, params.edge_sentinel,
@@ -73,7 +73,7 @@ def is_pow2(n: int) -> bool:
     return n >= 2 and n & (n - 1) == 0
 
 
-#: Chunks of the summation order (``_numba_kernels.CHUNK`` segments each) a worker gets at least
+#: Chunks of the summation order (``numba.fused.CHUNK`` segments each) a worker gets at least
 #: before a call's blocks are shared out by chunks (:func:`split_workers`): fewer would leave
 #: workers idle in the last round for a large share of the call.
 SPLIT_MIN_CHUNKS = 2
@@ -85,7 +85,7 @@ def split_workers(rows: int, n_seg: int, threads: int) -> int:
 
     The pass works on blocks of ``LANES`` (32) rows. With at least as many blocks as threads,
     each worker takes whole blocks: ``min(blocks, threads)`` workers. With fewer blocks, each
-    block's segments fall into chunks of ``_numba_kernels.CHUNK`` (64) segments and the (chunk,
+    block's segments fall into chunks of ``numba.fused.CHUNK`` (64) segments and the (chunk,
     block) pairs are shared out to all ``threads`` workers, provided there are at least
     :data:`SPLIT_MIN_CHUNKS` pairs a worker; else ``blocks`` workers (one per block). The
     result never changes the values computed, only who computes them.
@@ -93,7 +93,7 @@ def split_workers(rows: int, n_seg: int, threads: int) -> int:
     The part of a call's time that grows with its segments is divided by about this number
     (a block of fewer than 32 rows still costs its rows rounded up to 8).
     """
-    from welchpeaks.backends._numba_kernels import CHUNK
+    from welchpeaks.backends.numba.fused import CHUNK
 
     blocks = -(-max(rows, 0) // LANES)
     threads = max(threads, 1)
@@ -113,7 +113,7 @@ class FusedCpuPlan:
     ``n_fft`` a power of two.
 
     The power sums follow one summation order fixed by the segment indices (chunks of
-    ``_numba_kernels.CHUNK`` segments, each summed from zero, added in order; a row of at most
+    ``numba.fused.CHUNK`` segments, each summed from zero, added in order; a row of at most
     ``CHUNK`` segments is summed in segment order), so the results do not depend on the number
     of numba threads, on whether a call's blocks were shared out by chunks
     (:func:`split_workers`), nor on the pieces a :class:`LongRows` was fed in. Each call uses
@@ -248,7 +248,7 @@ class FusedCpuPlan:
 
 class FusedFindPeaks(FusedCpuPlan):
     """The fused pass with scipy's filters (``params.filters``) and the measures in place of
-    the plain selection (``_numba_find_peaks.welch_find_peaks``): each block's PSD rows go
+    the plain selection (``numba.find_peaks.welch_find_peaks``): each block's PSD rows go
     through the find_peaks kernel's row step while they are in cache, so the PSD is never
     written; the results are those of the ``welch_psd`` and ``find_peaks`` nodes run apart,
     bit for bit."""
@@ -543,7 +543,7 @@ class FusedCpu(Execution):
             return False
         import sys
 
-        kern = sys.modules.get("welchpeaks.backends._numba_kernels")  # not imported: nothing compiled
+        kern = sys.modules.get("welchpeaks.backends.numba.fused")  # not imported: nothing compiled
         # still being imported (by the background measurement's thread): not compiled yet either
         kernel = getattr(kern, "fused_pow2", None)
         if kernel is None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from welchpeaks.backends import PUBLISHED, Execution, import_torch, register
 from welchpeaks.backends.filtered import filter_limits, host_rows
-from welchpeaks.backends.triton_launch import device_find_peaks, find_peaks_available
+from welchpeaks.backends.triton import device_find_peaks, find_peaks_available
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.params import MEASURE_NAMES, PeakParams
 from welchpeaks.ir.run import constant_value

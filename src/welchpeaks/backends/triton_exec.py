@@ -1,7 +1,7 @@
 """Triton executions: ``triton-fused`` (raw frames in, peaks out, one kernel) and
 ``triton-block`` (cuFFT spectrum, then one kernel for power, mean and selection).
 
-Both share the on-chip selection (``_triton_kernels.select_store``): per tile of rows, the
+Both share the on-chip selection (``triton.kernels.select_store``): per tile of rows, the
 candidates (every bin, or the local maxima), each packed with its bin and log-parabolic offset
 into one sort key, ranked by a bitonic top-k (ties to the lower bin), or by greedy
 strongest-first rounds for ``min_distance``; one store per output.
@@ -9,9 +9,10 @@ strongest-first rounds for ``min_distance``; one store per output.
 ``triton-fused`` handles every power-of-two ``n_fft`` from 64 to 4096 (others go to
 ``triton-block``) and ``k <= 64``: it reads each row's samples once (at the default 50%
 overlap), packs two real segments into one complex DFT, computes that DFT mixed-radix on the
-tensor cores (``n_fft = N1 N2 N3``, :func:`dft_factors`; tiles from :data:`~welchpeaks.backends.triton_config.FUSED_TILES`), and
-keeps power, mean and selection on chip. ``precision`` (``'fp32'``, ``'tf32'``, ``'bf16'``) sets how the tensor-core products
-round (see the kernels module). ``welchpeaks gpu-check`` compiles every shipped configuration
+tensor cores (``n_fft = N1 N2 N3``, :func:`dft_factors`; tiles from
+:data:`~welchpeaks.backends.triton.FUSED_TILES`), and keeps power, mean and selection on chip.
+``precision`` (``'fp32'``, ``'tf32'``, ``'bf16'``) sets how the tensor-core products round (see
+the kernels module). ``welchpeaks gpu-check`` compiles every shipped configuration
 for sm_90 and sm_80 and checks that none spills.
 
 With ``TRITON_INTERPRET=1`` both run on CPU tensors (slowly): that is how CI tests them.
@@ -31,9 +32,8 @@ import numpy as np
 from welchpeaks.backends import GPU_EXTRA, Execution, import_torch, interpreting, register
 from welchpeaks.backends.torch_exec import BACKEND as TORCH
 from welchpeaks.backends.torch_exec import as_tensor, bad_rows_of, on_device
-from welchpeaks.backends.triton_config import BLOCK_RADIX, block_constants, dft_factors, fused_constants, fused_unsupported
-from welchpeaks.backends.triton_launch import Launch, _next_pow2, launch
-from welchpeaks.backends.triton_roofline import KernelConfig, roofline
+from welchpeaks.backends.triton import (BLOCK_RADIX, KernelConfig, Launch, block_constants, dft_factors,
+                                        fused_constants, fused_unsupported, launch, next_pow2, roofline)
 from welchpeaks.ir import Backend, Graph, Node, Op
 from welchpeaks.params import PeakParams
 from welchpeaks.result import RowPeaks
@@ -100,7 +100,7 @@ def dot_min_k(precision: str, target: Any = None) -> int:
 
 def kernels():
     """The Triton kernels module, imported on first use so that triton stays optional."""
-    return importlib.import_module("welchpeaks.backends._triton_kernels")
+    return importlib.import_module("welchpeaks.backends.triton.kernels")
 
 
 def _round_bits(x: np.ndarray, drop: int) -> np.ndarray:
@@ -158,7 +158,7 @@ class TritonConstants:
 
     def __init__(self, params: PeakParams, n_seg: int, dft: bool):
         n, nb = params.n_fft, params.n_bins
-        self.nbp = _next_pow2(nb)
+        self.nbp = next_pow2(nb)
         scale = params.psd_scale() / n_seg
         if dft:
             self.radices = n1, n2, n3 = dft_factors(n)
@@ -193,7 +193,7 @@ def _outputs(rows: int, k: int, device) -> dict:
         for name in ("bins", "power", "fb", "bad")}
 
 
-_KERNELS = "welchpeaks.backends._triton_kernels"
+_KERNELS = "welchpeaks.backends.triton.kernels"
 
 
 def fused_launch(p: PeakParams, n_seg: int, rows: int, stride: int, t: dict[str, Any]) -> Launch:
@@ -287,7 +287,7 @@ class TritonFused(_TritonExecution):
         return fused_runner(params, n_seg)
 
     def default_cuda_curves(self, arch: str) -> dict[str, Any]:
-        """The fused kernel's roofline (:mod:`welchpeaks.backends.triton_roofline`) at 1 and 2
+        """The fused kernel's roofline (:mod:`welchpeaks.backends.triton.costs`) at 1 and 2
         segments, k 16, n_fft clipped to the kernel's 64 to 4096."""
         def fused(segments: int):
             return lambda n: roofline(KernelConfig("fused", min(max(n, 64), 4096), 16, segments, "peaks", arch))[

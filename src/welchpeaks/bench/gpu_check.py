@@ -1,7 +1,7 @@
 """``welchpeaks gpu-check``: what the Triton kernels will cost on a GPU, found without one.
 
 Each configuration is compiled the way Triton's JIT compiles it at a launch: the execution's
-own launch (:class:`welchpeaks.backends.triton_launch.Launch`, the same builder the runners use)
+own launch (:class:`welchpeaks.backends.triton.Launch`, the same builder the runners use)
 is made with placeholder tensors and handed to the kernel's ``warmup`` under an
 :class:`AheadOfTimeDriver` that names the target (``sm_90``: H100/H200, ``sm_80``: A100). So
 the binding, the constexprs, the specialisation of the arguments (16-byte divisibility,
@@ -33,8 +33,8 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 from welchpeaks.backends.pricing import PUBLISHED
-from welchpeaks.backends.triton_roofline import issue_bound, launch_constants, roofline, unsupported
-from welchpeaks.backends.triton_roofline import KernelConfig as Config
+from welchpeaks.backends.triton import KernelConfig as Config
+from welchpeaks.backends.triton import issue_bound, launch_constants, roofline, unsupported
 
 __all__ = ["PUBLISHED", "AheadOfTimeDriver", "Config", "check", "check_all", "check_find_peaks", "compile_key",
            "config_launch", "find_peaks_all", "grid", "launch_constants", "residency", "roofline", "summary",
@@ -86,13 +86,13 @@ def placeholders(dtypes: dict[str, str]) -> dict[str, Any]:
 
 
 def config_launch(cfg: Config, tensors: dict[str, Any] | None = None):
-    """The :class:`~welchpeaks.backends.triton_launch.Launch` the execution makes for ``cfg``:
+    """The :class:`~welchpeaks.backends.triton.Launch` the execution makes for ``cfg``:
     ``cfg.batch`` contiguous rows of exactly the analysed frame (the bench's layout), with
     ``tensors`` (default placeholders)."""
     from welchpeaks.backends import triton_exec as te
-    from welchpeaks.backends.triton_roofline import _params
+    from welchpeaks.backends.triton import kernel_params
 
-    p = _params(cfg)
+    p = kernel_params(cfg)
     t = tensors if tensors is not None else placeholders(te.TENSOR_DTYPES)
     if cfg.kernel == "fused":
         return te.fused_launch(p, cfg.segments, cfg.batch, p.frame_length(cfg.segments), t)
@@ -103,10 +103,10 @@ def find_peaks_config_launch(n: int, rows: int = 8192, tensors: dict[str, Any] |
     """The find_peaks kernel's launch on ``rows`` contiguous float64 rows of ``n`` samples
     with every property asked for (its largest form) and scipy's defaults (no distance, no
     wlen), as ``welchpeaks.find_peaks`` makes it."""
-    from welchpeaks.backends import triton_launch as tl
+    from welchpeaks.backends.triton import FIND_PEAKS_DTYPES, find_peaks_launch
 
-    t = tensors if tensors is not None else placeholders(tl.FIND_PEAKS_DTYPES)
-    return tl.find_peaks_launch(rows, n, n, 0, -1, 16, False, True, True, t)
+    t = tensors if tensors is not None else placeholders(FIND_PEAKS_DTYPES)
+    return find_peaks_launch(rows, n, n, 0, -1, 16, False, True, True, t)
 
 
 def _int_class(v: Any) -> str:
@@ -137,9 +137,9 @@ def _compile_child(spec: dict[str, Any]) -> dict[str, Any]:
     cfg = Config(**spec)
     if cfg.kernel == "fused":  # what this Triton takes of the kernel's products, checked as a launch checks it
         from welchpeaks.backends import triton_exec as te
-        from welchpeaks.backends.triton_roofline import _params
+        from welchpeaks.backends.triton import kernel_params
 
-        te.check_dot_sizes(_params(cfg))
+        te.check_dot_sizes(kernel_params(cfg))
         return {"dot_min_k": te.dot_min_k(cfg.precision), "contractions": te.contractions(cfg.n_fft),
                 **_figures(config_launch(cfg), arch)}
     return _figures(config_launch(cfg), arch)
@@ -273,7 +273,7 @@ def _with_issue(row: dict[str, Any], cfg: Config) -> dict[str, Any]:
 def check_find_peaks(n: int, arch: str, timeout_s: float = 120.0, triton_path: str | None = None) -> dict[str, Any]:
     """Figures of the find_peaks kernel for rows of ``n`` samples on ``arch`` (compiled in a
     child process, as :func:`check`); rows longer than the kernel takes are reported so."""
-    from welchpeaks.backends.triton_launch import MAX_FIND_PEAKS_N
+    from welchpeaks.backends.triton import MAX_FIND_PEAKS_N
 
     if n > MAX_FIND_PEAKS_N:
         return {"n": n, "arch": arch, "status": f"unsupported: rows over {MAX_FIND_PEAKS_N} samples go to the host"}

@@ -392,7 +392,7 @@ def _find_peaks_compiled() -> bool:
     """Whether this process has compiled (or loaded) the find_peaks host kernel."""
     import sys
 
-    kern = sys.modules.get("welchpeaks.backends._numba_find_peaks")
+    kern = sys.modules.get("welchpeaks.backends.numba.find_peaks")
     return kern is not None and bool(getattr(kern.host_find_peaks, "signatures", ()))
 
 

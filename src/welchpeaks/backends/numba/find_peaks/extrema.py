@@ -4,8 +4,8 @@
   resolved to their middle), and whether the row is finite.
 * :func:`_maxima_and_valleys`: the maxima (edges not counted) and the valley between each two
   neighbours, which is all the prominence sweep needs
-  (:func:`_numba_fp_prominence._all_prominences`).
-* :func:`_scan_blocks`: the block index of a row, one vector of 16 samples per block: each
+  (:func:`find_peaks.prominence._all_prominences`).
+* :func:`scan_blocks`: the block index of a row, one vector of 16 samples per block: each
   block's least, greatest and highest maximum, and its maxima as bits. The prominence walks
   skip whole blocks by it, and the lazy ranking lists only the maxima of the blocks that can
   hold the ``k`` highest.
@@ -20,11 +20,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from welchpeaks.backends import _simd
-from welchpeaks.backends._numba_fp_common import _BIG, _BLOCK, _OPTS, FV_LOW, IV_FIRST, IV_LAST
+from welchpeaks.backends.numba import simd
+from welchpeaks.backends.numba.find_peaks.common import _BIG, BLOCK, FV_LOW, IV_FIRST, IV_LAST
+from welchpeaks.numba_base import EXACT_HELPER, EXACT_INLINE
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _local_maxima(row, edges, cand, hts):
     """The local maxima of ``row`` as scipy defines them, with their heights.
 
@@ -78,14 +79,14 @@ def _local_maxima(row, edges, cand, hts):
     return m, finite
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _maxima_and_valleys(row, cand, fv, iv):
     """The local maxima of ``row`` (edges not counted) and the valley on each side of each.
 
     Between two neighbouring maxima a row only falls then rises (else a maximum would lie
     between), so a prominence walk from a maximum that ends at a higher sample has passed the
     lowest sample of every valley it entered: the ``m + 1`` valleys (the row's ends bound the
-    first and last) are all :func:`_numba_fp_prominence._all_prominences` needs.
+    first and last) are all :func:`find_peaks.prominence._all_prominences` needs.
 
     Inputs: ``row`` (float64 ``[n]``, finite). Outputs: ``cand[:m]`` the maxima as
     :func:`_local_maxima` gives them; valley ``j`` (left of maximum ``j``) in
@@ -151,7 +152,7 @@ def _maxima_and_valleys(row, cand, fv, iv):
     return w
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _strict_extrema(row, cand, mins):
     """The local maxima and minima of a row, in one branch-free pass.
 
@@ -179,9 +180,9 @@ def _strict_extrema(row, cand, mins):
     return m, q, flat
 
 
-@njit(**_OPTS)
-def _scan_blocks(row, edges, bmin, bmax, bpk, bbits):
-    """The block index of ``row``, in one pass: per block of ``_BLOCK`` samples (the last may be
+@njit(**EXACT_HELPER)
+def scan_blocks(row, edges, bmin, bmax, bpk, bbits):
+    """The block index of ``row``, in one pass: per block of ``BLOCK`` samples (the last may be
     shorter) its extrema, its highest local maximum and its maxima as bits.
 
     Inputs: ``row`` (float64 ``[n]``), ``edges`` (bool: the first and last samples are maxima
@@ -191,41 +192,41 @@ def _scan_blocks(row, edges, bmin, bmax, bpk, bbits):
     maxima, sample ``16 b + j`` in bit ``j``. A maximum here is a sample above its left
     neighbour and not below its right one: when neighbours are equal (a plateau may start) the
     bits are not yet peaks, and :func:`_local_maxima` must resolve them. Returns the flags of
-    :func:`_simd.scan16` over the whole row (``NOT_FINITE``, ``EQUAL_NEIGHBOURS``).
+    :func:`simd.scan16` over the whole row (``NOT_FINITE``, ``EQUAL_NEIGHBOURS``).
 
-    Memory: the row is read once, 18 samples per 16-lane vector step (:func:`_simd.scan16`
+    Memory: the row is read once, 18 samples per 16-lane vector step (:func:`simd.scan16`
     loads one neighbour on each side); four values are written per block. The first block and
     the last one or two, whose neighbours fall outside the row, go sample by sample
     (:func:`_scan_block`)."""
     n = row.shape[0]
-    nb = (n + _BLOCK - 1) // _BLOCK
-    last_vector = (n - 1 - _BLOCK) // _BLOCK  # blocks 1..last_vector have row[o - 1] and row[o + 16]
+    nb = (n + BLOCK - 1) // BLOCK
+    last_vector = (n - 1 - BLOCK) // BLOCK  # blocks 1..last_vector have row[o - 1] and row[o + 16]
     flags = _scan_block(row, 0, edges, bmin, bmax, bpk, bbits)
     for b in range(1, last_vector + 1):
-        bmin[b], bmax[b], bpk[b], bbits[b], f = _simd.scan16(row, b * _BLOCK)
+        bmin[b], bmax[b], bpk[b], bbits[b], f = simd.scan16(row, b * BLOCK)
         flags |= f
     for b in range(max(1, last_vector + 1), nb):
         flags |= _scan_block(row, b, edges, bmin, bmax, bpk, bbits)
     return flags
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _scan_block(row, b, edges, bmin, bmax, bpk, bbits):
-    """Block ``b`` of :func:`_scan_blocks` sample by sample (a row's first and last blocks, where
+    """Block ``b`` of :func:`scan_blocks` sample by sample (a row's first and last blocks, where
     a vector would read outside the row): the same four outputs at ``[b]``, and the block's
     flags returned."""
     n = row.shape[0]
-    o = b * _BLOCK
+    o = b * BLOCK
     lo = hi = row[o]
     top = -np.inf
     bits = 0
     flags = 0
-    for i in range(o, min(n, o + _BLOCK)):
+    for i in range(o, min(n, o + BLOCK)):
         v = row[i]
         if not abs(v) <= _BIG:
-            flags |= _simd.NOT_FINITE
+            flags |= simd.NOT_FINITE
         if i + 1 < n and v == row[i + 1]:
-            flags |= _simd.EQUAL_NEIGHBOURS
+            flags |= simd.EQUAL_NEIGHBOURS
         lo = min(lo, v)
         hi = max(hi, v)
         if 0 < i < n - 1:

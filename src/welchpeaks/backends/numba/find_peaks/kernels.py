@@ -11,22 +11,11 @@ For ``welch_peaks`` with filters it also takes an SNR minimum (after scipy's fil
 ``k`` highest), measures each kept peak's SNR and refines its frequency (``interp``), so the
 PSD rows are read once and only the kept peaks are measured.
 
-This module is the kernel's public face: what to find (:func:`config`), where the results go
-(:func:`outputs`), and the two parallel entry points, :func:`host_find_peaks` (rows in memory)
-and :func:`welch_find_peaks` (rows computed by the fused Welch pass). The work is split by
-concept over these modules, whose names it re-exports:
-
-* ``_numba_fp_common``: compile options, constants, the named tuples ``Config``, ``Outputs``
-  and ``Scratch`` and their named columns (``WID_*``, ``BASE_*``, ...);
-* ``_numba_fp_extrema``: local maxima, the valleys between them, the block index of a row;
-* ``_numba_fp_prominence``: prominences and bases, from the valleys or by walks;
-* ``_numba_fp_filters``: the bounds, the threshold and distance rules, the width;
-* ``_numba_fp_median``: medians (the SNR's noise floor) and selections;
-* ``_numba_fp_snr``: the SNR in dB and its ``log10``;
-* ``_numba_fp_rank``: the ``k`` highest, and the lazy ranking that filters only those it reaches;
-* ``_numba_fp_rows``: the row step (a run of rows, from samples to results) and its scratch.
-
-After editing any of them, clear the cached kernels of all (``_numba_fp_common`` says why).
+This module holds its two parallel entry points, :func:`host_find_peaks` (rows in memory) and
+:func:`welch_find_peaks` (rows computed by the fused Welch pass), with what to find
+(:func:`config`) and where the results go (:func:`outputs`); the family's face
+(:mod:`welchpeaks.backends.numba.find_peaks`) exports them and lists the modules the work is
+split over.
 """
 
 from __future__ import annotations
@@ -34,29 +23,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from welchpeaks.backends import _simd
-from welchpeaks.backends._numba_fp_common import (  # noqa: F401 (re-exported)
-    _ALL_LANES, _BIG, _BLOCK, _KERNEL, _LANE_MAXIMA, _OPTS, _PROM_KNOWN, _PROM_LANES, _PROM_WALK, BASE_LEFT, BASE_RIGHT,
-    WID_LEFT, WID_LINE, WID_RIGHT, WID_SNR, WID_WIDTH, Config, Outputs, Scratch, _higher_bits)
-from welchpeaks.backends._numba_fp_extrema import (  # noqa: F401 (re-exported)
-    _local_maxima, _maxima_and_valleys, _scan_block, _scan_blocks, _strict_extrema)
-from welchpeaks.backends._numba_fp_filters import (  # noqa: F401 (re-exported)
-    _above, _bounded, _by_distance, _compact, _passes, _passes_threshold, _width)
-from welchpeaks.backends._numba_fp_median import (  # noqa: F401 (re-exported)
-    _MEDIAN_SAMPLE, _kth, _lane_medians, _median_between, _median_of, _pick_lanes, _sample_bracket)
-from welchpeaks.backends._numba_fp_prominence import (  # noqa: F401 (re-exported)
-    _all_prominences, _blocks_left, _blocks_right, _lane_prominence, _lanes, _lanes_prominences, _least_valley,
-    _lowest_left, _lowest_right, _prominence, _step_left, _step_right)
-from welchpeaks.backends._numba_fp_rank import (  # noqa: F401 (re-exported)
-    _COUNTED, _COUNTED_BLOCKS, _block_threshold, _first_tier, _lazy_top, _measured_top, _next_tier, _rank_tier,
-    _sorted_order, _top)
-from welchpeaks.backends._numba_fp_rows import (  # noqa: F401 (re-exported)
-    _filter_all, _may_drop, _prefilter, _refine_hann_rows, _rows, _scratch, _write)
-from welchpeaks.backends._numba_fp_snr import (  # noqa: F401 (re-exported)
-    _EXPONENT_ONE, _INV_LN10, _LOG10_2_HI, _LOG10_2_LO, _MANTISSA, _SQRT2, _TINY, _local_floor, _log10, _log10_normal,
-    _snr_db, _snr_of, _ten_log10_each)
-from welchpeaks.backends._numba_kernels import block_power, scale_tile
-from welchpeaks.numba_base import LANES
+from welchpeaks.backends.numba import simd
+from welchpeaks.backends.numba.find_peaks.common import Config, Outputs
+from welchpeaks.backends.numba.find_peaks.median import lane_medians
+from welchpeaks.backends.numba.find_peaks.rows import _scratch, row_step
+from welchpeaks.backends.numba.fused import block_power, scale_tile
+from welchpeaks.numba_base import EXACT_RUNTIME, LANES
 
 #: the first compile, for the notice (measured with an empty cache: 44-46 s)
 COMPILE_TIME = "about 45 s on 2 cores"
@@ -101,7 +73,7 @@ def outputs(rows: int, k: int, need_prom: bool, need_width: bool, need_snr: bool
                    f(need_width and extents, 3), f(need_snr), f(refine), np.empty(rows, np.int64))
 
 
-@njit(parallel=True, **_KERNEL)
+@njit(parallel=True, **EXACT_RUNTIME)
 def host_find_peaks(x, cfg, out, n_workers):
     """Peaks of every row of ``x``, as ``scipy.signal.find_peaks`` finds them, then the ``k``
     highest (ties to the lower index).
@@ -119,7 +91,7 @@ def host_find_peaks(x, cfg, out, n_workers):
         before the ``k`` highest), ``noise_bins`` (< 1: the noise floor is the row's median,
         else the median over +-``noise_bins`` samples, edges repeated), ``need_snr``: report
         the SNR; ``interp`` (an :data:`~welchpeaks.params.INTERP_CODES` code, -1: none),
-        ``alpha`` and ``n_fft``: the sub-bin offset (``_numba_kernels._offset``).
+        ``alpha`` and ``n_fft``: the sub-bin offset (``numba.fused.sub_bin_offset``).
     out : :class:`Outputs` (:func:`outputs`)
         Written: ``[rows, k]`` ranked by height, -1 / NaN in empty slots: ``idx``, ``h``;
         ``prom`` and ``base`` ``[rows, k, 2]`` (with ``need_prom``); ``width`` and ``ips``
@@ -131,7 +103,7 @@ def host_find_peaks(x, cfg, out, n_workers):
         Parallel tasks, each with its own :class:`Scratch`, taking runs of rows from a shared
         counter.
 
-    Memory: each row is read while in cache by one worker (:func:`_rows`); ``k`` slots are
+    Memory: each row is read while in cache by one worker (:func:`row_step`); ``k`` slots are
     written per row; the scratch is ``O(n)`` per worker."""
     n_rows, n = x.shape
     # rows are taken a run at a time from a shared counter: a worker whose core is busy with
@@ -142,25 +114,25 @@ def host_find_peaks(x, cfg, out, n_workers):
     for t in prange(n_workers):
         scr = _scratch(n, cfg.noise_bins)
         while True:
-            first = _simd.fetch_add(next_row, run)
+            first = simd.fetch_add(next_row, run)
             if first >= n_rows:
                 break
-            # (an int64, not a literal 0, as welch_find_peaks passes it: one compile of _rows for both)
-            _rows(x, first, min(n_rows, first + run), np.int64(0), cfg, out, scr, no_medians)
+            # (an int64, not a literal 0, as welch_find_peaks passes it: one compile of row_step for both)
+            row_step(x, first, min(n_rows, first + run), np.int64(0), cfg, out, scr, no_medians)
 
 
-@njit(parallel=True, **_KERNEL)
+@njit(parallel=True, **EXACT_RUNTIME)
 def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im,
                      trend, scale, whole, tile, stats, sums, buf_re, buf_im, acc, bad, pivot, lane_bits, cfg, out):
     """The fused pass of ``welch_peaks`` with scipy's filters: Welch's PSD of each block of
     ``LANES`` rows, straight into the row step, so the PSD is never written.
 
-    Each block's PSD is computed in a worker's scratch (:func:`_numba_kernels.block_power`,
-    the arithmetic of :func:`_numba_kernels.fused_pow2`, then :func:`_numba_kernels.scale_tile`);
+    Each block's PSD is computed in a worker's scratch (:func:`numba.fused.block_power`,
+    the arithmetic of :func:`numba.fused.fused_pow2`, then :func:`numba.fused.scale_tile`);
     its rows' medians come from the block all at once when the SNR needs the row's median
-    (:func:`_lane_medians`: the PSD of a power-of-two ``n_fft`` has an odd number of bins, so
-    the median is one of its values, exactly the one :func:`_median_of` picks); then the
-    block's rows go through :func:`_rows` in one call, as :func:`host_find_peaks` takes them,
+    (:func:`lane_medians`: the PSD of a power-of-two ``n_fft`` has an odd number of bins, so
+    the median is one of its values, exactly the one :func:`median_of` picks); then the
+    block's rows go through :func:`row_step` in one call, as :func:`host_find_peaks` takes them,
     while they are in cache. Workers take blocks from a shared counter.
 
     All parameters but the last four are ``fused_pow2``'s, its scratch with a leading worker
@@ -189,7 +161,7 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
     pivot : ``[n_rows]`` or empty
         Each row's shift when detrending (empty: its first sample).
     lane_bits : ``[workers, 6, LANES]`` ints as wide as the compute dtype
-        Scratch of :func:`_lane_medians`.
+        Scratch of :func:`lane_medians`.
     cfg, out
         As :func:`host_find_peaks`' (``interp``, ``alpha``, ``n_fft`` for the refinement).
 
@@ -208,7 +180,7 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
         med = np.full(LANES, np.nan)
         ac = acc[t]
         while True:
-            blk = _simd.fetch_add(next_block, 1)
+            blk = simd.fetch_add(next_block, 1)
             if blk >= n_blocks:
                 break
             r0 = blk * LANES
@@ -218,10 +190,10 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
                              none, use_carry, pivot)
             scale_tile(ac, scale, n_bins, nv)
             if medians:
-                _lane_medians(ac, n_bins, lane_bits[t], med)
+                lane_medians(ac, n_bins, lane_bits[t], med)
             for lane in range(nl):
                 for q in range(n_bins):
                     rows[lane, q] = ac[q + 1, lane]
                 if bad[r0 + lane]:
                     rows[lane, 0] = np.nan  # left empty, counts -1
-            _rows(rows, np.int64(0), nl, r0, cfg, out, scr, med)  # (not a literal: one compile, see host_find_peaks)
+            row_step(rows, np.int64(0), nl, r0, cfg, out, scr, med)  # (not a literal: one compile, see host_find_peaks)

@@ -5,7 +5,7 @@ from it to each side, each walk ending at a sample higher than the peak (or at t
 or the window's ``wlen``). The bases are where those lows lie (of equal lows, the first met).
 Two ways to get them:
 
-* From the valleys between maxima (:mod:`_numba_fp_extrema`'s :func:`_maxima_and_valleys`),
+* From the valleys between maxima (:mod:`find_peaks.extrema`'s :func:`_maxima_and_valleys`),
   when there is no window and no edge peak: a walk passes whole valleys, so it is a least over
   the valleys between the peak and the nearest higher maximum on each side. For all maxima
   at once by a stack (:func:`_all_prominences`), or per peak in vector lanes when the maxima
@@ -20,13 +20,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from welchpeaks.backends import _simd
-from welchpeaks.backends._numba_fp_common import (_ALL_LANES, _BLOCK, _OPTS, BASE_LEFT, BASE_RIGHT, FV_LOW,
-                                                  FV_STACK_H, FV_STACK_LOW, IV_FIRST, IV_LAST, IV_STACK_AT,
-                                                  _higher_bits)
+from welchpeaks.backends.numba import simd
+from welchpeaks.backends.numba.find_peaks.common import (_ALL_LANES, BASE_LEFT, BASE_RIGHT, BLOCK, FV_LOW, FV_STACK_H,
+                                                         FV_STACK_LOW, IV_FIRST, IV_LAST, IV_STACK_AT, _higher_bits)
+from welchpeaks.numba_base import EXACT_HELPER, EXACT_INLINE
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _all_prominences(m, hts, fv, iv, prom, base):
     """Prominences and bases of all ``m`` maxima at once, from their valleys.
 
@@ -71,7 +71,7 @@ def _all_prominences(m, hts, fv, iv, prom, base):
         st_h[top], st_low[top], st_at[top] = h, low, at
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _lanes_prominences(m, hts, fv, iv, prom, base):
     """:func:`_all_prominences` in lanes (``m <= _LANE_MAXIMA``): each maximum's by
     :func:`_lane_prominence`, its higher maxima from one compare of all heights."""
@@ -80,7 +80,7 @@ def _lanes_prominences(m, hts, fv, iv, prom, base):
                                                                             _higher_bits(hts, m, hts[j])[0])
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _lane_prominence(j, m, hts, fv, iv, above):
     """``(prominence, left base, right base)`` of maximum ``j`` of ``m <= _LANE_MAXIMA``, from the
     valleys, without a loop or a branch on the data.
@@ -94,27 +94,27 @@ def _lane_prominence(j, m, hts, fv, iv, above):
     nothing. Inline: it runs once per visited peak, in the ranking's loop."""
     lows, firsts, lasts = fv[FV_LOW], iv[IV_FIRST], iv[IV_LAST]
     left = above & ((1 << j) - 1)
-    first = _simd.highest_bit(left) + 1 if left != 0 else 0  # valleys first..j
+    first = simd.highest_bit(left) + 1 if left != 0 else 0  # valleys first..j
     right = above >> (j + 1)
-    last = j + 1 + _simd.trailing_zeros(right) if right != 0 else m  # valleys j+1..last
+    last = j + 1 + simd.trailing_zeros(right) if right != 0 else m  # valleys j+1..last
     low_l, at_l = _least_valley(lows, _lanes(first, j), m)
     low_r, at_r = _least_valley(lows, _lanes(j + 1, last), m)
     # on equal lows the base is the one the walk meets first: the last on the left, the first on the right
-    return hts[j] - max(low_l, low_r), lasts[_simd.highest_bit(at_l)], firsts[_simd.trailing_zeros(at_r)]
+    return hts[j] - max(low_l, low_r), lasts[simd.highest_bit(at_l)], firsts[simd.trailing_zeros(at_r)]
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _least_valley(lows, lanes, m):
     """``(least, its lanes)`` of the valleys ``lows`` whose bits are set in ``lanes``, over as few
-    vectors as hold the ``m + 1`` valleys (:func:`_simd.low32`, ``low48``, ``low64``)."""
-    if m < 2 * _BLOCK:
-        return _simd.low32(lows, lanes)
-    if m < 3 * _BLOCK:
-        return _simd.low48(lows, lanes)
-    return _simd.low64(lows, lanes)
+    vectors as hold the ``m + 1`` valleys (:func:`simd.low32`, ``low48``, ``low64``)."""
+    if m < 2 * BLOCK:
+        return simd.low32(lows, lanes)
+    if m < 3 * BLOCK:
+        return simd.low48(lows, lanes)
+    return simd.low64(lows, lanes)
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _lanes(first, last):
     """The bits ``first..last`` (0 when ``last < first``): a walk's lanes as a mask."""
     if last < first:
@@ -122,7 +122,7 @@ def _lanes(first, last):
     return ((2 << last) - 1) ^ ((1 << first) - 1)
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _step_left(high, low, o, lanes, top):
     """One 16-lane step of a walk to the left over ``[o, o + 16)``, within ``lanes``.
 
@@ -131,33 +131,33 @@ def _step_left(high, low, o, lanes, top):
     ``high`` and ``low`` are the row twice, or the blocks' maxima and minima (a step over 16
     blocks). Returns ``(least, its index, end lane)``: ``(inf, -1, end)`` when no lane is left,
     ``end`` -1 when nothing is higher. Two vector loads, no branch per lane."""
-    higher = _simd.compare_bits16(high, o, top)[0] & lanes
+    higher = simd.compare_bits16(high, o, top)[0] & lanes
     end = -1
     if higher != 0:
-        end = _simd.highest_bit(higher)
+        end = simd.highest_bit(higher)
         lanes &= -(2 << end)  # the lanes after it
     if lanes == 0:
         return np.inf, -1, end
-    least, at = _simd.low16(low, o, lanes)
-    return least, o + _simd.highest_bit(at), end
+    least, at = simd.low16(low, o, lanes)
+    return least, o + simd.highest_bit(at), end
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _step_right(high, low, o, lanes, top):
     """:func:`_step_left` walking right: the lowest lane above ``top`` ends it, and of the lanes
     before it the first holding the least."""
-    higher = _simd.compare_bits16(high, o, top)[0] & lanes
+    higher = simd.compare_bits16(high, o, top)[0] & lanes
     end = -1
     if higher != 0:
-        end = _simd.trailing_zeros(higher)
+        end = simd.trailing_zeros(higher)
         lanes &= (1 << end) - 1  # the lanes before it
     if lanes == 0:
         return np.inf, -1, end
-    least, at = _simd.low16(low, o, lanes)
-    return least, o + _simd.trailing_zeros(at), end
+    least, at = simd.low16(low, o, lanes)
+    return least, o + simd.trailing_zeros(at), end
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _lowest_left(row, bmin, bmax, p, stop):
     """``(value, index)`` of the lowest sample from ``p`` leftwards, before a sample higher than
     ``row[p]`` or the index ``stop``; of equal lows the first met (scipy's walk).
@@ -172,14 +172,14 @@ def _lowest_left(row, bmin, bmax, p, stop):
     is the peak's block; in a row shorter than a block, sample by sample."""
     n = row.shape[0]
     top = row[p]
-    b = p // _BLOCK
-    o = b * _BLOCK
-    w = p - (_BLOCK - 1)
+    b = p // BLOCK
+    o = b * BLOCK
+    w = p - (BLOCK - 1)
     if w >= 0:  # the window of 16 samples ending at the peak (it holds the peak's block up to it)
-        low, at, higher = _step_left(row, row, w, _lanes(max(stop, w) - w, _BLOCK - 1), top)
+        low, at, higher = _step_left(row, row, w, _lanes(max(stop, w) - w, BLOCK - 1), top)
         if higher >= 0 or stop >= w:
             return low, at
-    elif o + _BLOCK > n:
+    elif o + BLOCK > n:
         low, at = top, p
         i = p
         end = max(o, stop)
@@ -193,18 +193,18 @@ def _lowest_left(row, bmin, bmax, p, stop):
         low, at, higher = _step_left(row, row, o, _lanes(max(stop, o) - o, p - o), top)
         if higher >= 0 or stop >= o:
             return low, at
-    low, lowest, b = _blocks_left(bmin, bmax, b - 1, (stop + _BLOCK - 1) // _BLOCK, top, low)
+    low, lowest, b = _blocks_left(bmin, bmax, b - 1, (stop + BLOCK - 1) // BLOCK, top, low)
     if lowest >= 0:  # the last sample of that block at its low (the first met from its right)
-        at = lowest * _BLOCK + _simd.highest_bit(_simd.low16(row, lowest * _BLOCK, _ALL_LANES)[1])
+        at = lowest * BLOCK + simd.highest_bit(simd.low16(row, lowest * BLOCK, _ALL_LANES)[1])
     if b >= 0:  # the block where the walk ends (all blocks before the last are whole)
-        o = b * _BLOCK
-        last_low, last_at, _ = _step_left(row, row, o, _lanes(max(stop, o) - o, _BLOCK - 1), top)
+        o = b * BLOCK
+        last_low, last_at, _ = _step_left(row, row, o, _lanes(max(stop, o) - o, BLOCK - 1), top)
         if last_low < low:
             low, at = last_low, last_at
     return low, at
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _blocks_left(bmin, bmax, b, first, top, low):
     """The walk left over whole blocks ``b, b - 1, ..., first`` while they hold nothing higher
     than ``top``.
@@ -215,14 +215,14 @@ def _blocks_left(bmin, bmax, b, first, top, low):
     blocks a step (their extrema as lanes, :func:`_step_left`) when the row has as many."""
     lowest = -1
     nb = bmax.shape[0]
-    if nb < _BLOCK:
+    if nb < BLOCK:
         while b >= first and bmax[b] <= top:
             if bmin[b] < low:
                 low, lowest = bmin[b], b
             b -= 1
         return low, lowest, b
     while b >= first:
-        o = max(b - _BLOCK + 1, 0)
+        o = max(b - BLOCK + 1, 0)
         block_low, block, higher = _step_left(bmax, bmin, o, _lanes(max(first, o) - o, b - o), top)
         if block_low < low:
             low, lowest = block_low, block
@@ -232,44 +232,44 @@ def _blocks_left(bmin, bmax, b, first, top, low):
     return low, lowest, first - 1
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _blocks_right(bmin, bmax, b, last, top, low):
     """:func:`_blocks_left` to the right, over blocks ``b, b + 1, ..., last`` (``end``: the first
     higher block, else ``last + 1``)."""
     lowest = -1
     nb = bmax.shape[0]
-    if nb < _BLOCK:
+    if nb < BLOCK:
         while b <= last and bmax[b] <= top:
             if bmin[b] < low:
                 low, lowest = bmin[b], b
             b += 1
         return low, lowest, b
     while b <= last:
-        o = min(b, nb - _BLOCK)
-        block_low, block, higher = _step_right(bmax, bmin, o, _lanes(b - o, min(last, o + _BLOCK - 1) - o), top)
+        o = min(b, nb - BLOCK)
+        block_low, block, higher = _step_right(bmax, bmin, o, _lanes(b - o, min(last, o + BLOCK - 1) - o), top)
         if block_low < low:
             low, lowest = block_low, block
         if higher >= 0:
             return low, lowest, o + higher
-        b = o + _BLOCK
+        b = o + BLOCK
     return low, lowest, last + 1
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _lowest_right(row, bmin, bmax, p, stop):
     """:func:`_lowest_left` to the right of ``p``, up to the index ``stop`` (of equal lows the
     first met: the leftmost); the first step is the 16 samples from the peak, or near the
     row's end the peak's block (the short last block sample by sample)."""
     n = row.shape[0]
     top = row[p]
-    b = p // _BLOCK
-    o = b * _BLOCK
-    w = p + _BLOCK - 1
+    b = p // BLOCK
+    o = b * BLOCK
+    w = p + BLOCK - 1
     if w < n:  # the window of 16 samples from the peak (it holds the peak's block from it)
         low, at, higher = _step_right(row, row, p, _lanes(0, min(stop, w) - p), top)
         if higher >= 0 or stop <= w:
             return low, at
-    elif o + _BLOCK > n:  # the row's short last block: the walk ends in it
+    elif o + BLOCK > n:  # the row's short last block: the walk ends in it
         low, at = top, p
         i = p
         while i <= stop and row[i] <= top:
@@ -278,16 +278,16 @@ def _lowest_right(row, bmin, bmax, p, stop):
             i += 1
         return low, at
     else:
-        low, at, higher = _step_right(row, row, o, _lanes(p - o, min(stop, o + _BLOCK - 1) - o), top)
-        if higher >= 0 or stop <= o + _BLOCK - 1:
+        low, at, higher = _step_right(row, row, o, _lanes(p - o, min(stop, o + BLOCK - 1) - o), top)
+        if higher >= 0 or stop <= o + BLOCK - 1:
             return low, at
-    low, lowest, b = _blocks_right(bmin, bmax, b + 1, (stop + 1) // _BLOCK - 1, top, low)
+    low, lowest, b = _blocks_right(bmin, bmax, b + 1, (stop + 1) // BLOCK - 1, top, low)
     if lowest >= 0:  # the first sample of that block at its low
-        at = lowest * _BLOCK + _simd.trailing_zeros(_simd.low16(row, lowest * _BLOCK, _ALL_LANES)[1])
-    o = b * _BLOCK
+        at = lowest * BLOCK + simd.trailing_zeros(simd.low16(row, lowest * BLOCK, _ALL_LANES)[1])
+    o = b * BLOCK
     if o <= stop:  # the block where the walk ends
-        if o + _BLOCK <= n:
-            last_low, last_at, _ = _step_right(row, row, o, _lanes(0, min(stop, o + _BLOCK - 1) - o), top)
+        if o + BLOCK <= n:
+            last_low, last_at, _ = _step_right(row, row, o, _lanes(0, min(stop, o + BLOCK - 1) - o), top)
             if last_low < low:
                 low, at = last_low, last_at
         else:
@@ -299,12 +299,12 @@ def _lowest_right(row, bmin, bmax, p, stop):
     return low, at
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _prominence(row, bmin, bmax, p, wlen, edges):
     """``(prominence, left base, right base)`` of the peak at ``p``, as
     ``scipy.signal.peak_prominences`` gives them, by a walk to each side.
 
-    Inputs: ``row``, its block extrema ``bmin``, ``bmax`` (:func:`_scan_blocks`), the peak
+    Inputs: ``row``, its block extrema ``bmin``, ``bmax`` (:func:`scan_blocks`), the peak
     ``p``, the window ``wlen`` (< 2: none; else the walks stay within ``wlen // 2`` of ``p``).
     With ``edges`` (``find_peaks(edges=True)``) a peak at the row's first or last sample is
     measured on its one side; else, as scipy, on both (its outer walk ends where it starts:

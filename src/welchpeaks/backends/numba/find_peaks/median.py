@@ -1,9 +1,9 @@
 """Medians and order statistics: the SNR's noise floor (a row's median, exactly ``np.median``)
 and the selections the ranking uses.
 
-* :func:`_median_of`: one row's median, by a bracket of the middle values picked in lanes, or a
+* :func:`median_of`: one row's median, by a bracket of the middle values picked in lanes, or a
   selection when the bracket misses.
-* :func:`_lane_medians`: the medians of all rows of a PSD block at once (the fused pass), by a
+* :func:`lane_medians`: the medians of all rows of a PSD block at once (the fused pass), by a
   bisection on the values' bits.
 * :func:`_kth`: the ``kth`` smallest by a branch-free quickselect; :func:`_pick_lanes`: two
   order statistics of at most 63 values by compares in lanes.
@@ -14,17 +14,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from welchpeaks.backends import _simd
-from welchpeaks.backends._numba_fp_common import (_BLOCK, _LANE_MAXIMA, _OPTS, LAST_HI, LAST_HIT, LAST_LO,
-                                                  _higher_bits)
-from welchpeaks.numba_base import LANES
+from welchpeaks.backends.numba import simd
+from welchpeaks.backends.numba.find_peaks.common import _LANE_MAXIMA, BLOCK, LAST_HI, LAST_HIT, LAST_LO, _higher_bits
+from welchpeaks.numba_base import EXACT_HELPER, LANES
 
-#: values of the row :func:`_median_of` samples to bracket the median
-_MEDIAN_SAMPLE = 2 * _BLOCK
+#: values of the row :func:`median_of` samples to bracket the median
+_MEDIAN_SAMPLE = 2 * BLOCK
 
 
-@njit(**_OPTS)
-def _median_of(row, tmp, last):
+@njit(**EXACT_HELPER)
+def median_of(row, tmp, last):
     """``np.median`` of ``row`` (finite), by selection rather than a sort.
 
     Rows of 64 to 192 values first try a bracket ``[lo, hi)``, the values of ranks 12 and 20 of
@@ -40,7 +39,7 @@ def _median_of(row, tmp, last):
     (float64 ``[4]``, carried between rows). Returns the median. Memory: one or two reads of the
     row (a bracket tried), else copies of it in ``tmp`` for the selection."""
     m = row.shape[0]
-    if 4 * _BLOCK <= m <= 12 * _BLOCK:
+    if 4 * BLOCK <= m <= 12 * BLOCK:
         lo_rank, hi_rank = (m - 1) // 2, m // 2
         if last[LAST_HIT] == 1.0:
             got, v0, v1 = _median_between(row, tmp, lo_rank, hi_rank, last[LAST_LO], last[LAST_HI])
@@ -61,10 +60,10 @@ def _median_of(row, tmp, last):
     return (_kth(tmp, m, m // 2 - 1) + upper) / 2.0
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _sample_bracket(row, tmp):
     """``(lo, hi)``: the values of ranks 12 and 20 of a sample of 32 evenly spaced values of
-    ``row`` (at least 64 values), a bracket for :func:`_median_of`; ``tmp``: at least 32
+    ``row`` (at least 64 values), a bracket for :func:`median_of`; ``tmp``: at least 32
     floats."""
     n = row.shape[0]
     s = _MEDIAN_SAMPLE
@@ -73,7 +72,7 @@ def _sample_bracket(row, tmp):
     return _pick_lanes(tmp, s, s // 2 - 4, s // 2 + 4)
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _median_between(row, tmp, lo_rank, hi_rank, lo, hi):
     """The ``lo_rank``-th and ``hi_rank``-th smallest of ``row`` (finite), if the bracket
     ``[lo, hi)`` holds both and at most :data:`_LANE_MAXIMA` values.
@@ -94,7 +93,7 @@ def _median_between(row, tmp, lo_rank, hi_rank, lo, hi):
     return True, v0, v1
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _pick_lanes(vals, m, r0, r1):
     """The ``r0``-th and ``r1``-th smallest (``r0 <= r1``) of ``vals[:m]`` (``m <=
     _LANE_MAXIMA``; ``vals`` holds whole vectors).
@@ -107,8 +106,8 @@ def _pick_lanes(vals, m, r0, r1):
     for a in range(m):
         v = vals[a]
         above, equal = _higher_bits(vals, m, v)
-        first = m - _simd.popcount(above) - _simd.popcount(equal)  # v's places: first .. first + equal - 1
-        after = first + _simd.popcount(equal)
+        first = m - simd.popcount(above) - simd.popcount(equal)  # v's places: first .. first + equal - 1
+        after = first + simd.popcount(equal)
         if first <= r0 < after:
             v0 = v
             found |= 1
@@ -120,7 +119,7 @@ def _pick_lanes(vals, m, r0, r1):
     return v0, v1
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _kth(tmp, m, kth):
     """The ``kth`` smallest of ``tmp[:m]`` (``tmp`` holds ``3 m`` floats; its contents are lost).
 
@@ -154,8 +153,8 @@ def _kth(tmp, m, kth):
             return pivot
 
 
-@njit(**_OPTS)
-def _lane_medians(ac, n_bins, bits, med):
+@njit(**EXACT_HELPER)
+def lane_medians(ac, n_bins, bits, med):
     """The median of every row of a PSD block at once, by a bisection on the values' bits.
 
     Inputs: ``ac[1 : n_bins + 1]`` (a block's PSD, its rows in the :data:`LANES` columns;
@@ -163,16 +162,16 @@ def _lane_medians(ac, n_bins, bits, med):
     finite and >= 0 (else a meaningless value: a row that is not finite, a column past the
     block's rows); ``bits``: ``[6, LANES]`` ints as wide as the values (the bounds, the
     midpoint, the counts). Output: ``med[j]``, the median of column ``j``, exactly the value
-    :func:`_median_of` gives.
+    :func:`median_of` gives.
 
     Non-negative floats order like their bits, so each column's median is searched between its
     least and greatest bits; a step compares every value of the block with the midpoints in
-    vectors (:func:`_simd.column_counts`) and halves each interval, until each column has one
+    vectors (:func:`simd.column_counts`) and halves each interval, until each column has one
     value, or only copies of one, left between its bounds: then the median is the least value
-    at or above the lower bound (:func:`_simd.column_least_from`). At most as many steps as
+    at or above the lower bound (:func:`simd.column_least_from`). At most as many steps as
     the values have bits, each one read of the block (which is in cache)."""
     lo, hi, mid, cnt, c_lo, c_hi = bits[0], bits[1], bits[2], bits[3], bits[4], bits[5]
-    _simd.column_bounds(ac, 1, n_bins + 1, lo, hi)
+    simd.column_bounds(ac, 1, n_bins + 1, lo, hi)
     for j in range(LANES):
         c_lo[j] = 0  # values below lo
         c_hi[j] = n_bins  # values at or below hi
@@ -185,7 +184,7 @@ def _lane_medians(ac, n_bins, bits, med):
             break
         for j in range(LANES):
             mid[j] = lo[j] + (hi[j] - lo[j]) // 2
-        _simd.column_counts(ac, 1, n_bins + 1, mid, cnt)
+        simd.column_counts(ac, 1, n_bins + 1, mid, cnt)
         for j in range(LANES):
             if cnt[j] >= need:
                 hi[j] = mid[j]
@@ -193,6 +192,6 @@ def _lane_medians(ac, n_bins, bits, med):
             else:
                 lo[j] = mid[j] + 1
                 c_lo[j] = cnt[j]
-    _simd.column_least_from(ac, 1, n_bins + 1, lo, mid)
+    simd.column_least_from(ac, 1, n_bins + 1, lo, mid)
     for j in range(LANES):
-        med[j] = float(_simd.bits_value(mid[j]))
+        med[j] = float(simd.bits_value(mid[j]))

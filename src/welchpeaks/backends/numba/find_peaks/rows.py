@@ -1,10 +1,10 @@
 """The row step of the ``find_peaks`` kernel: a run of rows, each from its samples to its
 ``k`` results, in a worker's scratch.
 
-Per row: the candidates (:mod:`_numba_fp_extrema`), the height and threshold filters
+Per row: the candidates (:mod:`find_peaks.extrema`), the height and threshold filters
 (:func:`_prefilter`), then either every remaining filter on every candidate
 (:func:`_filter_all`) or the lazy ranking that decides them only for the peaks it reaches
-(:mod:`_numba_fp_rank`), then the results written (:func:`_write`), with the SNR and the
+(:mod:`find_peaks.rank`), then the results written (:func:`_write`), with the SNR and the
 refined positions of the written peaks only.
 """
 
@@ -13,43 +13,43 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from welchpeaks.backends import _simd
-from welchpeaks.backends._numba_fp_common import (_BIG, _BLOCK, _KERNEL, _LANE_MAXIMA, _OPTS, _PROM_KNOWN,
-                                                  _PROM_LANES, _PROM_WALK, BASE_LEFT, BASE_RIGHT, WID_LEFT, WID_LINE,
-                                                  WID_RIGHT, WID_SNR, WID_WIDTH, Scratch)
-from welchpeaks.backends._numba_fp_extrema import _local_maxima, _maxima_and_valleys, _scan_blocks
-from welchpeaks.backends._numba_fp_filters import (_bounded, _by_distance, _by_distance_ranked, _compact,
-                                                   _compact_peaks, _near_distance, _passes, _passes_plateau,
-                                                   _passes_threshold, _width)
-from welchpeaks.backends._numba_fp_median import _median_of
-from welchpeaks.backends._numba_fp_prominence import _all_prominences, _lanes_prominences, _prominence
-from welchpeaks.backends._numba_fp_rank import (_PASSES, _RADIX, _first_tier, _lazy_top, _measured_top,
-                                                _sorted_order, _top)
-from welchpeaks.backends._numba_fp_snr import _snr_db, _snr_of, _ten_log10_each
-from welchpeaks.backends._numba_k_edges import edge_refine_row
-from welchpeaks.backends._numba_kernels import INTERP_HANN, _offset, hann_gathered
+from welchpeaks.backends.numba import simd
+from welchpeaks.backends.numba.find_peaks.common import (_BIG, _LANE_MAXIMA, _PROM_KNOWN, _PROM_LANES, _PROM_WALK,
+                                                         BASE_LEFT, BASE_RIGHT, BLOCK, WID_LEFT, WID_LINE, WID_RIGHT,
+                                                         WID_SNR, WID_WIDTH, Scratch)
+from welchpeaks.backends.numba.find_peaks.extrema import _local_maxima, _maxima_and_valleys, scan_blocks
+from welchpeaks.backends.numba.find_peaks.filters import (_bounded, _by_distance, _by_distance_ranked, _compact,
+                                                          _compact_peaks, _near_distance, _passes, _passes_plateau,
+                                                          _passes_threshold, _width)
+from welchpeaks.backends.numba.find_peaks.median import median_of
+from welchpeaks.backends.numba.find_peaks.prominence import _all_prominences, _lanes_prominences, _prominence
+from welchpeaks.backends.numba.find_peaks.rank import (_PASSES, _RADIX, _first_tier, _lazy_top, _measured_top, _top,
+                                                       sorted_order)
+from welchpeaks.backends.numba.find_peaks.snr import _snr_db, _snr_of, ten_log10_each
+from welchpeaks.backends.numba.fused import INTERP_HANN, edge_refine_row, hann_gathered, sub_bin_offset
 from welchpeaks.edgefit import CFG_ZONES
+from welchpeaks.numba_base import EXACT_HELPER, EXACT_INLINE, EXACT_RUNTIME
 
 
-@njit(**_KERNEL)
+@njit(**EXACT_RUNTIME)
 def _scratch(n, noise_bins):
-    """A worker's :class:`~welchpeaks.backends._numba_fp_common.Scratch` for rows of ``n``
+    """A worker's :class:`~welchpeaks.backends.numba.find_peaks.common.Scratch` for rows of ``n``
     samples (its docstring names the parts); allocated once per worker, reused for every row."""
     cap = n // 2 + 2  # the most maxima a row holds, and one
-    nb = (n + _BLOCK - 1) // _BLOCK
-    return Scratch(np.empty(cap, np.int64), np.empty(cap + _BLOCK, np.float64), np.empty(cap, np.bool_),
+    nb = (n + BLOCK - 1) // BLOCK
+    return Scratch(np.empty(cap, np.int64), np.empty(cap + BLOCK, np.float64), np.empty(cap, np.bool_),
                    np.empty(cap, np.float64), np.empty((cap, 2), np.int64), np.empty((cap, WID_SNR + 1), np.float64),
                    np.empty(2 * cap, np.int64), np.zeros(n, np.int64), np.empty(nb, np.float64),
                    np.empty(nb, np.float64), np.empty(3 * max(n, 2 * noise_bins + 1), np.float64),
-                   np.empty((3, max(cap + 1 + _BLOCK, 4 * _BLOCK)), np.float64), np.empty((3, cap + 1), np.int64),
+                   np.empty((3, max(cap + 1 + BLOCK, 4 * BLOCK)), np.float64), np.empty((3, cap + 1), np.int64),
                    np.empty(cap, np.int64), np.empty(nb, np.float64), np.empty(nb, np.int64), np.full(4, np.nan),
                    np.empty(4 * cap + _PASSES * _RADIX, np.int64))
 
 
-@njit(**_OPTS)
-def _rows(x, first, last, at, cfg, out, scr, medians):
+@njit(**EXACT_HELPER)
+def row_step(x, first, last, at, cfg, out, scr, medians):
     """Rows ``first .. last - 1`` of ``x`` into rows ``at + first ..`` of ``out``: one call per
-    run of rows, as :func:`~welchpeaks.backends._numba_find_peaks.host_find_peaks` takes them.
+    run of rows, as :func:`~welchpeaks.backends.numba.find_peaks.host_find_peaks` takes them.
 
     Inputs: ``x`` (float64 ``[rows, n]``), ``cfg`` (``Config``), ``scr`` (``Scratch`` for rows
     of ``n``), ``medians``: each row's median when the caller has them (empty or NaN: computed
@@ -69,7 +69,7 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
       unless neighbours are equal: then every maximum is listed (:func:`_local_maxima`
       resolves plateaus).
 
-    This and its helpers run without numba's runtime (``_OPTS``), so without reference counts,
+    This and its helpers run without numba's runtime (``EXACT_HELPER``), so without reference counts,
     which would cost two atomic operations per array handed to each call; runs of rows per call,
     the inlined paths and helpers that take single arrays rather than the scratch keep the
     calls few and light (docs/performance-history.md)."""
@@ -83,7 +83,7 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
     # previous row's maxima choose for the next.
     sweepable = need_prom and not edges and cfg.wlen < 2 and n < 16 * k and distance <= 1
     # the k highest from the block index when the first tier's blocks are a small part of the row
-    by_blocks = not sweepable and 2 * _first_tier(k) <= (n + _BLOCK - 1) // _BLOCK
+    by_blocks = not sweepable and 2 * _first_tier(k) <= (n + BLOCK - 1) // BLOCK
     has_snr = snr_min == snr_min
     few = True
     for i in range(first, last):
@@ -93,7 +93,7 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
         median = medians[i] if medians.shape[0] > 0 else np.nan
         flags = 0
         if by_blocks or (need_prom and not swept):  # (the walks need the blocks' extrema)
-            flags = _scan_blocks(row, edges, scr.bmin, scr.bmax, scr.bpk, scr.bbits)
+            flags = scan_blocks(row, edges, scr.bmin, scr.bmax, scr.bpk, scr.bbits)
         # (flags 0: no two neighbours equal, so every plateau is one sample; else every maximum is listed)
         from_blocks = by_blocks and flags == 0 and (not _bounded(cfg.s_lim) or _passes(1.0, cfg.s_lim))
         m = 0
@@ -103,7 +103,7 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
                 finite &= abs(row[q]) <= _BIG  # False for NaN too; an and-reduction that vectorises
             if finite:
                 m = _maxima_and_valleys(row, scr.cand, scr.fv, scr.iv)
-        elif flags & _simd.NOT_FINITE:
+        elif flags & simd.NOT_FINITE:
             finite = False
         elif from_blocks:
             finite = True  # the candidates come from the block index as they are needed
@@ -114,7 +114,7 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
         floor = np.nan  # the row's median when the SNR needs it
         if finite:
             if (has_snr or need_snr) and noise_bins < 1:
-                floor = median if median == median else _median_of(row, scr.tmp, scr.last_row)
+                floor = median if median == median else median_of(row, scr.tmp, scr.last_row)
             # few maxima and no filter that drops some first: each visited one's prominence in lanes
             lazy = swept and m <= _LANE_MAXIMA and not (_bounded(cfg.s_lim) or _bounded(cfg.h_lim)
                                                          or _bounded(cfg.t_lim))
@@ -144,7 +144,7 @@ def _rows(x, first, last, at, cfg, out, scr, medians):
                 edge_refine_row(x[i], 0, x.shape[1], out.idx[r], kept, out.fbin, r, cfg.edge_cfg, cfg.edge_tab)
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _prefilter(row, cfg, cand, hts, keep, prom, base, wid, fv, iv, m, swept, lazy):
     """The ``m`` listed maxima of a row (``cand``) through the filters that need no ranking.
 
@@ -184,7 +184,7 @@ def _prefilter(row, cfg, cand, hts, keep, prom, base, wid, fv, iv, m, swept, laz
     return m
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _filter_all(row, cfg, scr, m, swept):
     """scipy's distance, prominence and width filters on all ``m`` candidates in turn, in its
     order (the prominences walked unless ``swept`` has them), then the ``k`` highest into
@@ -196,7 +196,7 @@ def _filter_all(row, cfg, scr, m, swept):
         if _near_distance(distance):
             _by_distance(cand, hts, m, distance, keep, order)
         else:  # far: ranked first, as scipy does
-            _sorted_order(hts, 0, m, order, m, scr.rad)
+            sorted_order(hts, 0, m, order, m, scr.rad)
             _by_distance_ranked(cand, m, distance, keep, order)
         m = _compact_peaks(m, keep, cand, hts)  # (nothing else is measured yet)
     if cfg.need_prom:
@@ -221,7 +221,7 @@ def _filter_all(row, cfg, scr, m, swept):
     return kept
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _may_drop(cfg):
     """Whether a filter after the height and threshold filters may drop a peak: distance, the
     SNR minimum, a width bound, a prominence bound (a lower bound at or below 0 drops nothing:
@@ -231,7 +231,7 @@ def _may_drop(cfg):
             or p_lim[0] > 0.0)
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _write(row, r, cfg, out, cand, hts, prom, base, wid, order, tmp, kept, floor):
     """Row ``r`` of ``out`` from the ``kept`` candidates at ``order[:kept]``; the other slots
     empty (-1, NaN). ``counts[r]`` is ``kept``, even where ``out`` has fewer slots (``k=None``'s
@@ -240,7 +240,7 @@ def _write(row, r, cfg, out, cand, hts, prom, base, wid, order, tmp, kept, floor
     The SNR (unless the SNR filter measured it, ``wid[:, WID_SNR]``) and the refined positions
     (except Hann's: for the whole run of rows after, :func:`_refine_hann_rows`) are computed
     here, for the written peaks only. SNRs over the row's median are written as ratios and
-    then turned to dB all at once (:func:`_ten_log10_each`, a loop that vectorises).
+    then turned to dB all at once (:func:`ten_log10_each`, a loop that vectorises).
     Writes every slot of each output asked for; outputs of shape ``(0, ...)`` are skipped."""
     need_prom, need_width, snr_min, noise_bins, need_snr, interp, alpha, n_fft, one_sided = (
         cfg.need_prom, cfg.need_width, cfg.snr_min, cfg.noise_bins, cfg.need_snr, cfg.interp, cfg.alpha,
@@ -277,7 +277,7 @@ def _write(row, r, cfg, out, cand, hts, prom, base, wid, order, tmp, kept, floor
                 out_snr[r, s] = _snr_db(row, p, floor, noise_bins, tmp)
         if interp >= 0 and interp != INTERP_HANN:  # (Hann: all of the run's rows after, _refine_hann_rows)
             if 0 < p < n - 1:
-                out_fbin[r, s] = p + _offset(row[p - 1], row[p], row[p + 1], interp, alpha, p, n_fft, one_sided)
+                out_fbin[r, s] = p + sub_bin_offset(row[p - 1], row[p], row[p + 1], interp, alpha, p, n_fft, one_sided)
             else:  # DC and Nyquist are not refined
                 out_fbin[r, s] = float(p)
     for s in range(shown, slots):
@@ -300,23 +300,23 @@ def _write(row, r, cfg, out, cand, hts, prom, base, wid, order, tmp, kept, floor
             out_fbin[r, s] = np.nan
     if need_snr and snr_min != snr_min and noise_bins < 1:
         if floor > 0.0:
-            _ten_log10_each(out_snr[r], shown)
+            ten_log10_each(out_snr[r], shown)
         else:
             for s in range(shown):
                 out_snr[r, s] = _snr_of(hts[order[s]], floor)
 
 
-@njit(error_model="numpy", **_OPTS)
+@njit(error_model="numpy", **EXACT_HELPER)
 def _refine_hann_rows(x, first, last, at, out_idx, counts, out_fbin, abc, flag, n_fft, one_sided):
     """The Hann estimator's refined positions of the peaks of a run of rows: ``out_fbin[r,
     :counts[r]]`` for the rows ``r = at + i``, ``i`` in ``first .. last - 1`` of ``x`` (rows not
     finite, ``counts`` -1, have none), the same bits as one peak at a time.
 
     Per row, the three powers around every peak at ``out_idx[r]`` are gathered into ``abc``;
-    then :func:`welchpeaks.backends._numba_kernels.hann_gathered` makes one branch-free pass
+    then :func:`welchpeaks.backends.numba.fused.hann_gathered` makes one branch-free pass
     for the offsets and the image's test (it vectorises: the numpy error model drops the
     division's zero check; ``flag`` is its scratch), and corrects the few real tones that pass
-    it. One call per run of rows, like :func:`_rows`."""
+    it. One call per run of rows, like :func:`row_step`."""
     n = x.shape[1]
     for i in range(first, last):
         r = at + i

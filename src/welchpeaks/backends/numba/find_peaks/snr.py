@@ -10,9 +10,10 @@ import math
 import numpy as np
 from numba import njit
 
-from welchpeaks.backends import _simd
-from welchpeaks.backends._numba_fp_common import _BIG, _OPTS
-from welchpeaks.backends._numba_fp_median import _kth
+from welchpeaks.backends.numba import simd
+from welchpeaks.backends.numba.find_peaks.common import _BIG
+from welchpeaks.backends.numba.find_peaks.median import _kth
+from welchpeaks.numba_base import EXACT_HELPER, EXACT_INLINE
 
 #: log10(2) in two parts, the first exact times any exponent; 1 / ln(10); sqrt(2)
 _LOG10_2_HI, _LOG10_2_LO = 0.30102992057800293, 7.508597826552624e-08
@@ -23,7 +24,7 @@ _TINY = np.finfo(np.float64).tiny
 _MANTISSA, _EXPONENT_ONE = (1 << 52) - 1, 1023 << 52
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _snr_db(row, p, floor, noise_bins, tmp):
     """The SNR in dB of the peak at ``p``: ``10 log10(row[p] / floor)``, over ``floor`` (the
     row's median) or, with ``noise_bins >= 1``, over the median of the ``2 noise_bins + 1``
@@ -34,15 +35,15 @@ def _snr_db(row, p, floor, noise_bins, tmp):
     return _snr_of(row[p], floor)
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _snr_of(h, floor):
-    """``10 log10(h / floor)`` (:func:`_log10`): infinite over a zero floor, NaN for 0 / 0."""
+    """``10 log10(h / floor)`` (:func:`log10`): infinite over a zero floor, NaN for 0 / 0."""
     if floor > 0.0:
-        return 10.0 * _log10(h / floor)
+        return 10.0 * log10(h / floor)
     return np.inf if h > 0.0 else np.nan
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _local_floor(row, p, noise_bins, tmp):
     """The median of the ``2 noise_bins + 1`` bins of ``p``'s window
     (:func:`welchpeaks.params.noise_window`: centred on ``p`` among the inner bins, shifted
@@ -59,13 +60,13 @@ def _local_floor(row, p, noise_bins, tmp):
     return _kth(tmp, w, w // 2)
 
 
-@njit(error_model="numpy", **_OPTS)
-def _ten_log10_each(v, n):
-    """``v[:n] = 10 log10(v[:n])`` in place, each value as :func:`_log10` gives it.
+@njit(error_model="numpy", **EXACT_HELPER)
+def ten_log10_each(v, n):
+    """``v[:n] = 10 log10(v[:n])`` in place, each value as :func:`log10` gives it.
 
     When every value is a positive normal number the loop is :func:`_log10_normal`, with no call
     and no branch, so it vectorises (the numpy error model drops the division's zero check);
-    else one value at a time through :func:`_log10`. Reads ``v[:n]`` twice, writes it once."""
+    else one value at a time through :func:`log10`. Reads ``v[:n]`` twice, writes it once."""
     normal = True
     for i in range(n):
         normal &= (v[i] >= _TINY) & (v[i] <= _BIG)
@@ -74,11 +75,11 @@ def _ten_log10_each(v, n):
             v[i] = 10.0 * _log10_normal(v[i])
     else:
         for i in range(n):
-            v[i] = 10.0 * _log10(v[i])
+            v[i] = 10.0 * log10(v[i])
 
 
-@njit(inline="always", **_OPTS)
-def _log10(x):
+@njit(**EXACT_INLINE)
+def log10(x):
     """log10 of ``x``: :func:`_log10_normal` for positive normal numbers, else the C library's
     (0, subnormals, infinity, NaN, negative numbers)."""
     if _TINY <= x <= _BIG:
@@ -86,7 +87,7 @@ def _log10(x):
     return math.log10(x)
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _log10_normal(x):
     """log10 of a positive normal float64 without a call, so a loop of it vectorises; within 4
     ulp of the C library's (relative 5e-16, checked from 1e-300 to 1e300 and near 1).
@@ -96,8 +97,8 @@ def _log10_normal(x):
     + 1)``, by its series to ``s^23`` (``|s| <= 0.172``: the next term is below 1e-18 of the
     sum); then ``log10 x = e log10(2) + ln(m) / ln(10)``, ``log10(2)`` in two parts so that
     ``e`` times the first is exact."""
-    b = _simd.float_bits(x)
-    m = _simd.bits_float((b & _MANTISSA) | _EXPONENT_ONE)  # in [1, 2)
+    b = simd.float_bits(x)
+    m = simd.bits_float((b & _MANTISSA) | _EXPONENT_ONE)  # in [1, 2)
     big = m > _SQRT2
     m *= 1.0 - 0.5 * big
     e = (b >> 52) - 1023 + big

@@ -4,7 +4,7 @@ windowed, summed on the way; :func:`_load_first_pass`), transformed by a half-le
 whose innermost loop runs across the rows, so every butterfly is SIMD over rows
 (:func:`_fft_lanes`), unpacked to the real spectrum with the segment's trend removed there, and
 its ``|2X|^2`` added to a worker's accumulator. Also the trend of one segment
-(:func:`_segment_trend`, for :func:`~welchpeaks.backends._numba_k_frames.window_segments`) and
+(:func:`_segment_trend`, for :func:`~welchpeaks.backends.numba.fused.frames.window_segments`) and
 the shift of a row on loading (:func:`_pivot`).
 
 Memory: each sample is read from ``x`` once per segment (once per block with ``Welch.whole``:
@@ -16,15 +16,13 @@ from __future__ import annotations
 
 from numba import njit
 
-from welchpeaks.backends._numba_k_common import DETREND_CONSTANT, DETREND_LINEAR, DETREND_NONE, _lanes
-from welchpeaks.numba_base import HELPER as _HELPER
-from welchpeaks.numba_base import INLINE as _INL
-from welchpeaks.numba_base import butterfly_lanes
+from welchpeaks.backends.numba.fused.common import DETREND_CONSTANT, DETREND_LINEAR, DETREND_NONE, _lanes
+from welchpeaks.numba_base import FASTMATH_HELPER, FASTMATH_INLINE, butterfly_lanes
 
 # ------------------------------------------------------------------------------ detrending
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _segment_trend(row, off, n, detrend):
     """(finite, intercept at t=(n-1)/2, slope) of one segment, in float64."""
     s = 0.0
@@ -45,7 +43,7 @@ def _segment_trend(row, off, n, detrend):
     return bad == 0.0, mean, slope
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _pivot(x, r, detrend, pivot):
     """The shift of row ``r`` on loading when detrending (``pivot[r]``, or without one its first
     sample), else zero."""
@@ -56,7 +54,7 @@ def _pivot(x, r, detrend, pivot):
 # ------------------------------------------------------------------------------ FFT over lanes
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _fft_lanes(re, im, m, tw_re, tw_im, nv, size):
     """In-place decimation-in-time FFT of size ``m`` (bit-reversed input) of lanes ``< nv``,
     from the stage of span ``size`` on (2 for a whole transform).
@@ -116,7 +114,7 @@ def _fft_lanes(re, im, m, tw_re, tw_im, nv, size):
                 butterfly_lanes(re, im, g + j, g + j + half, wr, wi, nv)
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _load_first_pass(tl, off, window, rev, re, im, m, nv, total):
     """Window the segment at row ``off`` of the tile into ``re``/``im`` as the complex sequence
     ``x[2i] + i x[2i+1]`` in bit-reversed order, fused with the FFT's first two stages (or its
@@ -195,7 +193,7 @@ def _load_first_pass(tl, off, window, rev, re, im, m, nv, total):
 # ------------------------------------------------------------------------------ segments' power
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def segments_power(x, r0, nl, s_lo, s_hi, welch, ws, ac, flags, f0, pivot):
     """Add ``|2X|^2`` of segments ``s_lo .. s_hi - 1`` of the rows ``r0 .. r0 + nl`` of ``x`` (a
     block, lane ``i`` is row ``r0 + i``) to ``ac[1 .. n_bins, lane]``, in segment order.
@@ -203,8 +201,8 @@ def segments_power(x, r0, nl, s_lo, s_hi, welch, ws, ac, flags, f0, pivot):
     Parameters: ``x`` ``[rows, samples]`` (float32 or float64), only read: segment ``s`` of
     row ``r`` starts at ``x[r, s * hop]``; ``r0``, ``nl`` (int): the block's first row and its
     rows (at most ``LANES``); ``s_lo``, ``s_hi`` (int): the segments; ``welch``: the constants
-    (a :class:`~welchpeaks.backends._numba_k_common.Welch`); ``ws``: one worker's scratch (a
-    :class:`~welchpeaks.backends._numba_k_common.Worker`; with ``welch.whole`` the range's
+    (a :class:`~welchpeaks.backends.numba.fused.common.Welch`); ``ws``: one worker's scratch (a
+    :class:`~welchpeaks.backends.numba.fused.common.Worker`; with ``welch.whole`` the range's
     frame is transposed into ``ws.tile`` once, else one segment at a time); ``ac`` ``[>= n_bins
     + 1, LANES]`` (compute dtype): the sums, added to; ``flags`` (bool), ``f0`` (int):
     ``flags[f0 + lane]`` set for a lane whose samples are not finite (never cleared here);

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from numba import njit, prange
 
-from welchpeaks.backends._numba_k_common import CHUNK
-from welchpeaks.backends._numba_k_fft import _segment_trend
-from welchpeaks.backends._numba_k_select import _clear_row, select_into
-from welchpeaks.numba_base import OPTS as _OPTS
+from welchpeaks.backends.numba.fused.common import CHUNK
+from welchpeaks.backends.numba.fused.fft import _segment_trend
+from welchpeaks.backends.numba.fused.select import _clear_row, select_into
+from welchpeaks.numba_base import FASTMATH
 
 # ------------------------------------------------------------------------------ any n_fft
 
 
-@njit(parallel=True, **_OPTS)
+@njit(parallel=True, **FASTMATH)
 def window_segments(segs_in, window, detrend, segs):
     """Detrend and window every segment ``segs_in[rows, n_seg, n_fft]`` (a strided view of the
     rows) into ``segs``. Non-finite segments come out non-finite."""
@@ -33,16 +33,16 @@ def window_segments(segs_in, window, detrend, segs):
                 segs[r, s, i] = (float(seg[i]) - mean - slope * (i - c)) * window[i]
 
 
-@njit(parallel=True, **_OPTS)
+@njit(parallel=True, **FASTMATH)
 def power_select_spectrum(spec, n_rows, sel, sel_scr, out):
     """Average ``|spec|**2`` over segments, scale, and select, one row per iteration.
 
     Parameters: ``spec`` (complex64 or complex128 ``[>= n_rows, S, n_bins]``), only read: each
     row's segments' spectra; ``n_rows`` (int): the rows to compute; ``sel``: what to select (a
-    :class:`~welchpeaks.backends._numba_k_common.Select`, ``sel.scale`` ``[n_bins]`` the
+    :class:`~welchpeaks.backends.numba.fused.common.Select`, ``sel.scale`` ``[n_bins]`` the
     per-bin PSD scale divided by ``S``); ``sel_scr``: the selection's scratch (a
-    :class:`~welchpeaks.backends._numba_k_common.SelectScratch`, one row per worker; the
-    workers are its rows); ``out``: an :class:`~welchpeaks.backends._numba_k_common.Outputs`,
+    :class:`~welchpeaks.backends.numba.fused.common.SelectScratch`, one row per worker; the
+    workers are its rows); ``out``: an :class:`~welchpeaks.backends.numba.fused.common.Outputs`,
     ``[>= n_rows, k]`` each, ``bad`` set for a row whose PSD holds NaN or infinity (left
     empty), cleared otherwise.
 
@@ -88,22 +88,22 @@ def power_select_spectrum(spec, n_rows, sel, sel_scr, out):
 # ------------------------------------------------------------------------------ frames sharing segments
 
 
-@njit(parallel=True, **_OPTS)
+@njit(parallel=True, **FASTMATH)
 def frames_select(seg_power, seg_bad, frame_segments, frame_hop, n_frames, sel, sel_scr, out):
     """Frames of overlapping segments, each segment's power computed once: frame ``f`` of row
     ``r`` (output row ``r * n_frames + f``) sums segments ``f * frame_hop ..`` in the fused
-    pass's order (the summation order of ``_numba_k_common``, chunks counted from the frame's
+    pass's order (the summation order of ``fused.common``, chunks counted from the frame's
     first segment), scales and selects.
 
     Parameters: ``seg_power`` ``[rows, S, n_bins]`` (compute dtype), only read: each segment's
     ``|2X|^2``; ``seg_bad`` (bool ``[rows, S]``): the segments that are not finite;
     ``frame_segments``, ``frame_hop``, ``n_frames`` (int): the segments of a frame, the step
     between frames in segments, the frames per row; ``sel``: what to select (a
-    :class:`~welchpeaks.backends._numba_k_common.Select`, ``sel.scale`` the frame's factor from
+    :class:`~welchpeaks.backends.numba.fused.common.Select`, ``sel.scale`` the frame's factor from
     the sums to the PSD); ``sel_scr``: the selection's scratch (a
-    :class:`~welchpeaks.backends._numba_k_common.SelectScratch`, its ``psd`` at least ``2
+    :class:`~welchpeaks.backends.numba.fused.common.SelectScratch`, its ``psd`` at least ``2
     n_bins + 2`` values a worker: the running chunk and the completed chunks' total); ``out``:
-    an :class:`~welchpeaks.backends._numba_k_common.Outputs` of ``rows * n_frames`` rows,
+    an :class:`~welchpeaks.backends.numba.fused.common.Outputs` of ``rows * n_frames`` rows,
     ``bad`` set for a frame with a non-finite segment or an overflowing power (left empty).
 
     Memory: each frame reads its segments' power once; ``k`` slots written per frame."""

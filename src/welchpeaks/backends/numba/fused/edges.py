@@ -22,12 +22,7 @@ from numba import njit
 
 from welchpeaks.edgefit import (CANDIDATES, FINE, CFG_F_MIN, CFG_GATE, CFG_GOLDEN, CFG_HALF, CFG_NBINS, CFG_SCAN, CFG_SIDES,
                                 CFG_STEP, CFG_ZONES, FIT_BINS, FLOOR_SAMPLES, RIDGE, SIDE_FIELDS)
-from welchpeaks.numba_base import HELPER as _HELPER
-from welchpeaks.numba_base import INLINE as _INL
-from welchpeaks.numba_base import OPTS
-
-#: the one helper here that allocates (its scratch, for a row with a peak in a zone)
-_ALLOCATES = dict(OPTS, _nrt=True)
+from welchpeaks.numba_base import FASTMATH_HELPER, FASTMATH_INLINE, FASTMATH_RUNTIME
 
 #: float64 scratch values :func:`edge_refine_row` needs
 SCRATCH = 96
@@ -39,7 +34,7 @@ _GOLD = (math.sqrt(5.0) - 1.0) / 2.0
 _BISECT = 48
 
 
-@njit(**_ALLOCATES)
+@njit(**FASTMATH_RUNTIME)  # (it allocates its scratch, for a row with a peak in a zone)
 def edge_refine_row(prow, off, n_bins, idx, count, out_fbin, r, cfg, tab):
     """Refit row ``r``'s peaks at bins ``idx[:count]`` (``prow`` holds bin ``q`` at ``q + off``)
     that lie in the model's zones and stand at least the gate over the row's floor: their
@@ -59,7 +54,7 @@ def edge_refine_row(prow, off, n_bins, idx, count, out_fbin, r, cfg, tab):
             out_fbin[r, c] = _fit(prow, off, j, cfg, tab, scr)
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def _floor(prow, off, n_bins, scr):
     """The median of :data:`FLOOR_SAMPLES` bins spread evenly over the row (every bin of a
     shorter one), as ``np.median`` gives it."""
@@ -76,7 +71,7 @@ def _floor(prow, off, n_bins, scr):
     return scr[s // 2] if s % 2 else 0.5 * (scr[s // 2 - 1] + scr[s // 2])
 
 
-@njit(**_ALLOCATES)
+@njit(**FASTMATH_RUNTIME)  # (it allocates)
 def _fit(prow, off, j, cfg, tab, scr):
     """The fitted fractional bin of the peak at ``j``: the residual scanned over the grid within
     a bin of it; each of its least local minima's cells scanned again, finer, and golden
@@ -154,7 +149,7 @@ def _fit(prow, off, j, cfg, tab, scr):
     return best_f
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _keep_least(cand_f, cand_r, f, r):
     """Insert ``(f, r)`` among the least residuals kept (ascending; a tie keeps the earlier)."""
     n = cand_r.shape[0]
@@ -167,7 +162,7 @@ def _keep_least(cand_f, cand_r, f, r):
     cand_f[q], cand_r[q] = f, r
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def _residual_at(f, side, kk, f0, cfg, tab, scr):
     """The bounded least-squares residual of the model at ``f`` (its tables interpolated, cubic
     Hermite) against ``scr``'s ``y``."""
@@ -184,7 +179,7 @@ def _residual_at(f, side, kk, f0, cfg, tab, scr):
     return _residual(scr)
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _gram(scr):
     """``m'm`` with the ridge, and ``m'y``, into the scratch; returns the trace of ``m'm``."""
     for p in range(3):
@@ -204,7 +199,7 @@ def _gram(scr):
     return trace
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _solve(scr, lam):
     """``theta`` of ``(G + lam C) theta = v`` (``C = diag(-1, 1, 1)``) into the scratch by
     Cholesky; False where ``G + lam C`` is not positive definite."""
@@ -232,7 +227,7 @@ def _solve(scr, lam):
     return True
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _misfit(scr):
     """``|y - m theta|^2``."""
     res = 0.0
@@ -243,7 +238,7 @@ def _misfit(scr):
     return res
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def _residual(scr):
     """The least ``|y - m theta|^2`` with ``Qr^2 + Qi^2 <= P^2`` (``theta = (P, Qr, Qi)``):
     the free least squares where it keeps the bound, else on the boundary."""
@@ -290,7 +285,7 @@ def _residual(scr):
     return min(yy, _misfit(scr))
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def _on_angles(scr, yy):
     """:func:`welchpeaks.edgefit._on_angles` for one peak: ``|y|^2`` less the greatest
     ``<m(psi), y>^2 / |m(psi)|^2`` (``<m, y> > 0``) over the angle of ``Q``, from the best of 32
@@ -312,7 +307,7 @@ def _on_angles(scr, yy):
     return max(yy - best, 0.0)
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _angle_score(scr, psi):
     co, si = math.cos(psi), math.sin(psi)
     num = scr[_V] + scr[_V + 1] * co + scr[_V + 2] * si

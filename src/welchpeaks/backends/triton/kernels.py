@@ -388,7 +388,7 @@ def fused(x_ptr, stride, B, S, hop, zero, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_p
 
     Tile shape: a segment is held as ``[BR, N2, N3, N1]`` (sample ``n1 M + n2 N3 + n3`` at
     ``[.., n2, n3, n1]``) so that step 1's product contracts the last axis as loaded. ``BR *
-    N`` is sized (:data:`welchpeaks.backends.triton_config.FUSED_TILES`) to about 8 values per
+    N`` is sized (:data:`welchpeaks.backends.triton.config.FUSED_TILES`) to about 8 values per
     thread per temporary so that the dozen ``[BR, N]`` temporaries of a pair fit in
     registers; ``gpu-check`` verifies that no shipped configuration spills.
     """

@@ -5,11 +5,11 @@ rows.
 For each block and each segment it windows the samples while loading them into a ``[n_fft/2,
 LANES]`` complex buffer, runs an FFT whose innermost loop runs across the rows of the block,
 unpacks the real spectrum, removes the segment's trend there and adds its power to the
-block's sums (``_numba_k_fft``), in chunks of ``CHUNK`` segments whose sums are added in order
-(``_numba_k_sums``; the order is fixed by the segment indices alone, so a block's chunks may go
+block's sums (``fused.fft``), in chunks of ``CHUNK`` segments whose sums are added in order
+(``fused.sums``; the order is fixed by the segment indices alone, so a block's chunks may go
 to several workers when a call has fewer blocks than workers, without changing a bit). After
 the last segment it scales the sums to the PSD and selects the peaks of each row
-(``_numba_k_select``) while the block is in cache.
+(``fused.select``) while the block is in cache.
 
 Memory: ``x`` is read once (once per segment for frames too long to transpose into a worker's
 tile); everything a block touches stays in L1/L2; only ``k`` results per row are written.
@@ -20,16 +20,14 @@ from __future__ import annotations
 
 from numba import njit, prange
 
-from welchpeaks.backends._numba_k_common import (Outputs, PassScratch, Pieces, Select, SelectScratch, Welch, Worker,
-                                                 _lanes)
-from welchpeaks.backends._numba_k_select import _clear_row, select_into
-from welchpeaks.backends._numba_k_sums import _chunk_rounds, _save_state, _total_into_tile, block_sums, scale_tile
-from welchpeaks.numba_base import INLINE as _INL
-from welchpeaks.numba_base import LANES
-from welchpeaks.numba_base import OPTS as _OPTS
+from welchpeaks.backends.numba.fused.common import (Outputs, PassScratch, Pieces, Select, SelectScratch, Welch, Worker,
+                                                    _lanes)
+from welchpeaks.backends.numba.fused.select import _clear_row, select_into
+from welchpeaks.backends.numba.fused.sums import _chunk_rounds, _save_state, _total_into_tile, block_sums, scale_tile
+from welchpeaks.numba_base import FASTMATH, FASTMATH_INLINE, FASTMATH_RUNTIME, LANES
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _select_block(ac, n_bins, r0, nl, nv, sel, prow, tv, ti, tc, tt, out):
     """Scale the row sums of a block (rows ``1 .. n_bins`` of ``ac``) to its PSD and select the
     peaks of its rows ``r0 .. r0 + nl`` into ``out``; a row whose power overflowed is flagged
@@ -61,7 +59,7 @@ def _select_block(ac, n_bins, r0, nl, nv, sel, prow, tv, ti, tc, tt, out):
         select_into(prow, n_bins, sel, tv, ti, tc, tt, out, r)
 
 
-@njit(**dict(_OPTS, _nrt=True))  # (it hands arrays to a parallel function: with numba's runtime)
+@njit(**FASTMATH_RUNTIME)  # (it hands arrays to a parallel function: with numba's runtime)
 def fused_pow2(x, n_rows, n_seg, split, welch, sel, scr, sel_scr, pieces, out):
     """:func:`fused_pass` called from Python: its records (``welch``, ``sel``, ``scr``,
     ``sel_scr``, ``pieces``, ``out``) come as plain tuples of their fields and are named here.
@@ -71,7 +69,7 @@ def fused_pow2(x, n_rows, n_seg, split, welch, sel, scr, sel_scr, pieces, out):
                Pieces(*pieces), Outputs(*out))
 
 
-@njit(parallel=True, **_OPTS)
+@njit(parallel=True, **FASTMATH)
 def fused_pass(x, n_rows, n_seg, split, welch, sel, scr, sel_scr, pieces, out):
     """The fused pass for power-of-two ``n_fft``: the peaks of rows ``0 .. n_rows - 1`` of
     ``x`` from the ``n_seg`` segments of each.
@@ -86,37 +84,37 @@ def fused_pass(x, n_rows, n_seg, split, welch, sel, scr, sel_scr, pieces, out):
     split : bool
         Share a call with fewer blocks than workers out by chunks (when ``scr.parts`` holds a
         round of at least the workers); else each worker takes whole blocks.
-    welch : :class:`~welchpeaks.backends._numba_k_common.Welch`
+    welch : :class:`~welchpeaks.backends.numba.fused.common.Welch`
         The constants of the power sums: ``n_fft``, ``hop``, ``window``, ``ramp``, ``consts``,
         ``detrend``, ``rev``, ``tw_re``, ``tw_im``, ``post_re``, ``post_im``, ``trend``,
         ``whole`` (its docstring says what each holds).
-    sel : :class:`~welchpeaks.backends._numba_k_common.Select`
+    sel : :class:`~welchpeaks.backends.numba.fused.common.Select`
         What to select: ``scale`` (the sums' factor to the PSD), ``k``, ``mode``,
         ``min_distance``, ``interp``, ``alpha``, ``n_fft``, ``edge``.
-    scr : :class:`~welchpeaks.backends._numba_k_common.PassScratch`
+    scr : :class:`~welchpeaks.backends.numba.fused.common.PassScratch`
         The pass's scratch with a leading worker axis (one worker per entry, the number of
         workers is ``len(scr.buf_re)``): ``tile``, ``stats``, ``sums``, ``buf_re``,
         ``buf_im``, ``acc``; ``parts`` and ``flags`` for split calls; ``work`` (written).
-    sel_scr : :class:`~welchpeaks.backends._numba_k_common.SelectScratch`
+    sel_scr : :class:`~welchpeaks.backends.numba.fused.common.SelectScratch`
         The selection's scratch, one row per worker: ``psd``, ``vals``, ``idx``, ``cand``,
         ``top``.
-    pieces : :class:`~welchpeaks.backends._numba_k_common.Pieces`
+    pieces : :class:`~welchpeaks.backends.numba.fused.common.Pieces`
         Long rows fed in pieces: ``carry``, ``done`` (``[n_rows, n_bins]``), ``use_carry``,
         ``finish``, ``pivot``, ``seg0``. Pieces fed in order, of any number of segments, give
         exactly the values of one whole call.
-    out : :class:`~welchpeaks.backends._numba_k_common.Outputs`
+    out : :class:`~welchpeaks.backends.numba.fused.common.Outputs`
         ``bins``, ``power``, ``fbin`` ``[>= n_rows, k]``, written with ``pieces.finish`` (else
         untouched); ``bad`` ``[>= n_rows]``, written.
 
     Work is shared out in one of two ways (the bits are the same, see the summation order in
-    ``_numba_k_common``):
+    ``fused.common``):
 
     * whole blocks (``split`` false): worker ``t`` takes blocks of ``LANES`` rows, each with
-      all its segments (:func:`~welchpeaks.backends._numba_k_sums.block_sums`), and selects
+      all its segments (:func:`~welchpeaks.backends.numba.fused.sums.block_sums`), and selects
       their peaks while they are in cache;
     * chunks (``split`` true, only for calls with fewer blocks than workers): the (chunk,
       block) pairs go out to all workers in rounds
-      (:func:`~welchpeaks.backends._numba_k_sums._chunk_rounds`), each chunk summed into a
+      (:func:`~welchpeaks.backends.numba.fused.sums._chunk_rounds`), each chunk summed into a
       buffer of its own, the chunk sums added to their blocks' totals in chunk order after each
       round; then worker ``b`` selects block ``b``'s peaks.
 

@@ -1,5 +1,5 @@
 """Sub-bin refinement of the fused-cpu kernels: the estimators of a peak's fractional bin from
-the powers at bins ``j - 1, j, j + 1`` (:func:`_offset`, :func:`welchpeaks.estimators.interp_offset`
+the powers at bins ``j - 1, j, j + 1`` (:func:`sub_bin_offset`, :func:`welchpeaks.estimators.interp_offset`
 in float64), the Hann estimator's correction for a real tone's image (:func:`hann_corrected`,
 :func:`hann_gathered`, shared with the find_peaks kernel), and the float32 bit intrinsics and
 libm-free ``log2`` / ``2**x`` that let the selection refine float32 peaks as SIMD
@@ -18,11 +18,9 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from welchpeaks.backends._numba_k_common import (_F32_ZERO_BELOW, INTERP_BOXCAR, INTERP_HANN, INTERP_LOG,
-                                                  INTERP_POWER)
+from welchpeaks.backends.numba.fused.common import _F32_ZERO_BELOW, INTERP_BOXCAR, INTERP_HANN, INTERP_LOG, INTERP_POWER
 from welchpeaks.estimators import IMAGE_C_MAX, IMAGE_GATE, IMAGE_MIN_DIST, IMAGE_MIN_OFFSET, ZERO_BELOW
-from welchpeaks.numba_base import HELPER as _HELPER
-from welchpeaks.numba_base import INLINE as _INL
+from welchpeaks.numba_base import FASTMATH_HELPER, FASTMATH_INLINE
 
 # ------------------------------------------------------------------------------ float32 bits
 
@@ -66,8 +64,8 @@ _F32_ONE = np.float32(1.0)
 _LOG2_SERIES = tuple(np.float32(2.0 / (math.log(2.0) * n)) for n in (1, 3, 5, 7, 9))
 
 
-@njit(**_INL)
-def _log2_f32(v):
+@njit(**FASTMATH_INLINE)
+def log2_f32(v):
     """log2 of a positive normal float32, vectorisable (no libm call): exponent plus series."""
     bits = _float32_bits(v)
     e = (bits >> 23) - 127
@@ -84,7 +82,7 @@ def _log2_f32(v):
 # ------------------------------------------------------------------------------ refinement of k peaks
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _gather3(prow, idx, count, abd):
     """The powers at bins j-1, j, j+1 of each of the ``count`` peaks (``prow`` holds bin ``q`` at
     ``q + 1``) into ``abd`` side by side, so that the refinement after runs as SIMD."""
@@ -99,8 +97,8 @@ def _gather3(prow, idx, count, abd):
 _EXP2_SERIES = tuple(np.float32(math.log(2.0) ** n / math.factorial(n)) for n in range(7))
 
 
-@njit(**_INL)
-def _exp2_f32(v):
+@njit(**FASTMATH_INLINE)
+def exp2_f32(v):
     """2**v of a float32 ``v`` in [-126, 0], vectorisable (no libm call): the nearest integer's
     power of two from its bits times a series for the rest."""
     n = np.floor(v + _F32_HALF)
@@ -110,9 +108,9 @@ def _exp2_f32(v):
         (np.int32(n) + np.int32(127)) << np.int32(23))
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _refine_power_f32(prow, idx, count, n_bins, out_fbin, r, abd, alpha):
-    """The power parabola (:func:`_offset`) of the ``count`` float32 peaks at bins
+    """The power parabola (:func:`sub_bin_offset`) of the ``count`` float32 peaks at bins
     ``idx[:count]``, vectorised like :func:`_refine_f32`: on the neighbours' power ratios to the
     peak, ``(a / b) ** alpha = 2 ** (alpha log2(a / b))`` (the offset is the same on ratios), so
     no libm call; a neighbour under ``ZERO_BELOW`` of the peak is zero, as in the reference."""
@@ -123,16 +121,16 @@ def _refine_power_f32(prow, idx, count, n_bins, out_fbin, r, abd, alpha):
         a = abd[3 * c]
         b = abd[3 * c + 1]
         d = abd[3 * c + 2]
-        ra = _exp2_f32(al * _log2_f32(max(a / b, _F32_TINY))) if a > b * _F32_ZERO_BELOW else np.float32(0.0)
-        rc = _exp2_f32(al * _log2_f32(max(d / b, _F32_TINY))) if d > b * _F32_ZERO_BELOW else np.float32(0.0)
+        ra = exp2_f32(al * log2_f32(max(a / b, _F32_TINY))) if a > b * _F32_ZERO_BELOW else np.float32(0.0)
+        rc = exp2_f32(al * log2_f32(max(d / b, _F32_TINY))) if d > b * _F32_ZERO_BELOW else np.float32(0.0)
         den = ra + rc - np.float32(2.0)
         ok = (j > 0) & (j < n_bins - 1) & (b > 0.0) & (den < 0.0)
         out_fbin[r, c] = j + min(0.5, max(-0.5, 0.5 * float((ra - rc) / den))) if ok else float(j)
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _refine_f32(prow, idx, count, n_bins, out_fbin, r, abd):
-    """The log-parabola (:func:`_offset`) of the ``count`` float32 peaks at bins
+    """The log-parabola (:func:`sub_bin_offset`) of the ``count`` float32 peaks at bins
     ``idx[:count]``, vectorised.
 
     The interpolation is a ratio of logarithms, so any base gives the same offset, and log2
@@ -146,24 +144,24 @@ def _refine_f32(prow, idx, count, n_bins, out_fbin, r, abd):
         a = abd[3 * c]
         b = abd[3 * c + 1]
         d = abd[3 * c + 2]
-        la = _log2_f32(max(a / b, _F32_TINY))
-        lc = _log2_f32(max(d / b, _F32_TINY))
+        la = log2_f32(max(a / b, _F32_TINY))
+        lc = log2_f32(max(d / b, _F32_TINY))
         den = la + lc
         ok = ((j > 0) & (j < n_bins - 1) & (a > b * _F32_ZERO_BELOW) & (b > 0.0) & (d > b * _F32_ZERO_BELOW)
               & (den < 0.0))
         out_fbin[r, c] = j + 0.5 * float((la - lc) / den) if ok else float(j)
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def _refine_hann(prow, idx, count, n_bins, out_fbin, r, abd, flag, n_fft, one_sided):
-    """The Hann estimator (:func:`_offset`) of the ``count`` peaks at bins ``idx[:count]``: one
+    """The Hann estimator (:func:`sub_bin_offset`) of the ``count`` peaks at bins ``idx[:count]``: one
     branch-free pass (SIMD where LLVM can) for the offsets and :func:`_image_gate`, then the
     real-tone correction for the few peaks that pass it (noiseless tones; ``flag``: scratch)."""
     _gather3(prow, idx, count, abd)
     hann_gathered(idx, count, n_bins, out_fbin, r, abd, flag, n_fft, one_sided)
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def hann_gathered(idx, count, n_bins, out_fbin, r, abd, flag, n_fft, one_sided):
     """``out_fbin[r, :count]``: the Hann estimator's refined positions (clipped to half a bin;
     DC and Nyquist not refined) of the peaks at bins ``idx[:count]`` of ``n_bins``, from their
@@ -194,14 +192,14 @@ def hann_gathered(idx, count, n_bins, out_fbin, r, abd, flag, n_fft, one_sided):
 # ------------------------------------------------------------------------------ one peak's offset
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def _hann_b(x, u, e):
     """The periodic Hann window's response ``x`` bins from a bin, over ``sin(pi x)`` and up to a
     linear phase (``u = pi / n_fft``, ``e = exp(i u)``)."""
     return 0.5 / math.sin(u * x) - 0.25 * e / math.sin(u * (x + 1.0)) - 0.25 * e.conjugate() / math.sin(u * (x - 1.0))
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _hann_ratio(a, b, c):
     """The Hann estimator's magnitudes and offset ``(sa, sb, sc, d)`` from the powers ``a, b, c``
     (float64; a neighbour under ``ZERO_BELOW`` of the peak is zero; ``d`` not yet clipped)."""
@@ -212,7 +210,7 @@ def _hann_ratio(a, b, c):
     return sa, sb, sc, (2.0 * (sc - sa) / den if den > 0.0 else 0.0)
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _hann_one_sided(sb, sc):
     """The Hann estimator's one-sided offset ``(2 C - B) / (B + C)`` (not clipped) from the
     magnitudes of a peak and its right neighbour: exact for one complex tone at offsets in
@@ -222,7 +220,7 @@ def _hann_one_sided(sb, sc):
     return (2.0 * sc - sb) / den if den > 0.0 else 0.0
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _image_gate(sa, sb, sc, d, j, n_fft):
     """Whether :func:`_real_tone_hann` may move the Hann offset ``d`` of a peak at bin ``j``
     (1 <= j <= n_fft / 2 - 1): no division, no modulo, so the noisy peaks that fail it cost a
@@ -234,7 +232,7 @@ def _image_gate(sa, sb, sc, d, j, n_fft):
             & (abs(num) * math.pi * dist * (dist * dist - 1.0) < IMAGE_GATE * (sb + sc) * (sb + sa)))
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def _real_tone_hann(sa, sb, sc, d, j, n_fft):
     """:func:`welchpeaks.estimators.real_tone_hann` of one peak that passed
     :func:`_image_gate`: the Hann offset ``d`` corrected for a real tone's image, or ``d``."""
@@ -260,7 +258,7 @@ def _real_tone_hann(sa, sb, sc, d, j, n_fft):
     return 2.0 * d - d_tone - share * g_d
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def hann_corrected(a, b, c, j, n_fft):
     """The Hann estimator's offset (not clipped) of one peak at bin ``j`` of power ``b`` between
     ``a`` and ``c``, corrected for a real tone's image where :func:`_image_gate` lets it: the
@@ -271,16 +269,16 @@ def hann_corrected(a, b, c, j, n_fft):
     return d
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def _hann_offset(a, b, c, j, n_fft):
-    """:func:`hann_corrected` behind a call, for :func:`_offset`, which every kernel inlines (the
+    """:func:`hann_corrected` behind a call, for :func:`sub_bin_offset`, which every kernel inlines (the
     correction is compiled once, not in every caller; the selection refines Hann peaks in
     :func:`_refine_hann`)."""
     return hann_corrected(a, b, c, j, n_fft)
 
 
-@njit(**_INL)
-def _offset(a, b, c, interp, alpha, j, n_fft, one_sided):
+@njit(**FASTMATH_INLINE)
+def sub_bin_offset(a, b, c, interp, alpha, j, n_fft, one_sided):
     """:func:`welchpeaks.estimators.interp_offset` of one peak, in float64: the offset in bins
     from the power ``a, b, c`` at bins j-1, j, j+1 by the estimator ``interp``
     (:data:`~welchpeaks.params.INTERP_CODES`; ``alpha``: the power parabola's exponent; ``j``
@@ -315,10 +313,10 @@ def _offset(a, b, c, interp, alpha, j, n_fft, one_sided):
     return min(0.5, max(-0.5, d))
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _refine(a, b, c, j, n_bins, interp, alpha, n_fft, one_sided):
     """Fractional bin of the peak at bin ``j`` of power ``b`` between ``a`` and ``c``
-    (:func:`_offset`; unrefined at the edges)."""
+    (:func:`sub_bin_offset`; unrefined at the edges)."""
     if j <= 0 or j >= n_bins - 1:
         return float(j)
-    return j + _offset(a, b, c, interp, alpha, j, n_fft, one_sided)
+    return j + sub_bin_offset(a, b, c, interp, alpha, j, n_fft, one_sided)

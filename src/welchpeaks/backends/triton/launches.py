@@ -1,5 +1,5 @@
 """Triton launches as data, the one place a Triton kernel is launched, and the find_peaks
-kernel's launch (:mod:`welchpeaks.backends._triton_find_peaks`): what the torch backend's
+kernel's launch (:mod:`welchpeaks.backends.triton.find_peaks`): what the torch backend's
 ``find_peaks`` node, the public ``find_peaks`` on GPU tensors and the Triton executions
 (:mod:`welchpeaks.backends.triton_exec`) share. It imports no execution, so every one of them
 can import it."""
@@ -16,7 +16,7 @@ import numpy as np
 from welchpeaks.backends import import_torch, interpreting
 
 
-def _next_pow2(n: int, lo: int = 16) -> int:
+def next_pow2(n: int, lo: int = 16) -> int:
     return max(lo, 1 << max(n - 1, 0).bit_length())
 
 
@@ -73,7 +73,7 @@ def find_peaks_available(t, n: int) -> bool:
 
 def device_find_peaks(x, f: dict, slots: int, edges: bool) -> dict:
     """``welchpeaks.find_peaks`` of the rows of ``x [rows, n]`` (a tensor) on its device by the
-    Triton kernel (``_triton_find_peaks``): the filters ``f`` as ``api.find_peaks.filter_config``
+    Triton kernel (``triton.find_peaks``): the filters ``f`` as ``api.find_peaks.filter_config``
     gives them, outputs as the numba kernel's, as tensors, ``[rows, slots]``."""
     torch = import_torch()
     x = x.to(torch.float64).contiguous()
@@ -109,10 +109,10 @@ def find_peaks_launch(rows: int, n: int, stride: int, distance: int, wlen: int, 
     block of ``NP`` lanes (the next power of two), 4 to 16 warps (``gpu-check`` compiles them
     for sm_90 without spills up to :data:`MAX_FIND_PEAKS_N`), no FMA contraction (scipy's
     ``h - prominence * rel_height`` is two roundings)."""
-    np_ = _next_pow2(n, 16)
+    np_ = next_pow2(n, 16)
     args = dict(x_ptr=t["x"], stride=stride, n=n, lims_ptr=t["lims"], distance=distance, wlen=wlen, K=slots,
                 idx_ptr=t["indices"], h_ptr=t["heights"], prom_ptr=t["prom"], base_ptr=t["base"], wid_ptr=t["wid"],
                 ips_ptr=t["ips"], cnt_ptr=t["counts"])
-    return Launch("welchpeaks.backends._triton_find_peaks", "find_peaks_kernel", (rows,), args,
+    return Launch("welchpeaks.backends.triton.find_peaks", "find_peaks_kernel", (rows,), args,
                   dict(NP=np_, EDGES=edges, NEED_PROM=need_prom, NEED_WIDTH=need_width),
                   {"num_warps": min(16, max(4, np_ // 256)), "enable_fp_fusion": False})

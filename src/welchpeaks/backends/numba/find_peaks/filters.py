@@ -11,23 +11,24 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from welchpeaks.backends._numba_fp_common import _OPTS, BASE_LEFT, BASE_RIGHT
+from welchpeaks.backends.numba.find_peaks.common import BASE_LEFT, BASE_RIGHT
+from welchpeaks.numba_base import EXACT_HELPER, EXACT_INLINE
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _bounded(lim):
     """Whether a ``[min, max]`` filter has a bound (NaN: that end open)."""
     return lim[0] == lim[0] or lim[1] == lim[1]
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _passes(v, lim):
     """Whether ``v`` is within ``[lim[0], lim[1]]`` (NaN: that end open; a NaN ``v`` fails a set
     bound)."""
     return not ((lim[0] == lim[0] and not lim[0] <= v) or (lim[1] == lim[1] and not v <= lim[1]))
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _passes_threshold(row, p, t_lim):
     """scipy's threshold rule for the peak at ``p``: of its vertical distances to its neighbours
     (an edge has one), the smaller at least ``t_lim[0]`` and the larger at most ``t_lim[1]``."""
@@ -38,7 +39,7 @@ def _passes_threshold(row, p, t_lim):
                 (t_lim[1] == t_lim[1] and not max(dl, dr) <= t_lim[1]))
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _passes_plateau(row, p, s_lim):
     """scipy's ``plateau_size`` rule for the peak at ``p``: the run of samples equal to ``row[p]``
     around it (1 for a sharp peak) within ``s_lim``. Reads the run and its two ends."""
@@ -53,7 +54,7 @@ def _passes_plateau(row, p, s_lim):
     return _passes(float(hi - lo + 1), s_lim)
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _width(row, p, prominence, left_base, right_base, rel_height):
     """The width of the peak at ``p``, as ``scipy.signal.peak_widths`` measures it.
 
@@ -78,7 +79,7 @@ def _width(row, p, prominence, left_base, right_base, rel_height):
     return right - left, height, left, right
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _above(hts, i, j):
     """Whether candidate ``i`` goes before ``j`` under the distance rule: higher, or as high and at
     a lower index (``cand`` is ascending).
@@ -94,14 +95,14 @@ def _above(hts, i, j):
 _NEAR = 4
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _near_distance(distance):
     """Whether the distance rule goes by :func:`_by_distance` (else by a ranking and
     :func:`_by_distance_ranked`)."""
     return (distance - 1) // 2 <= _NEAR
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _by_distance_ranked(cand, m, distance, keep, order):
     """scipy's distance rule on all ``m`` candidates as scipy applies it: in the ranking
     ``order[:m]`` (from the highest, ties to the lower index), each peak still kept removes the
@@ -124,7 +125,7 @@ def _by_distance_ranked(cand, m, distance, keep, order):
             q += 1
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _by_neighbours(cand, hts, m, distance, near, state, gone):
     """Most verdicts of :func:`_by_distance` without its search: ``state[:m]`` 1 for a peak with
     no peak before it (:func:`_above`) within ``distance``, 2 for one with such a kept peak
@@ -160,7 +161,7 @@ def _by_neighbours(cand, hts, m, distance, near, state, gone):
         state[j] |= 2 * (gone[j] & (state[j] == 0))
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _by_distance(cand, hts, m, distance, keep, stack):
     """scipy's distance rule on all ``m`` candidates: in order from the highest (of equal heights
     the lower index first, :func:`_above`), each peak still kept removes the peaks closer than
@@ -216,7 +217,7 @@ def _by_distance(cand, hts, m, distance, keep, stack):
         keep[j] = state[j] == 1
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _compact_peaks(m, keep, cand, hts):
     """:func:`_compact` of ``cand`` and ``hts`` only, for a filter that runs before anything
     else is measured (the distance rule)."""
@@ -230,7 +231,7 @@ def _compact_peaks(m, keep, cand, hts):
     return w
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _compact(m, keep, cand, hts, prom, base, wid):
     """Drop the candidates whose ``keep`` is False, in order, from ``cand``, ``hts``, ``prom``,
     ``base`` and ``wid`` (every column); set ``keep`` True again for those left. Returns the new

@@ -9,7 +9,7 @@ The tiers come from the listed candidates (:func:`_top`) or, straight from the b
 only the maxima of the blocks that can hold the next tier (:func:`_next_tier`).
 
 Rankings are strict, ties to the lower position, so a longer ranking starts with a shorter
-one: small ones from the bits of compares in lanes (:func:`_rank_tier`, :func:`_top`), larger
+one: small ones from the bits of compares in lanes (:func:`rank_tier`, :func:`_top`), larger
 ones by counting or a stable sort.
 """
 
@@ -18,31 +18,32 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from welchpeaks.backends import _simd
-from welchpeaks.backends._numba_fp_common import (_BLOCK, _LANE_MAXIMA, _OPTS, _PROM_LANES, _PROM_WALK,
-                                                  BASE_LEFT, BASE_RIGHT, LAST_THRESHOLD, WID_LEFT, WID_LINE, WID_RIGHT,
-                                                  WID_SNR, WID_WIDTH, _higher_bits)
-from welchpeaks.backends._numba_fp_filters import _bounded, _passes, _passes_threshold, _width
-from welchpeaks.backends._numba_fp_median import _kth
-from welchpeaks.backends._numba_fp_prominence import _lane_prominence, _prominence
-from welchpeaks.backends._numba_fp_snr import _snr_db
+from welchpeaks.backends.numba import simd
+from welchpeaks.backends.numba.find_peaks.common import (_LANE_MAXIMA, _PROM_LANES, _PROM_WALK, BASE_LEFT, BASE_RIGHT,
+                                                         BLOCK, LAST_THRESHOLD, WID_LEFT, WID_LINE, WID_RIGHT, WID_SNR,
+                                                         WID_WIDTH, _higher_bits)
+from welchpeaks.backends.numba.find_peaks.filters import _bounded, _passes, _passes_threshold, _width
+from welchpeaks.backends.numba.find_peaks.median import _kth
+from welchpeaks.backends.numba.find_peaks.prominence import _lane_prominence, _prominence
+from welchpeaks.backends.numba.find_peaks.snr import _snr_db
+from welchpeaks.numba_base import EXACT_HELPER, EXACT_INLINE
 
 #: survivors of :func:`_top`'s threshold ranked by counting (more, or no threshold: by insertion);
-#: tiers of :func:`_rank_tier` ranked by counting (more: a stable sort)
+#: tiers of :func:`rank_tier` ranked by counting (more: a stable sort)
 _COUNTED = 64
 #: blocks up to which :func:`_block_threshold` selects by counting (beyond, counting, quadratic
 #: in the blocks, costs more than a quickselect)
 _COUNTED_BLOCKS = 128
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _first_tier(k):
     """How many candidates :func:`_lazy_top` ranks first for ``k`` slots: a quarter more, for
     the ones the filters drop."""
     return k + (k + 3) // 4
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _lazy_top(row, r, m, cfg, scr, floor, prom_mode, from_blocks):
     """The distance rule, the prominence, width and SNR filters and the ``k`` highest at once,
     for row ``r`` (``row``); exactly what applying every filter to all and keeping the ``k``
@@ -56,7 +57,7 @@ def _lazy_top(row, r, m, cfg, scr, floor, prom_mode, from_blocks):
 
     * distance: scipy's rule keeps a peak unless a kept peak of higher priority lies closer than
       ``distance``; priority is height, and on equal heights the lower index (the stated tie
-      rule, :func:`_numba_fp_filters._above`). Every peak of higher priority is visited
+      rule, :func:`find_peaks.filters._above`). Every peak of higher priority is visited
       before, so one visit decides; equal heights are visited as a group, decided from the
       lowest index, and kept in index order (the output's order). Kept peaks mark the samples
       they block in ``scr.mark``, stamped ``r + 1``, so it is never cleared.
@@ -140,7 +141,7 @@ def _lazy_top(row, r, m, cfg, scr, floor, prom_mode, from_blocks):
     return kept
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _next_tier(row, cfg, cand, hts, order, sel, tmp, rad, bpk, bbits, guess, m, want, t_hi, from_blocks):
     """The next tier of :func:`_lazy_top`'s candidates, ranked into ``order``; returns
     ``(ranked, m, t_hi, more)``.
@@ -151,7 +152,7 @@ def _next_tier(row, cfg, cand, hts, order, sel, tmp, rad, bpk, bbits, guess, m, 
     -inf when the blocks are fewer: the last tier), then every maximum in ``[t, t_hi)`` of
     those blocks (``bbits`` and one vector compare per block) that passes the height and
     threshold filters is appended to ``cand``, ``hts`` after the ``m`` before and ranked
-    among its tier (:func:`_rank_tier`; groups of equal heights lie on one side of ``t``, so
+    among its tier (:func:`rank_tier`; groups of equal heights lie on one side of ``t``, so
     a tier holds them whole). ``t`` becomes the next tier's ``t_hi``."""
     if not from_blocks:
         w = m if m <= _LANE_MAXIMA else min(m, want)  # (in lanes every rank comes at once)
@@ -167,9 +168,9 @@ def _next_tier(row, cfg, cand, hts, order, sel, tmp, rad, bpk, bbits, guess, m, 
     for b in range(nb):
         if not bpk[b] >= t:
             continue
-        o = b * _BLOCK
-        if o + _BLOCK <= n:
-            bits = bbits[b] & _simd.range_bits16(row, o, t, t_hi)
+        o = b * BLOCK
+        if o + BLOCK <= n:
+            bits = bbits[b] & simd.range_bits16(row, o, t, t_hi)
         else:
             bits = 0
             for i in range(o, n):
@@ -177,18 +178,18 @@ def _next_tier(row, cfg, cand, hts, order, sel, tmp, rad, bpk, bbits, guess, m, 
                     bits |= 1 << (i - o)
             bits &= bbits[b]
         while bits != 0:
-            i = o + _simd.trailing_zeros(bits)
+            i = o + simd.trailing_zeros(bits)
             bits &= bits - 1
             if (has_h and not _passes(row[i], h_lim)) or (has_t and not _passes_threshold(row, i, t_lim)):
                 continue
             cand[m] = i
             hts[m] = row[i]
             m += 1
-    _rank_tier(hts, m0, m, order, rad)
+    rank_tier(hts, m0, m, order, rad)
     return m, m, t, t > -np.inf
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _block_threshold(bpk, want, last, first_tier, tmp):
     """A threshold with at least ``want`` of the blocks' highest maxima ``bpk`` at or above it.
 
@@ -224,23 +225,23 @@ def _block_threshold(bpk, want, last, first_tier, tmp):
     return t
 
 
-@njit(inline="always", **_OPTS)
-def _rank_tier(hts, m0, m, order, rad):
+@njit(**EXACT_INLINE)
+def rank_tier(hts, m0, m, order, rad):
     """``order[m0:m]``: the positions ``m0..m-1`` from the highest of ``hts``, ties to the lower
     position; the rest of ``order`` untouched.
 
     Each one's rank is the number that go before it: up to 32 candidates from the bits of
     16-lane compares (:func:`_higher_bits`, when ``hts`` holds two whole vectors from ``m0``;
     a loop of counts does not vectorise inside the kernel), else by counting up to
-    :data:`_COUNTED`, beyond by a stable sort (:func:`_sorted_order` in ``rad``)."""
+    :data:`_COUNTED`, beyond by a stable sort (:func:`sorted_order` in ``rad``)."""
     if m - m0 > _COUNTED:
-        _sorted_order(hts, m0, m, order, m - m0, rad)
+        sorted_order(hts, m0, m, order, m - m0, rad)
         return
-    if m - m0 <= 2 * _BLOCK and m0 + 2 * _BLOCK <= hts.shape[0]:  # in lanes: two vectors hold them all
+    if m - m0 <= 2 * BLOCK and m0 + 2 * BLOCK <= hts.shape[0]:  # in lanes: two vectors hold them all
         for a in range(m0, m):
             above, equal = _higher_bits(hts, m - m0, hts[a], m0)
             before = (1 << (a - m0)) - 1  # earlier positions go first on a tie
-            order[m0 + _simd.popcount(above) + _simd.popcount(equal & before)] = a
+            order[m0 + simd.popcount(above) + simd.popcount(equal & before)] = a
         return
     for a in range(m0, m):
         v = hts[a]
@@ -250,7 +251,7 @@ def _rank_tier(hts, m0, m, order, rad):
         order[rank] = a
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _top(hts, m, kept, order, sel, tmp, rad):
     """``order[:kept]``: the positions of the ``kept`` highest of ``hts[:m]``, highest first, ties
     to the lower position (a strict order: a longer ranking starts with a shorter one).
@@ -259,7 +260,7 @@ def _top(hts, m, kept, order, sel, tmp, rad):
       lanes, without a branch on the data (``hts`` holds whole vectors); all of ``order[:m]``
       is written, and each one's bits of the heights above it into ``sel`` (for
       :func:`_lane_prominence`).
-    * ``kept`` a large part of many: a stable sort (:func:`_sorted_order`).
+    * ``kept`` a large part of many: a stable sort (:func:`sorted_order`).
     * Else a threshold first: the ``kept``-th highest of the maxima of groups of four (a
       branch-free selection, :func:`_kth` in ``tmp``, ``3 m`` floats) has at least ``kept``
       values at or above it, and on random rows few more. Those survivors are gathered without
@@ -273,11 +274,11 @@ def _top(hts, m, kept, order, sel, tmp, rad):
     if m <= _LANE_MAXIMA:
         for a in range(m):
             above, equal = _higher_bits(hts, m, hts[a])
-            order[_simd.popcount(above) + _simd.popcount(equal & ((1 << a) - 1))] = a  # (a permutation of m)
+            order[simd.popcount(above) + simd.popcount(equal & ((1 << a) - 1))] = a  # (a permutation of m)
             sel[a] = above  # (the lanes prominences take it from here)
         return
     if kept * 8 >= m and m > 64:
-        _sorted_order(hts, 0, m, order, kept, rad)
+        sorted_order(hts, 0, m, order, kept, rad)
         return
     ng = m // 4
     t = -np.inf
@@ -294,7 +295,7 @@ def _top(hts, m, kept, order, sel, tmp, rad):
         vals = tmp[:n_sel]
         for a in range(n_sel):
             vals[a] = hts[sel[a]]
-        _sorted_order(vals, 0, n_sel, order, kept, rad)
+        sorted_order(vals, 0, n_sel, order, kept, rad)
         for a in range(kept):
             order[a] = sel[order[a]]
         return
@@ -327,15 +328,15 @@ def _top(hts, m, kept, order, sel, tmp, rad):
             filled += 1
 
 
-#: a height's key for :func:`_sorted_order`: its float64 bits, all but the sign flipped when
+#: a height's key for :func:`sorted_order`: its float64 bits, all but the sign flipped when
 #: it is not negative, so that keys in ascending unsigned order are heights in descending order
 _FLIP = np.int64(0x7FFFFFFFFFFFFFFF)
-#: the buckets of one pass of :func:`_sorted_order` (a byte of the key) and its passes
+#: the buckets of one pass of :func:`sorted_order` (a byte of the key) and its passes
 _RADIX, _PASSES = 256, 8
 
 
-@njit(**_OPTS)
-def _sorted_order(hts, m0, m, order, count, rad):
+@njit(**EXACT_HELPER)
+def sorted_order(hts, m0, m, order, count, rad):
     """``order[m0 : m0 + count]``: the first ``count`` of the positions ``m0 .. m - 1`` from the
     highest of ``hts`` (finite), ties to the lower position (a stable sort).
 
@@ -352,7 +353,7 @@ def _sorted_order(hts, m0, m, order, count, rad):
     for q in range(_PASSES * _RADIX):
         hist[q] = 0
     for a in range(c):
-        b = _simd.float_bits(hts[m0 + a] + 0.0)  # (-0.0 + 0.0 is 0.0: one key for equal heights)
+        b = simd.float_bits(hts[m0 + a] + 0.0)  # (-0.0 + 0.0 is 0.0: one key for equal heights)
         key = b ^ ((~b >> 63) & _FLIP)
         keys[a] = key
         pos[a] = m0 + a
@@ -376,7 +377,7 @@ def _sorted_order(hts, m0, m, order, count, rad):
         order[m0 + a] = pos[a]
 
 
-@njit(inline="always", **_OPTS)
+@njit(**EXACT_INLINE)
 def _measured_top(row, m, cfg, cand, hts, prom, base, wid, order, sel, tmp, rad, fv, iv):
     """The ``k`` highest of ``m <= _LANE_MAXIMA`` maxima when no filter is left that could drop
     one: ranked in lanes (:func:`_top`) into ``order``, then the prominence (in lanes,

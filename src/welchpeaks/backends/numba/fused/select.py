@@ -1,6 +1,6 @@
 """Selection of the fused-cpu kernels: the ``k`` strongest bins or local maxima of one PSD row
 (:func:`select_into`), ranked by power (ties to the lower bin), optionally thinned to a least
-distance, then refined to fractional bins (``_numba_k_refine``); and the per-worker scratch it
+distance, then refined to fractional bins (``fused.refine``); and the per-worker scratch it
 works in (:func:`select_scratch`).
 
 A row is read from a worker's scratch (``n_bins + 2`` values, in L1) once or twice; ``k``
@@ -12,13 +12,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from welchpeaks.backends._numba_k_common import (INTERP_HANN, INTERP_LOG, INTERP_POWER, MODE_BINS, MODE_PSD,
-                                                  SelectScratch)
-from welchpeaks.backends._numba_k_edges import edge_refine_row
-from welchpeaks.backends._numba_k_refine import (_float32_bits, _is_float32_array, _refine, _refine_f32, _refine_hann,
-                                                  _refine_power_f32)
-from welchpeaks.numba_base import INLINE as _INL
-from welchpeaks.numba_base import worker_rows
+from welchpeaks.backends.numba.fused.common import (INTERP_HANN, INTERP_LOG, INTERP_POWER, MODE_BINS, MODE_PSD,
+                                                    SelectScratch)
+from welchpeaks.backends.numba.fused.edges import edge_refine_row
+from welchpeaks.backends.numba.fused.refine import (_float32_bits, _is_float32_array, _refine, _refine_f32,
+                                                    _refine_hann, _refine_power_f32)
+from welchpeaks.numba_base import FASTMATH_INLINE, worker_rows
 
 #: the low half of a selection key (the complement of a bin)
 _LOW32 = (1 << 32) - 1
@@ -26,7 +25,7 @@ _LOW32 = (1 << 32) - 1
 
 def select_scratch(workers: int, k: int, n_bins: int, dtype) -> SelectScratch:
     """Per-worker scratch of :func:`select_into` for rows of ``n_bins`` and ``k`` slots, a
-    :class:`~welchpeaks.backends._numba_k_common.SelectScratch` (its docstring says what each
+    :class:`~welchpeaks.backends.numba.fused.common.SelectScratch` (its docstring says what each
     array holds), each worker's rows a cache line apart."""
     return SelectScratch(
         worker_rows(workers, n_bins + 2, dtype),
@@ -37,7 +36,7 @@ def select_scratch(workers: int, k: int, n_bins: int, dtype) -> SelectScratch:
     )
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _insert_desc(vals, idx, count, cap, p, j):
     """Insert (p, j) into the descending list vals/idx of ``count`` (<= cap) entries.
 
@@ -59,7 +58,7 @@ def _insert_desc(vals, idx, count, cap, p, j):
     return count
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _candidates(prow, n_bins, mode, cand):
     """The candidate bins in ascending order into ``cand`` (every bin, or the local maxima);
     returns their count."""
@@ -75,7 +74,7 @@ def _candidates(prow, n_bins, mode, cand):
     return n_cand
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _select_keyed(prow, n_bins, k, mode, vals, idx, cand, top):
     """Selection of float32 rows without thinning; returns the count.
 
@@ -115,7 +114,7 @@ def _select_keyed(prow, n_bins, k, mode, vals, idx, cand, top):
     return count
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _select_scalar(prow, n_bins, k, mode, min_distance, vals, idx, cand):
     """Selection by insertion (or greedy thinning for ``min_distance > 1``); returns the count."""
     n_cand = _candidates(prow, n_bins, mode, cand)
@@ -147,15 +146,15 @@ def _select_scalar(prow, n_bins, k, mode, min_distance, vals, idx, cand):
     return count
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def select_into(prow, n_bins, sel, vals, idx, cand, top, out, r):
     """Select from one PSD row into row ``r`` of ``out`` (an
-    :class:`~welchpeaks.backends._numba_k_common.Outputs`; ``bins``, ``power``, ``fbin``
+    :class:`~welchpeaks.backends.numba.fused.common.Outputs`; ``bins``, ``power``, ``fbin``
     already filled with -1 / NaN).
 
     ``prow`` has ``n_bins + 2`` entries: the PSD at ``1..n_bins`` between two sentinels (-inf:
     DC and Nyquist may be peaks; +inf: never), so the local-maximum test needs no edge branches.
-    ``sel``: what to select (a :class:`~welchpeaks.backends._numba_k_common.Select`; its
+    ``sel``: what to select (a :class:`~welchpeaks.backends.numba.fused.common.Select`; its
     ``scale`` and ``edge`` are the caller's). ``vals``, ``idx``, ``cand``, ``top``: one
     worker's rows of :func:`select_scratch`. ``MODE_PSD`` (internal, ``k == n_bins``) writes
     the PSD row itself into ``out.power``.
@@ -201,7 +200,7 @@ def select_into(prow, n_bins, sel, vals, idx, cand, top, out, r):
         edge_refine_row(prow, 1, n_bins, idx, count, out_fbin, r, sel.edge_cfg, sel.edge_tab)
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _clear_row(out, r):
     """Row ``r`` of ``out`` emptied: bins -1, power and fractional bins NaN."""
     out_bins = out.bins

@@ -1,4 +1,4 @@
-"""The summation order of the fused-cpu pass (``_numba_k_common`` describes it): a block's power
+"""The summation order of the fused-cpu pass (``fused.common`` describes it): a block's power
 sums over its segments in chunks of ``CHUNK`` (:func:`block_sums`), the same sums for the
 find_peaks kernel (:func:`block_power`), the state a block leaves between pieces of long rows
 (:func:`_save_state`), and the sums of a call with fewer blocks than workers shared out by
@@ -13,18 +13,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from welchpeaks.backends import _simd
-from welchpeaks.backends._numba_k_common import CHUNK, Welch, Worker, _lanes
-from welchpeaks.backends._numba_k_fft import segments_power
-from welchpeaks.numba_base import HELPER as _HELPER
-from welchpeaks.numba_base import INLINE as _INL
-from welchpeaks.numba_base import LANES
-from welchpeaks.numba_base import OPTS as _OPTS
+from welchpeaks.backends.numba import simd
+from welchpeaks.backends.numba.fused.common import CHUNK, Welch, Worker, _lanes
+from welchpeaks.backends.numba.fused.fft import segments_power
+from welchpeaks.numba_base import FASTMATH, FASTMATH_HELPER, FASTMATH_INLINE, LANES
 
 # ------------------------------------------------------------------------------ a block's state
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _add_chunk(dst, src, n_bins, nv):
     """A completed chunk (rows ``1 .. n_bins`` of ``src``) added to the total (rows
     ``n_bins + 2 ..`` of ``dst``), lanes ``< nv``: one addition per value."""
@@ -34,7 +31,7 @@ def _add_chunk(dst, src, n_bins, nv):
             dst[tot + q, lane] += src[q + 1, lane]
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _total_into_tile(ac, n_bins, nv):
     """The row sums: the completed chunks' total plus the running chunk, into rows
     ``1 .. n_bins`` of ``ac`` (lanes ``< nv``)."""
@@ -44,7 +41,7 @@ def _total_into_tile(ac, n_bins, nv):
             ac[q + 1, lane] = ac[tot + q, lane] + ac[q + 1, lane]
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _save_state(ac, carry, done, r0, nl, n_bins):
     """A block's summation state into the rows ``r0 ..`` of ``carry`` (the running chunk) and
     ``done`` (the completed chunks' total; not written when empty)."""
@@ -61,11 +58,11 @@ def _save_state(ac, carry, done, r0, nl, n_bins):
 # ------------------------------------------------------------------------------ a call shared out by chunks
 
 
-@njit(parallel=True, **_OPTS)
+@njit(parallel=True, **FASTMATH)
 def _chunk_rounds(x, n_rows, n_seg, welch, scr, bad, pieces):
-    """The power sums of a :func:`~welchpeaks.backends._numba_k_fused.fused_pow2` call with
+    """The power sums of a :func:`~welchpeaks.backends.numba.fused.pow2.fused_pow2` call with
     fewer blocks than workers, shared out by chunks; the arguments are its own (``scr``: all of
-    its :class:`~welchpeaks.backends._numba_k_common.PassScratch`, ``acc`` holding at least a
+    its :class:`~welchpeaks.backends.numba.fused.common.PassScratch`, ``acc`` holding at least a
     block's sums a worker).
 
     Job ``i`` is chunk ``i // n_blocks`` of the call (counted from the chunk of segment
@@ -147,7 +144,7 @@ def _chunk_rounds(x, n_rows, n_seg, welch, scr, bad, pieces):
                 ws = Worker(tile[t], stats[t], sums[t], buf_re[t], buf_im[t])
                 segments_power(x, rj, lj, s_lo - seg0, s_hi - seg0, welch, ws, aj, fj, np.int64(0), pivot)
                 work[t] += 1
-                job = _simd.fetch_add(next_job, 1)
+                job = simd.fetch_add(next_job, 1)
         # the round's chunk sums into their blocks' totals, in job order: chunk order per block
         for i in range(j0, j1):
             _merge_job(i, parts[i - j0], flags[i - j0], n_rows, n_blocks, n_bins, c_first, seg0, n_seg, finish, acc,
@@ -165,7 +162,7 @@ def _chunk_rounds(x, n_rows, n_seg, welch, scr, bad, pieces):
                         carry[rb + lane, q] = 0.0
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _merge_job(i, part, fl, n_rows, n_blocks, n_bins, c_first, seg0, n_seg, finish, acc, bad, carry):
     """Job ``i`` of :func:`_chunk_rounds` done: its non-finite lanes (``fl``) into ``bad``, and
     its chunk sum (``part``, rows ``1 .. n_bins``) added to its block's total, or, when it is
@@ -185,7 +182,7 @@ def _merge_job(i, part, fl, n_rows, n_blocks, n_bins, c_first, seg0, n_seg, fini
                 carry[rb + lane, q] = part[q + 1, lane]
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def scale_tile(ac, scale, n_bins, nv):
     """The PSD of a block: its sums ``ac[1 .. n_bins, :nv]`` times the per-bin ``scale``, in
     the compute dtype (both fused kernels, so their PSD values are the same bits)."""
@@ -198,17 +195,17 @@ def scale_tile(ac, scale, n_bins, nv):
 # ------------------------------------------------------------------------------ a block's sums
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im, trend,
                 whole, tl, st, sm, re, im, ac, bad, carry, use_carry, pivot):
     """The sums of ``|2X|^2`` over the ``n_seg`` segments of rows ``r0 .. r0 + nl`` of ``x`` (a
     block of at most ``LANES`` rows, lane ``i`` is row ``r0 + i``), in the summation order,
     into ``ac[1 .. n_bins, lane]`` (``ac``: ``[>= 2 n_bins + 2, LANES]``); ``bad[r]`` set for
     a row that is not finite, cleared otherwise. For the find_peaks kernel
-    (``_numba_find_peaks.welch_find_peaks``), which passes its arguments one by one:
-    ``n_fft`` .. ``whole`` are the fields of a :class:`~welchpeaks.backends._numba_k_common.Welch`,
+    (``numba.find_peaks.welch_find_peaks``), which passes its arguments one by one:
+    ``n_fft`` .. ``whole`` are the fields of a :class:`~welchpeaks.backends.numba.fused.common.Welch`,
     ``tl``, ``st``, ``sm``, ``re``, ``im`` those of a
-    :class:`~welchpeaks.backends._numba_k_common.Worker`; with ``use_carry`` each row's first
+    :class:`~welchpeaks.backends.numba.fused.common.Worker`; with ``use_carry`` each row's first
     chunk starts from ``carry`` ``[rows, n_bins]``; ``pivot``: as :func:`block_sums`'.
     Returns the lanes computed (the rows rounded up to a vector; those past the last row hold
     zeros)."""
@@ -220,7 +217,7 @@ def block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev
     return nv
 
 
-@njit(**_HELPER)
+@njit(**FASTMATH_HELPER)
 def block_sums(x, r0, nl, seg0, n_seg, welch, ws, ac, bad, carry, done, use_carry, pivot):
     """One worker's sums of ``|2X|^2`` over segments ``seg0 .. seg0 + n_seg - 1`` of the rows
     ``r0 .. r0 + nl`` (a block) in the summation order.
@@ -228,16 +225,16 @@ def block_sums(x, r0, nl, seg0, n_seg, welch, ws, ac, bad, carry, done, use_carr
     Parameters: ``x`` ``[rows, samples]``, only read, its first sample starting segment
     ``seg0`` (int) of the rows; ``r0``, ``nl`` (int): the block's first row and its rows;
     ``n_seg`` (int): the segments; ``welch``: the constants (a
-    :class:`~welchpeaks.backends._numba_k_common.Welch`); ``ws``: one worker's scratch (a
-    :class:`~welchpeaks.backends._numba_k_common.Worker`); ``ac`` ``[>= 2 n_bins + 2,
+    :class:`~welchpeaks.backends.numba.fused.common.Welch`); ``ws``: one worker's scratch (a
+    :class:`~welchpeaks.backends.numba.fused.common.Worker`); ``ac`` ``[>= 2 n_bins + 2,
     LANES]``: on return the rows' running chunk (rows ``1 .. n_bins``; zero when the last
     segment completed its chunk) and their completed chunks' total (rows ``n_bins + 2 ..``);
     ``bad`` (bool ``[rows]``): set for a row whose samples are not finite, cleared otherwise;
     ``carry``, ``done``, ``use_carry``, ``pivot``: as the fields of a
-    :class:`~welchpeaks.backends._numba_k_common.Pieces` (an empty ``done`` is zero).
+    :class:`~welchpeaks.backends.numba.fused.common.Pieces` (an empty ``done`` is zero).
 
     Returns the lanes computed. Memory: the carried state read once, the samples as
-    :func:`~welchpeaks.backends._numba_k_fft.segments_power` reads them."""
+    :func:`~welchpeaks.backends.numba.fused.fft.segments_power` reads them."""
     n_fft = welch.n_fft
     n_bins = n_fft // 2 + 1
     tot = n_bins + 2

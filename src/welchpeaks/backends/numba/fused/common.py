@@ -2,10 +2,11 @@
 summation order's chunk, and the named tuples the kernels pass around (the Welch constants, what
 to select, the scratch, where the results go, the state of long rows fed in pieces).
 
-The kernels are split by concept (``_numba_kernels`` is their public face and lists the
-modules). Each function carries the options of ``welchpeaks.numba_base`` (``OPTS`` for the
-parallel kernels, ``HELPER`` for helpers behind a call, ``INLINE`` for those inlined), so a
-helper compiles the same wherever it is first called from.
+The kernels are split by concept (``numba.fused`` is their public face and lists the
+modules). Every function is compiled with fast-math's reassociation (``welchpeaks.numba_base``'s
+``FASTMATH`` for the parallel kernels, ``FASTMATH_RUNTIME`` for the functions with numba's
+runtime, ``FASTMATH_HELPER`` for helpers behind a call, ``FASTMATH_INLINE`` for those inlined),
+so a helper compiles the same wherever it is first called from.
 
 numba's on-disk cache keys a compiled function on its own source file only; the tests clear
 the caches after an edit of any module using numba (:func:`welchpeaks.numba_base.clear_stale_caches`).
@@ -19,8 +20,7 @@ import numpy as np
 from numba import njit
 
 from welchpeaks.estimators import ZERO_BELOW
-from welchpeaks.numba_base import INLINE as _INL
-from welchpeaks.numba_base import LANES
+from welchpeaks.numba_base import FASTMATH_INLINE, LANES
 from welchpeaks.params import DETREND_CODES, INTERP_CODES, MODE_CODES
 
 MODE_BINS = MODE_CODES["bins"]
@@ -65,7 +65,7 @@ DETREND_LINEAR = DETREND_CODES["linear"]
 CHUNK = 64
 
 
-@njit(**_INL)
+@njit(**FASTMATH_INLINE)
 def _lanes(nl):
     """The lanes computed for a block of ``nl`` rows: the rows, rounded up to a vector."""
     return min(LANES, (nl + 7) // 8 * 8)
@@ -109,10 +109,10 @@ refits the peaks next to DC and Nyquist (``EdgeModel.kernel_arrays()``;
 
 SelectScratch = namedtuple("SelectScratch", ("psd", "vals", "idx", "cand", "top"))
 SelectScratch.__doc__ = """One set of selection scratch per worker (``sel_scr``, leading axis: the
-worker; :func:`welchpeaks.backends._numba_k_select.select_scratch`), rows a cache line apart.
+worker; :func:`welchpeaks.backends.numba.fused.select.select_scratch`), rows a cache line apart.
 
 ``psd`` ``[workers, >= n_bins + 2]`` (compute dtype): a PSD row between its two sentinels
-(:func:`~welchpeaks.backends._numba_k_frames.frames_select` needs ``2 n_bins + 2``); ``vals``
+(:func:`~welchpeaks.backends.numba.fused.frames.frames_select` needs ``2 n_bins + 2``); ``vals``
 ``[workers, >= 3 k]``: the selected powers, then the three powers around each peak; ``idx``
 (int64 ``[workers, >= k + 1]``): the selected bins (or keys); ``cand`` (int64 ``[workers, >=
 n_bins]``): the candidate bins (or keys); ``top`` (int64 ``[workers, >= k + 1]``): the keyed

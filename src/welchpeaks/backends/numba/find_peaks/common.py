@@ -1,9 +1,11 @@
-"""What every module of the numba ``find_peaks`` kernel shares: its compile options, its
-constants, the named tuples it passes around (what to find, where the results go, a worker's
-scratch) and the one lane primitive all of them use.
+"""What every module of the numba ``find_peaks`` kernel shares: its constants, the named tuples
+it passes around (what to find, where the results go, a worker's scratch) and the one lane
+primitive all of them use.
 
-The kernel is split by concept (``_numba_find_peaks`` is its public face and lists the
-modules). Each module's functions carry the options below, so a helper compiles the same
+The kernel is split by concept (``numba.find_peaks`` is its public face and lists the
+modules). Every function is compiled exact (``welchpeaks.numba_base``'s ``EXACT_RUNTIME`` for the
+parallel kernels and the helpers that allocate, ``EXACT_HELPER`` for helpers behind a call,
+without numba's runtime, ``EXACT_INLINE`` for those inlined), so a helper compiles the same
 wherever it is first called from.
 
 numba's on-disk cache keys a compiled function on its own source file only; the tests clear
@@ -17,23 +19,19 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from welchpeaks.backends import _simd
-
-# Helpers run without numba's runtime, so without reference counts (numba_base.HELPER says why);
-# the parallel kernels and the helpers that allocate turn it on.
-_OPTS = dict(cache=True, nogil=True, boundscheck=False, _nrt=False)
-_KERNEL = dict(_OPTS, _nrt=True)
+from welchpeaks.backends.numba import simd
+from welchpeaks.numba_base import EXACT_HELPER
 
 #: the largest finite float64: ``abs(v) <= _BIG`` is False for infinity and NaN alike
 _BIG = np.finfo(np.float64).max
-#: samples per block of the block index (:func:`_numba_fp_extrema._scan_blocks`): one vector
-_BLOCK = _simd.WIDTH
+#: samples per block of the block index (:func:`find_peaks.extrema.scan_blocks`): one vector
+BLOCK = simd.WIDTH
 #: every lane of a block
-_ALL_LANES = (1 << _BLOCK) - 1
+_ALL_LANES = (1 << BLOCK) - 1
 #: up to this many maxima (one int64 of bits, the sign bit unused) the prominences, the ranking
 #: and the median's pick work in lanes
 _LANE_MAXIMA = 63
-#: how :func:`_numba_fp_rank._lazy_top` gets a visited peak's prominence: a walk, all known, in lanes
+#: how :func:`find_peaks.rank._lazy_top` gets a visited peak's prominence: a walk, all known, in lanes
 _PROM_WALK, _PROM_KNOWN, _PROM_LANES = 0, 1, 2
 
 #: columns of ``Scratch.wid`` (``[cap, 5]`` floats per candidate): the width, the height of the
@@ -44,19 +42,19 @@ WID_WIDTH, WID_LINE, WID_LEFT, WID_RIGHT, WID_SNR = 0, 1, 2, 3, 4
 BASE_LEFT, BASE_RIGHT = 0, 1
 #: rows of ``Scratch.fv`` (floats) and ``Scratch.iv`` (ints), the valleys between maxima: the
 #: valley's lowest sample, its first and last index; then the stack of the prominence sweep
-#: (:func:`_numba_fp_prominence._all_prominences`): heights, lows, their indices
+#: (:func:`find_peaks.prominence._all_prominences`): heights, lows, their indices
 FV_LOW, FV_STACK_H, FV_STACK_LOW = 0, 1, 2
 IV_FIRST, IV_LAST, IV_STACK_AT = 0, 1, 2
 #: slots of ``Scratch.last_row`` (what one row leaves to the next, rows of a batch being alike):
-#: the first tier's threshold (:func:`_numba_fp_rank._block_threshold`), the median's bracket
-#: ``[lo, hi)`` and 1.0 when it held the last median (:func:`_numba_fp_median._median_of`)
+#: the first tier's threshold (:func:`find_peaks.rank._block_threshold`), the median's bracket
+#: ``[lo, hi)`` and 1.0 when it held the last median (:func:`find_peaks.median.median_of`)
 LAST_THRESHOLD, LAST_LO, LAST_HI, LAST_HIT = 0, 1, 2, 3
 
 Config = namedtuple("Config", ("edges", "h_lim", "t_lim", "distance", "p_lim", "w_lim", "wlen", "rel_height",
                                "need_prom", "need_width", "k", "snr_min", "noise_bins", "need_snr", "interp", "alpha",
                                "n_fft", "one_sided", "s_lim", "edge_cfg", "edge_tab"))
 Config.__doc__ = """What the kernel finds (``cfg``), each field in the one type it is compiled for, so one
-signature serves every caller (build it with ``_numba_find_peaks.config``).
+signature serves every caller (build it with ``numba.find_peaks.config``).
 
 ``edges`` (bool): the first and last samples may be peaks; ``h_lim``, ``t_lim``, ``p_lim``,
 ``w_lim`` (``[min, max]`` float64 arrays, NaN where open): height, threshold, prominence and
@@ -73,7 +71,7 @@ sharp peak); ``edge_cfg``, ``edge_tab``: the tone model that refits the peaks ne
 Nyquist (``EdgeModel.kernel_arrays()``; ``edgefit.no_zone_arrays()``: none)."""
 
 Outputs = namedtuple("Outputs", ("idx", "h", "prom", "base", "width", "ips", "snr", "fbin", "counts"))
-Outputs.__doc__ = """Where the kernel writes (``out``; build it with ``_numba_find_peaks.outputs``): ``[rows, k]``
+Outputs.__doc__ = """Where the kernel writes (``out``; build it with ``numba.find_peaks.outputs``): ``[rows, k]``
 arrays ranked by height, -1 / NaN in empty slots, those not asked for of shape ``(0, 0, ...)``.
 
 ``idx`` (int64) and ``h``: index and height; ``prom`` and ``base`` (``[rows, k, 2]`` int64,
@@ -84,10 +82,10 @@ line height, left and right positions); ``snr`` (dB); ``fbin``: the refined posi
 Scratch = namedtuple("Scratch", ("cand", "hts", "keep", "prom", "base", "wid", "order", "mark", "bmin", "bmax", "tmp",
                                  "fv", "iv", "sel", "bpk", "bbits", "last_row", "rad"))
 Scratch.__doc__ = """A worker's scratch for rows of ``n`` samples (``cap = n // 2 + 2``, the most maxima a row
-holds; ``nb`` blocks of ``_BLOCK``), built by ``_numba_fp_rows._scratch``; nothing is cleared
+holds; ``nb`` blocks of ``BLOCK``), built by ``find_peaks.rows._scratch``; nothing is cleared
 between rows.
 
-Per candidate: ``cand`` (int64 ``[cap]``) its index, ``hts`` (``[cap + _BLOCK]``: whole
+Per candidate: ``cand`` (int64 ``[cap]``) its index, ``hts`` (``[cap + BLOCK]``: whole
 vectors for the lanes) its height, ``keep`` (bool ``[cap]``) a filter's verdict, ``prom``
 its prominence, ``base`` (int64 ``[cap, 2]``) its bases, ``wid`` (``[cap, 5]``, the ``WID_*``
 columns) its width and SNR, ``sel`` (int64 ``[cap]``) the ranking's survivors or the bits of
@@ -96,14 +94,14 @@ distance rule's stack and states). ``mark`` (int64 ``[n]``, zeros): samples a ke
 blocks under the distance rule, stamped with the row. Per block: ``bmin``, ``bmax`` (least and
 greatest sample), ``bpk`` (highest local maximum), ``bbits`` (int64, the maxima as bits).
 ``tmp`` (``3 max(n, 2 noise_bins + 1)`` floats): the medians' selection, the ranking's, the
-Hann refinement's gathered powers. ``fv`` (``[3, max(cap + 1 + _BLOCK, 4 _BLOCK)]`` floats)
+Hann refinement's gathered powers. ``fv`` (``[3, max(cap + 1 + BLOCK, 4 BLOCK)]`` floats)
 and ``iv`` (int64 ``[3, cap + 1]``): the valleys (``FV_*``, ``IV_*`` rows). ``last_row``
 (``[4]``, ``LAST_*`` slots): what the last row leaves to the next. ``rad`` (int64
 ``[4 cap + 2048]``): the radix sort's keys, positions and counts
-(``_numba_fp_rank._sorted_order``)."""
+(``find_peaks.rank.sorted_order``)."""
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _higher_bits(hts, m, h, start=0):
     """Which of ``m`` values are above ``h`` and which equal it, as bits, 16 lanes at a time.
 
@@ -113,8 +111,8 @@ def _higher_bits(hts, m, h, start=0):
     writes nothing: each bit is a rank (a popcount) or a side of a walk without a branch."""
     above = 0
     equal = 0
-    for o in range(0, m, _BLOCK):
-        a, e = _simd.compare_bits16(hts, start + o, h)
+    for o in range(0, m, BLOCK):
+        a, e = simd.compare_bits16(hts, start + o, h)
         above |= a << o
         equal |= e << o
     valid = (1 << m) - 1

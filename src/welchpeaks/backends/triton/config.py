@@ -1,6 +1,6 @@
 """The launch configuration of the Triton kernels as data: tiles, the constexprs and options
 each parameter set compiles with, and what ``triton-fused`` cannot compute. Nothing here imports
-torch or triton, so the roofline (:mod:`welchpeaks.backends.triton_roofline`), ``gpu-check``
+torch or triton, so the roofline (:mod:`welchpeaks.backends.triton.costs`), ``gpu-check``
 and the executions read the same constants.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from welchpeaks.backends import interpreting
-from welchpeaks.backends.triton_launch import _next_pow2
+from welchpeaks.backends.triton.launches import next_pow2
 from welchpeaks.params import PeakParams
 
 #: n_fft -> (rows per program, warps, least top-k slots) of ``triton-fused``; ``gpu-check``
@@ -36,7 +36,7 @@ def select_constants(p: PeakParams, lanes: int, least: int = 2) -> dict:
     for a bin index in a sort key, the sub-bin estimator (``INTERP``, ``ALPHA``, and the bin it
     refines from one side, ``ONE_SIDED``) and whether DC and Nyquist may be peaks (``EDGES``)."""
     ranked = lanes // 2 if p.mode == "peaks" else lanes
-    return {"KT": min(_next_pow2(p.k, least), ranked), "IB": max(1, (p.n_bins - 1).bit_length()),
+    return {"KT": min(next_pow2(p.k, least), ranked), "IB": max(1, (p.n_bins - 1).bit_length()),
             "INTERP": p.interp_code, "ALPHA": float(p.interp_alpha), "ONE_SIDED": p.one_sided, "EDGES": p.edges}
 
 
@@ -72,7 +72,7 @@ def fused_constants(p: PeakParams) -> tuple[dict[str, Any], dict[str, Any], int]
 
 def block_constants(p: PeakParams) -> tuple[dict[str, Any], dict[str, Any], int]:
     """(constexprs, options, rows per program) of ``triton-block``'s selection kernel for ``p``."""
-    nbp = _next_pow2(p.n_bins)
+    nbp = next_pow2(p.n_bins)
     select = select_constants(p, nbp)
     br, warps = block_tile(nbp, select["KT"])
     consts = dict(NB=p.n_bins, NBP=nbp, BR=br, PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance, **select)

@@ -1,6 +1,6 @@
 """What the Triton kernels cost on a GPU, from their structure and the GPU's published
 figures (:data:`welchpeaks.backends.pricing.PUBLISHED`): the launch constants each
-configuration compiles with (:mod:`welchpeaks.backends.triton_config`), and an analytic
+configuration compiles with (:mod:`welchpeaks.backends.triton.config`), and an analytic
 roofline (bytes, tensor-core flops and an estimate of the other instructions per row).
 
 ``welchpeaks gpu-check`` reports it beside the compiled figures, and the Triton executions'
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from welchpeaks.backends.pricing import PUBLISHED
-from welchpeaks.backends.triton_config import block_constants, fused_constants, fused_unsupported
+from welchpeaks.backends.triton.config import block_constants, fused_constants, fused_unsupported
 
 def issue_bound(roof: dict[str, Any], cfg: "KernelConfig", figures: dict[str, Any]) -> dict[str, Any]:
     """``roof`` with what the compiled code (``figures``: ``gpu-check``'s SASS counts and
@@ -62,7 +62,7 @@ class KernelConfig:
         return f"{self.kernel} n_fft {self.n_fft} k {self.k} seg {self.segments} {self.mode}{prec} {self.arch}"
 
 
-def _params(cfg: KernelConfig):
+def kernel_params(cfg: KernelConfig):
     from welchpeaks.params import make_params
 
     return make_params(n_fft=cfg.n_fft, k=cfg.k, segments=cfg.segments, mode=cfg.mode, precision=cfg.precision)
@@ -71,13 +71,13 @@ def _params(cfg: KernelConfig):
 def launch_constants(cfg: KernelConfig) -> dict[str, Any]:
     """The constexpr arguments and options (``num_warps``) the execution launches this
     configuration with."""
-    p = _params(cfg)
+    p = kernel_params(cfg)
     consts, options, _ = fused_constants(p) if cfg.kernel == "fused" else block_constants(p)
     return {**consts, **options}
 
 
 def unsupported(cfg: KernelConfig) -> str | None:
-    return fused_unsupported(_params(cfg)) if cfg.kernel == "fused" else None
+    return fused_unsupported(kernel_params(cfg)) if cfg.kernel == "fused" else None
 
 
 def _select_ops(lanes: int, k: int, peaks: bool, greedy: bool) -> float:
@@ -101,7 +101,7 @@ def roofline(cfg: KernelConfig) -> dict[str, Any]:
     estimate, not a count of the compiled code). ``ns_per_row`` is the largest of the three
     times (perfect overlap), ``ns_per_row_serial`` their sum; ``over_floor`` compares the
     former with reading the analysed samples once."""
-    p = _params(cfg)
+    p = kernel_params(cfg)
     n, nb, s, k = p.n_fft, p.n_bins, cfg.segments, p.k
     pub = PUBLISHED[cfg.arch]
     peaks, greedy = p.mode == "peaks", p.mode == "peaks" and p.min_distance > 1

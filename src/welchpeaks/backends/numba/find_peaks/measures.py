@@ -3,18 +3,18 @@
 caller names.
 
 Each row's peaks are measured with the ``find_peaks`` kernel's single-peak definitions, which
-are scipy's: the walks of :func:`_numba_fp_prominence._prominence` (sped up by the row's block
-index, :func:`_numba_fp_extrema._scan_blocks`), without ``edges``: scipy walks both sides of
+are scipy's: the walks of :func:`find_peaks.prominence._prominence` (sped up by the row's block
+index, :func:`find_peaks.extrema.scan_blocks`), without ``edges``: scipy walks both sides of
 any index, so a peak at the row's first or last sample gets a prominence of 0; and the width
-measure :func:`_numba_fp_filters._width`.
+measure :func:`find_peaks.filters._width`.
 
 Rows run in parallel (workers take runs of rows from a shared counter, each with its own block
 index); no fast-math, so every comparison, subtraction and interpolation is the IEEE operation
 scipy performs. One signature serves every caller: float64 rows, int64 peaks, the outputs of
 :func:`outputs`.
 
-After editing this module or any ``_numba_fp_*`` module it calls, clear the cached kernels
-(``_numba_fp_common`` says why).
+After editing this module or any ``find_peaks`` module it calls, clear the cached kernels
+(``find_peaks.common`` says why).
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ from collections import namedtuple
 import numpy as np
 from numba import njit, prange
 
-from welchpeaks.backends import _simd
-from welchpeaks.backends._numba_fp_common import _BIG, _BLOCK, _KERNEL, _OPTS
-from welchpeaks.backends._numba_fp_extrema import _scan_blocks
-from welchpeaks.backends._numba_fp_filters import _width
-from welchpeaks.backends._numba_fp_prominence import _prominence
+from welchpeaks.backends.numba import simd
+from welchpeaks.backends.numba.find_peaks.common import _BIG, BLOCK
+from welchpeaks.backends.numba.find_peaks.extrema import scan_blocks
+from welchpeaks.backends.numba.find_peaks.filters import _width
+from welchpeaks.backends.numba.find_peaks.prominence import _prominence
+from welchpeaks.numba_base import EXACT_HELPER, EXACT_RUNTIME
 
 #: the first compile, for the notice (measured with an empty cache on 2 shared cores: 4.9 s)
 COMPILE_TIME = "about 5 s on 2 cores"
@@ -58,7 +59,7 @@ def outputs(rows: int, k: int, prominence_data: tuple | None, need_width: bool) 
                     np.zeros(rows, np.bool_))
 
 
-@njit(parallel=True, **_KERNEL)
+@njit(parallel=True, **EXACT_RUNTIME)
 def host_peak_measures(x, peaks, wlen, rel_height, own_prom, out, n_workers):
     """Prominences and/or widths of the peaks ``peaks`` of every row of ``x``, as
     ``scipy.signal.peak_prominences`` and ``peak_widths`` give them for each row.
@@ -90,7 +91,7 @@ def host_peak_measures(x, peaks, wlen, rel_height, own_prom, out, n_workers):
     ``k`` slots of each output are written per row; the scratch is four ``ceil(n / 16)``
     arrays per worker."""
     n_rows, n = x.shape
-    nb = (n + _BLOCK - 1) // _BLOCK
+    nb = (n + BLOCK - 1) // BLOCK
     run = max(1, min(64, n_rows // (8 * n_workers)))
     next_row = np.zeros(1, np.int64)
     for t in prange(n_workers):
@@ -99,19 +100,19 @@ def host_peak_measures(x, peaks, wlen, rel_height, own_prom, out, n_workers):
         bpk = np.empty(nb, np.float64)
         bbits = np.empty(nb, np.int64)
         while True:
-            first = _simd.fetch_add(next_row, run)
+            first = simd.fetch_add(next_row, run)
             if first >= n_rows:
                 break
             _measure_rows(x, peaks, first, min(n_rows, first + run), wlen, rel_height, own_prom, out, bmin, bmax,
                           bpk, bbits)
 
 
-@njit(**_OPTS)
+@njit(**EXACT_HELPER)
 def _measure_rows(x, peaks, first, last, wlen, rel_height, own_prom, out, bmin, bmax, bpk, bbits):
     """Rows ``first .. last - 1`` of :func:`host_peak_measures` (its parameters; ``bmin``,
     ``bmax``, ``bpk``, ``bbits``: a worker's block index, ``ceil(n / 16)`` each).
 
-    Per row: its block index and finiteness in one pass (:func:`_scan_blocks`; without
+    Per row: its block index and finiteness in one pass (:func:`scan_blocks`; without
     ``own_prom`` a plain finiteness pass), then per peak :func:`_prominence` and
     :func:`_width`. Empty slots, and every slot of a row that is not finite, get NaN and -1."""
     n = x.shape[1]
@@ -122,7 +123,7 @@ def _measure_rows(x, peaks, first, last, wlen, rel_height, own_prom, out, bmin, 
         finite = True
         if n > 0:
             if own_prom:
-                finite = (_scan_blocks(row, False, bmin, bmax, bpk, bbits) & _simd.NOT_FINITE) == 0
+                finite = (scan_blocks(row, False, bmin, bmax, bpk, bbits) & simd.NOT_FINITE) == 0
             else:
                 for q in range(n):
                     finite &= abs(row[q]) <= _BIG  # False for NaN too

@@ -246,8 +246,6 @@ def test_layout_auto_with_a_tensor_returns_tensors():
 
 def _cuda_model(fused_per_row: float, select_per_row: float, h2d_bw: float = 25.0):
     """A 'measured' CUDA model with round numbers (time proportional to rows)."""
-    from dataclasses import replace
-
     from welchpeaks.plan.cost import LogLogTable
     from welchpeaks.plan.defaults import default_cuda_model
 
@@ -257,8 +255,7 @@ def _cuda_model(fused_per_row: float, select_per_row: float, h2d_bw: float = 25.
     tables = {**default_cuda_model().tables, "triton-fused/fused:float32:s1": flat(fused_per_row),
               "triton-fused/fused:float32:s2": flat(2 * fused_per_row),
               "triton-block/spectrum:peaks": flat(select_per_row), "triton-block/spectrum:bins": flat(select_per_row)}
-    model = default_cuda_model()
-    return replace(model, machine=replace(model.machine, status="measured", h2d_bw=h2d_bw), tables=tables)
+    return default_cuda_model().replaced(status="measured", tables=tables, h2d_bw=h2d_bw)
 
 
 def test_auto_on_device_data_ranks_the_gpu_executions_with_the_cuda_model():

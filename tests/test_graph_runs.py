@@ -90,8 +90,6 @@ def test_learned_execution_runs_its_graph():
 def test_the_gate_decides_fusion(name, n_fft):
     """Fused where the gate's score clears its minimum gain; the unfused chain (and it runs)
     when an injected cost model makes fusing not pay."""
-    from dataclasses import replace
-
     from welchpeaks.plan.defaults import default_cuda_model
 
     p = make_params(n_fft=n_fft, k=6, segments=3)
@@ -105,7 +103,7 @@ def test_the_gate_decides_fusion(name, n_fft):
     before = welchpeaks.WelchPeaks(n_fft=n_fft, k=6, segments=3, strategy=name)(x)
     # fusing never pays on this (fake) machine
     set_cost_model(synthetic_cpu_model(min_gain_ns=1e18) if ex.device == "cpu"
-                   else replace(default_cuda_model(), min_gain_ns=1e18), ex.device)
+                   else default_cuda_model().replaced(min_gain_ns=1e18), ex.device)
     wp = welchpeaks.WelchPeaks(n_fft=n_fft, k=6, segments=3, strategy=name)
     exp = wp.explain(batch=37, length=x.shape[1])
     assert "< min gain" in exp["fusion"]["reason"]

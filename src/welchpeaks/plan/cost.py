@@ -12,7 +12,7 @@ import contextlib
 import copy
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterator, Required, TypedDict
 
 import numpy as np
@@ -21,7 +21,7 @@ from welchpeaks import backends
 from welchpeaks.backends import (ELEMENTWISE_OPS, FIND_PEAKS_OVER_SELECT, FUSED_FILTERED_OVER_PLAIN, MissingCurve, Price,
                                  generic_price)
 from welchpeaks.ir import METADATA_OPS, Graph, Node, Op
-from welchpeaks.plan.fusion import IoFusionGate
+from welchpeaks.plan.fusion import MACHINE_FIELDS, IoFusionGate
 from welchpeaks.plan.io import GraphIoProfile, host_readback_bytes, profile_graph_io
 from welchpeaks.plan.state import PlanState, current_state
 
@@ -102,6 +102,14 @@ class BackendCostModel:
         and its own, by keyword."""
         return cls(IoFusionGate(**machine), threads, {} if tables is None else tables, {} if call_ns is None else call_ns,
                    {} if meta is None else meta)
+
+    def replaced(self, **changes: Any) -> "BackendCostModel":
+        """A copy with ``changes``, the machine record's fields among them (``dataclasses.replace``
+        takes only ``machine`` as a whole)."""
+        figures = {k: changes.pop(k) for k in list(changes) if k in MACHINE_FIELDS}
+        if figures:
+            changes["machine"] = replace(self.machine, **figures)
+        return replace(self, **changes)
 
     # the machine record's figures, read through the model
     device = property(lambda self: self.machine.device)

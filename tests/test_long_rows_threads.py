@@ -194,7 +194,7 @@ def test_split_rows_match_the_reference(workers, dtype, rows):
 
 def test_filtered_pass_sums_in_the_same_order(workers):
     """The fused pass with scipy's filters sums the segments in the same chunks as the plain
-    pass (``block_power``), so it still equals the PSD pass (here split on two workers) then
+    pass (``block_sums`` on the same records), so it still equals the PSD pass (here split on two workers) then
     find_peaks, bit for bit, on rows of many chunks."""
     from welchpeaks.api.detailed import make_filters
     from welchpeaks.backends import filtered

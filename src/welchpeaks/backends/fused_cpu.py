@@ -248,7 +248,8 @@ class FusedCpuPlan:
 
 class FusedFindPeaks(FusedCpuPlan):
     """The fused pass with scipy's filters (``params.filters``) and the measures in place of
-    the plain selection (``numba.find_peaks.welch_find_peaks``): each block's PSD rows go
+    the plain selection (``numba.find_peaks.welch_find_peaks``, on the plain pass's ``Welch``,
+    ``PassScratch`` and ``Pieces``): each block's PSD rows go
     through the find_peaks kernel's row step while they are in cache, so the PSD is never
     written; the results are those of the ``welch_psd`` and ``find_peaks`` nodes run apart,
     bit for bit."""
@@ -260,6 +261,9 @@ class FusedFindPeaks(FusedCpuPlan):
         super().__init__(params, n_seg, compute)
         ints = np.int32 if self.compute.itemsize == 4 else np.int64  # as wide as the PSD values
         self.lane_bits = np.zeros((self.buf_re.shape[0], 6, LANES), ints)
+        # the plain pass's scratch (a PassScratch) for every worker, as the kernel takes it
+        self._scr = (self.tile, self.stats, self.sums, self.buf_re, self.buf_im, self.acc, self.parts, self.flags,
+                     self.work)
 
     def _announce(self) -> None:
         kern = self.host.kern
@@ -267,14 +271,14 @@ class FusedFindPeaks(FusedCpuPlan):
 
     def run(self, x2d: np.ndarray) -> RowPeaks:
         x2d = kernel_input(np.ascontiguousarray(x2d))
-        p, rows = self.params, x2d.shape[0]
+        rows = x2d.shape[0]
         out = self.host.outputs(rows)
+        none = np.empty((0, self.params.n_bins), self.compute)
         with KERNEL_LOCK:
-            self.host.kern.welch_find_peaks(
-                x2d, rows, p.n_fft, p.hop, self.n_seg, self.window, self.ramp, self.consts, p.detrend_code, self.rev,
-                self.tw_re, self.tw_im, self.post_re, self.post_im, self.trend, self.scale, self.whole, self.tile,
-                self.stats, self.sums, self.buf_re, self.buf_im, self.acc, self._bad_rows(rows),
-                np.empty(0, x2d.dtype), self.lane_bits, self.host.cfg, out)
+            # the plain pass's records (Welch, PassScratch, Pieces of whole rows) as plain tuples
+            self.host.kern.welch_find_peaks(x2d, rows, self.n_seg, self._welch, self.scale, self._scr,
+                                            (none, none, False, True, np.empty(0, x2d.dtype), 0), self._bad_rows(rows),
+                                            self.lane_bits, self.host.cfg, out)
         return self.host.result(out, x2d.dtype)
 
     def pieces(self, rows: int, dtype: np.dtype) -> "LongRows":

@@ -200,17 +200,19 @@ def fused_launch(p: PeakParams, n_seg: int, rows: int, stride: int, t: dict[str,
     """The fused kernel's launch on ``rows`` rows ``stride`` samples apart, tensors ``t`` by
     role (:data:`TENSOR_DTYPES`)."""
     consts, options, br = fused_constants(p)
-    args = dict(x_ptr=t["x"], stride=stride, B=rows, S=n_seg, hop=p.hop, zero=0, win_ptr=t["window"], f1_ptr=t["f1"],
-                f2_ptr=t["f2"], f3_ptr=t["f3"], tw1_ptr=t["tw1"], tw2_ptr=t["tw2"], scale_ptr=t["scale"],
-                bins_ptr=t["bins"], pow_ptr=t["power"], fb_ptr=t["fb"], bad_ptr=t["bad"], K=p.k)
+    args = dict(x_ptr=t["x"], win_ptr=t["window"], f1_ptr=t["f1"], f2_ptr=t["f2"], f3_ptr=t["f3"], tw1_ptr=t["tw1"],
+                tw2_ptr=t["tw2"], scale_ptr=t["scale"],  # inputs
+                bins_ptr=t["bins"], pow_ptr=t["power"], fb_ptr=t["fb"], bad_ptr=t["bad"],  # outputs
+                B=rows, stride=stride, S=n_seg, hop=p.hop, K=p.k, zero=0)  # shapes and strides
     return Launch(_KERNELS, "fused", (max(1, math.ceil(rows / br)),), args, consts, options)
 
 
 def block_launch(p: PeakParams, n_seg: int, rows: int, t: dict[str, Any]) -> Launch:
     """The selection kernel's launch on the spectrum ``t['spec']`` of ``rows`` rows."""
     consts, options, br = block_constants(p)
-    args = dict(spec_ptr=t["spec"], B=rows, scale_ptr=t["scale"], bins_ptr=t["bins"], pow_ptr=t["power"],
-                fb_ptr=t["fb"], bad_ptr=t["bad"], S=n_seg, K=p.k)
+    args = dict(spec_ptr=t["spec"], scale_ptr=t["scale"],  # inputs
+                bins_ptr=t["bins"], pow_ptr=t["power"], fb_ptr=t["fb"], bad_ptr=t["bad"],  # outputs
+                B=rows, S=n_seg, K=p.k)  # shapes
     return Launch(_KERNELS, "block", (max(1, math.ceil(rows / br)),), args, consts, options)
 
 

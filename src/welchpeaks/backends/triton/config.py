@@ -19,6 +19,8 @@ FUSED_TILES = {64: (32, 8, 2), 128: (16, 8, 2), 256: (8, 8, 2), 512: (4, 8, 2), 
                4096: (1, 8, 16)}
 MAX_FUSED_K = 64
 PRECISION_CODES = {"fp32": 0, "tf32": 1, "bf16": 2}
+
+
 def block_tile(nbp: int, kt: int) -> tuple[int, int]:
     """(rows per program, warps) of ``triton-block`` for ``nbp`` bin lanes and ``kt`` top-k
     slots: 16 values per thread (fewer instructions per row than 8), 8 warps where 4 leave a few

@@ -18,6 +18,7 @@ from typing import Any
 from welchpeaks.backends.pricing import PUBLISHED
 from welchpeaks.backends.triton.config import block_constants, fused_constants, fused_unsupported
 
+
 def issue_bound(roof: dict[str, Any], cfg: "KernelConfig", figures: dict[str, Any]) -> dict[str, Any]:
     """``roof`` with what the compiled code (``figures``: ``gpu-check``'s SASS counts and
     residency) implies. Each SM issues at most 4 warp-instructions per cycle (one per

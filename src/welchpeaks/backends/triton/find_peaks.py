@@ -79,9 +79,16 @@ def _width(row, x, offs, p, h, prom, left_base, right_base, rel_height):
 
 
 @triton.jit
-def find_peaks_kernel(x_ptr, stride, n, lims_ptr, distance, wlen, K, idx_ptr, h_ptr, prom_ptr, base_ptr, wid_ptr,
-                    ips_ptr, cnt_ptr, NP: tl.constexpr, EDGES: tl.constexpr, NEED_PROM: tl.constexpr,
-                    NEED_WIDTH: tl.constexpr):
+def find_peaks_kernel(
+        # inputs: the rows (float64), the filters' bounds (below)
+        x_ptr, lims_ptr,
+        # outputs (below): index, height, prominence, bases, width, its line and crossings, count
+        idx_ptr, h_ptr, prom_ptr, base_ptr, wid_ptr, ips_ptr, cnt_ptr,
+        # shapes and strides: samples between rows, samples per row, slots per row; the filters
+        # that are integers: scipy's distance and wlen
+        stride, n, K, distance, wlen,
+        # meta-parameters: lanes (the next power of two of n); edges may be peaks; what to measure
+        NP: tl.constexpr, EDGES: tl.constexpr, NEED_PROM: tl.constexpr, NEED_WIDTH: tl.constexpr):
     """Peaks of row ``program_id`` of ``x [rows, n]`` (float64, row stride ``stride``).
 
     ``lims``: float64 ``[h_lo, h_hi, t_lo, t_hi, p_lo, p_hi, w_lo, w_hi, s_lo, s_hi,

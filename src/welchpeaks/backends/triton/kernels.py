@@ -20,6 +20,19 @@ error users will see. The constant matrices are split on the host.
 import triton
 import triton.language as tl
 
+from welchpeaks.params import DETREND_CODES, INTERP_CODES
+
+# The codes the kernels are launched with (constexprs; Triton reads a global inside a kernel only
+# as one), from the one table of each (:mod:`welchpeaks.params`).
+#: the sub-bin estimators (``INTERP``)
+INTERP_LOG = tl.constexpr(INTERP_CODES["log-parabola"])
+INTERP_POWER = tl.constexpr(INTERP_CODES["power-parabola"])
+INTERP_HANN = tl.constexpr(INTERP_CODES["hann"])
+INTERP_BOXCAR = tl.constexpr(INTERP_CODES["boxcar"])
+#: the detrending of a segment (``DETREND``)
+DETREND_NONE = tl.constexpr(DETREND_CODES[False])
+DETREND_LINEAR = tl.constexpr(DETREND_CODES["linear"])
+
 
 @triton.jit
 def _round_bits(v, HALF_ULP: tl.constexpr):
@@ -101,12 +114,12 @@ def _cat(lo, hi, BR: tl.constexpr, N1: tl.constexpr, N2: tl.constexpr, N3: tl.co
 
 @triton.jit
 def _prep(v, win, nT, N: tl.constexpr, DETREND: tl.constexpr):
-    """Detrend (0 none, 1 constant, 2 linear; least squares over the segment) and window one
-    segment held as ``[BR, N2, N3, N1]`` with sample index ``nT [N2, N3, N1]``."""
-    if DETREND >= 1:
+    """Detrend (``DETREND_*``: none, constant, linear; least squares over the segment) and window
+    one segment held as ``[BR, N2, N3, N1]`` with sample index ``nT [N2, N3, N1]``."""
+    if DETREND != DETREND_NONE:
         mean = tl.sum(tl.sum(tl.sum(v, 3), 2), 1) / N
         v = v - mean[:, None, None, None]
-        if DETREND == 2:
+        if DETREND == DETREND_LINEAR:
             t = nT.to(tl.float32) - (N - 1) / 2.0
             slope = tl.sum(tl.sum(tl.sum(v * t[None, :, :, :], 3), 2), 1) / (N * (N * N - 1) / 12.0)
             v = v - slope[:, None, None, None] * t[None, :, :, :]
@@ -201,7 +214,7 @@ def _key(v, idx, delta, ok, IB: tl.constexpr):
 def _offset(a, b, c, INTERP: tl.constexpr, ALPHA: tl.constexpr):
     """:func:`welchpeaks.estimators.interp_offset` in the kernel, elementwise: the offset in bins
     of a peak of power ``b`` between ``a`` and ``c`` by the estimator ``INTERP``
-    (:data:`welchpeaks.params.INTERP_CODES`; ``ALPHA``: the power parabola's exponent). A
+    (``INTERP_*``, :data:`welchpeaks.params.INTERP_CODES`; ``ALPHA``: the power parabola's exponent). A
     neighbour under ``1e-12`` of the peak (``ZERO_BELOW``) counts as zero, as everywhere. The
     Hann estimator is not corrected for a real tone's image here (``real_tone_hann``): it moves
     a tone by under 1e-5 bins (n_fft 256, tones 10 bins from DC), below the float32 refinement's
@@ -212,26 +225,26 @@ def _offset(a, b, c, INTERP: tl.constexpr, ALPHA: tl.constexpr):
     b = tl.maximum(b, zero)
     a = tl.where(a > b * 1e-12, tl.minimum(a, b), zero)
     c = tl.where(c > b * 1e-12, tl.minimum(c, b), zero)
-    if INTERP == 1:  # log-parabola; the offset does not depend on the log's base
+    if INTERP == INTERP_LOG:  # log-parabola; the offset does not depend on the log's base
         la = tl.log2(tl.where(a > 0, a, 1.0))
         lb = tl.log2(tl.where(b > 0, b, 1.0))
         lc = tl.log2(tl.where(c > 0, c, 1.0))
         den = la - 2.0 * lb + lc
         ok = (a > 0) & (b > 0) & (c > 0) & (den < 0)
         d = tl.where(ok, 0.5 * (la - lc) / tl.where(ok, den, -1.0), zero)
-    elif INTERP == 2:  # power parabola: p ** ALPHA
+    elif INTERP == INTERP_POWER:  # power parabola: p ** ALPHA
         pa = tl.where(a > 0, tl.exp2(ALPHA * tl.log2(tl.where(a > 0, a, 1.0))), zero)
         pb = tl.where(b > 0, tl.exp2(ALPHA * tl.log2(tl.where(b > 0, b, 1.0))), zero)
         pc = tl.where(c > 0, tl.exp2(ALPHA * tl.log2(tl.where(c > 0, c, 1.0))), zero)
         den = pa - 2.0 * pb + pc
         d = tl.where(den < 0, 0.5 * (pa - pc) / tl.where(den < 0, den, -1.0), zero)
-    elif INTERP == 3:  # periodic Hann: the 3-point magnitude ratio
+    elif INTERP == INTERP_HANN:  # periodic Hann: the 3-point magnitude ratio
         sa = tl.sqrt(a)
         sb = tl.sqrt(b)
         sc = tl.sqrt(c)
         den = sa + 2.0 * sb + sc
         d = tl.where(den > 0, 2.0 * (sc - sa) / tl.where(den > 0, den, 1.0), zero)
-    elif INTERP == 4:  # boxcar: the larger neighbour's magnitude over its sum with the peak's
+    elif INTERP == INTERP_BOXCAR:  # boxcar: the larger neighbour's magnitude over its sum with the peak's
         sa = tl.sqrt(a)
         sb = tl.sqrt(b)
         sc = tl.sqrt(c)
@@ -266,10 +279,19 @@ def _halve(x, odd):
 
 
 @triton.jit
-def select_store(psd, last, rows, rmask, NB: tl.constexpr, L: tl.constexpr, HAS_LAST: tl.constexpr, K,
-                 KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr,
-                 INTERP: tl.constexpr, ALPHA: tl.constexpr, ONE_SIDED: tl.constexpr,
-                 EDGES: tl.constexpr, bad, bins_ptr, pow_ptr, fb_ptr):
+def select_store(
+        # inputs: the PSD tile [BR, L]; the last bin [BR] (with HAS_LAST); the tile's rows, which
+        # of them exist, which are not finite (their slots left empty)
+        psd, last, rows, rmask, bad,
+        # outputs: bins, powers, fractional bins, [B, K] each
+        bins_ptr, pow_ptr, fb_ptr,
+        # shapes: slots per row
+        K,
+        # meta-parameters: the tile's bins and lanes, whether the last bin comes apart; the
+        # selection (:func:`welchpeaks.backends.triton.config.select_constants`, and PEAKS, MIN_DIST)
+        NB: tl.constexpr, L: tl.constexpr, HAS_LAST: tl.constexpr,
+        KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr,
+        INTERP: tl.constexpr, ALPHA: tl.constexpr, ONE_SIDED: tl.constexpr, EDGES: tl.constexpr):
     """The reference's selection on a tile of ``L`` bins ``psd [BR, L]`` (lanes past ``NB``
     ignored) and, when ``HAS_LAST``, one more bin ``last [BR]`` (bin ``L = NB - 1``: the fused
     kernel keeps the Nyquist bin out of the lanes so that they are ``N/2``, not ``N``); then
@@ -312,7 +334,7 @@ def select_store(psd, last, rows, rmask, NB: tl.constexpr, L: tl.constexpr, HAS_
         f = _halve(f, odd)
         inner = ok & (f > 0) & (f < NB - 1)  # unrefined at the edges
         off = _offset(left, psd, right, INTERP, ALPHA)
-        if INTERP == 3 and ONE_SIDED > 0:  # Hann at the first bin a constant detrend leaves: its right side only
+        if INTERP == INTERP_HANN and ONE_SIDED > 0:  # Hann at the first bin a constant detrend leaves: its right side only
             off = tl.where(f == ONE_SIDED, _one_sided_hann(psd, right), off)
         key = _key(psd, f, tl.where(inner, off, 0.0), ok, IB)
         if HAS_LAST:
@@ -364,12 +386,24 @@ def _store_keys(top, mask, bad, out, IB: tl.constexpr, bins_ptr, pow_ptr, fb_ptr
 
 
 @triton.jit(do_not_specialize=["B"])  # one compile for any row count (1 included)
-def fused(x_ptr, stride, B, S, hop, zero, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw2_ptr, scale_ptr, bins_ptr,
-          pow_ptr, fb_ptr, bad_ptr, K, N1: tl.constexpr, N2: tl.constexpr, N3: tl.constexpr, BR: tl.constexpr,
-          HALF: tl.constexpr, DETREND: tl.constexpr, KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr,
-          IB: tl.constexpr, INTERP: tl.constexpr, ALPHA: tl.constexpr, ONE_SIDED: tl.constexpr,
-                 EDGES: tl.constexpr,
-          PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+def fused(
+        # inputs: the raw rows; the window, the DFT matrix of each radix (split for the
+        # precision), the twiddles after steps 1 and 2, the per-bin scale (all fp32)
+        x_ptr, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_ptr, tw2_ptr, scale_ptr,
+        # outputs: bins, powers, fractional bins [B, K]; each row's non-finite flag [B]
+        bins_ptr, pow_ptr, fb_ptr, bad_ptr,
+        # shapes and strides: rows, samples between rows, segments, samples between segments,
+        # slots per row; zero: always 0 (see below)
+        B, stride, S, hop, K, zero,
+        # meta-parameters: the DFT's radices (N = N1 N2 N3), rows per program, 50% overlap;
+        # the segments' detrending (DETREND_*)
+        N1: tl.constexpr, N2: tl.constexpr, N3: tl.constexpr, BR: tl.constexpr, HALF: tl.constexpr,
+        DETREND: tl.constexpr,
+        # the selection (select_store's)
+        KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr, INTERP: tl.constexpr,
+        ALPHA: tl.constexpr, ONE_SIDED: tl.constexpr, EDGES: tl.constexpr,
+        # the tensor-core products' precision (see the module), Triton's interpreter
+        PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
     """Raw rows in, peaks out: the ``S`` Welch segments of ``BR`` rows (``hop`` apart, ``N =
     N1 N2 N3`` samples each), the mean of their power spectra, the top ``K`` peaks per row.
 
@@ -435,15 +469,23 @@ def fused(x_ptr, stride, B, S, hop, zero, win_ptr, f1_ptr, f2_ptr, f3_ptr, tw1_p
     # test of the sums instead of one per sample keeps no per-sample flags in registers.
     bad = tl.sum(_nonfinite(acc).to(tl.int32), 1)
     tl.store(bad_ptr + rows, bad, mask=rmask)
-    select_store((lo + mirrored) * scale[None, :], last, rows, rmask, N // 2 + 1, N // 2, True, K, KT, PEAKS,
-                 MIN_DIST, IB, INTERP, ALPHA, ONE_SIDED, EDGES, bad, bins_ptr, pow_ptr, fb_ptr)
+    select_store((lo + mirrored) * scale[None, :], last, rows, rmask, bad, bins_ptr, pow_ptr, fb_ptr, K, N // 2 + 1,
+                 N // 2, True, KT, PEAKS, MIN_DIST, IB, INTERP, ALPHA, ONE_SIDED, EDGES)
 
 
 @triton.jit(do_not_specialize=["B"])
-def block(spec_ptr, B, scale_ptr, bins_ptr, pow_ptr, fb_ptr, bad_ptr, S, K, NB: tl.constexpr, NBP: tl.constexpr,
-          BR: tl.constexpr, KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr,
-          INTERP: tl.constexpr, ALPHA: tl.constexpr, ONE_SIDED: tl.constexpr,
-                 EDGES: tl.constexpr):
+def block(
+        # inputs: the spectrum [B, S, NB] (complex64 as float pairs), the per-bin scale
+        spec_ptr, scale_ptr,
+        # outputs: bins, powers, fractional bins [B, K]; each row's non-finite flag [B]
+        bins_ptr, pow_ptr, fb_ptr, bad_ptr,
+        # shapes: rows, segments, slots per row
+        B, S, K,
+        # meta-parameters: bins, their lanes (the next power of two), rows per program
+        NB: tl.constexpr, NBP: tl.constexpr, BR: tl.constexpr,
+        # the selection (select_store's)
+        KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr, INTERP: tl.constexpr,
+        ALPHA: tl.constexpr, ONE_SIDED: tl.constexpr, EDGES: tl.constexpr):
     """Power, segment mean and selection of a spectrum ``[B, S, NB]`` (complex64 as float
     pairs): reads the spectrum once, writes ``K`` results per row and one flag (non-finite
     sums: a NaN or infinite value in the spectrum, or a power past fp32's range; the row's
@@ -462,5 +504,5 @@ def block(spec_ptr, B, scale_ptr, bins_ptr, pow_ptr, fb_ptr, bad_ptr, S, K, NB: 
     bad = tl.sum(_nonfinite(acc).to(tl.int32), 1)  # lanes past NB and rows past B hold 0.0
     tl.store(bad_ptr + rows, bad, mask=rmask)
     # no separate last bin here (HAS_LAST is False): the ``last`` argument is a placeholder
-    select_store(acc * scale[None, :], bad.to(tl.float32), rows, rmask, NB, NBP, False, K, KT, PEAKS, MIN_DIST, IB,
-                 INTERP, ALPHA, ONE_SIDED, EDGES, bad, bins_ptr, pow_ptr, fb_ptr)
+    select_store(acc * scale[None, :], bad.to(tl.float32), rows, rmask, bad, bins_ptr, pow_ptr, fb_ptr, K, NB, NBP,
+                 False, KT, PEAKS, MIN_DIST, IB, INTERP, ALPHA, ONE_SIDED, EDGES)

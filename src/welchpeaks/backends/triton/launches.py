@@ -110,9 +110,10 @@ def find_peaks_launch(rows: int, n: int, stride: int, distance: int, wlen: int, 
     for sm_90 without spills up to :data:`MAX_FIND_PEAKS_N`), no FMA contraction (scipy's
     ``h - prominence * rel_height`` is two roundings)."""
     np_ = next_pow2(n, 16)
-    args = dict(x_ptr=t["x"], stride=stride, n=n, lims_ptr=t["lims"], distance=distance, wlen=wlen, K=slots,
+    args = dict(x_ptr=t["x"], lims_ptr=t["lims"],  # inputs
                 idx_ptr=t["indices"], h_ptr=t["heights"], prom_ptr=t["prom"], base_ptr=t["base"], wid_ptr=t["wid"],
-                ips_ptr=t["ips"], cnt_ptr=t["counts"])
+                ips_ptr=t["ips"], cnt_ptr=t["counts"],  # outputs
+                stride=stride, n=n, K=slots, distance=distance, wlen=wlen)  # shapes, strides, integer filters
     return Launch("welchpeaks.backends.triton.find_peaks", "find_peaks_kernel", (rows,), args,
                   dict(NP=np_, EDGES=edges, NEED_PROM=need_prom, NEED_WIDTH=need_width),
                   {"num_warps": min(16, max(4, np_ // 256)), "enable_fp_fusion": False})

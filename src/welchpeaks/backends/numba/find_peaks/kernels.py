@@ -12,7 +12,8 @@ For ``welch_peaks`` with filters it also takes an SNR minimum (after scipy's fil
 PSD rows are read once and only the kept peaks are measured.
 
 This module holds its two parallel entry points, :func:`host_find_peaks` (rows in memory) and
-:func:`welch_find_peaks` (rows computed by the fused Welch pass), with what to find
+:func:`welch_find_peaks` (rows computed by the fused Welch pass, from the records the plain
+pass takes), with what to find
 (:func:`config`) and where the results go (:func:`outputs`); the family's face
 (:mod:`welchpeaks.backends.numba.find_peaks`) exports them and lists the modules the work is
 split over.
@@ -27,7 +28,7 @@ from welchpeaks.backends.numba import simd
 from welchpeaks.backends.numba.find_peaks.common import Config, Outputs
 from welchpeaks.backends.numba.find_peaks.median import lane_medians
 from welchpeaks.backends.numba.find_peaks.rows import _scratch, row_step
-from welchpeaks.backends.numba.fused import block_power, scale_tile
+from welchpeaks.backends.numba.fused import PassScratch, Pieces, Welch, Worker, block_sums, scale_tile, total_into_tile
 from welchpeaks.numba_base import EXACT_RUNTIME, LANES
 
 #: the first compile, for the notice (measured with an empty cache: 44-46 s)
@@ -121,45 +122,52 @@ def host_find_peaks(x, cfg, out, n_workers):
             row_step(x, first, min(n_rows, first + run), np.int64(0), cfg, out, scr, no_medians)
 
 
+@njit(**EXACT_RUNTIME)  # (it hands arrays to a parallel function: with numba's runtime)
+def welch_find_peaks(x, n_rows, n_seg, welch, scale, scr, pieces, bad, lane_bits, cfg, out):
+    """:func:`welch_find_peaks_pass` called from Python: its records ``welch``, ``scr`` and
+    ``pieces``, those :func:`~welchpeaks.backends.numba.fused.fused_pow2` takes, come as plain
+    tuples of their fields and are named here, as ``fused_pow2`` names them (numba types a
+    plain tuple's fields in C at each call, a named tuple's in Python: about 80 ns a field)."""
+    welch_find_peaks_pass(x, n_rows, n_seg, Welch(*welch), scale, PassScratch(*scr), Pieces(*pieces), bad, lane_bits,
+                          cfg, out)
+
+
 @njit(parallel=True, **EXACT_RUNTIME)
-def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im,
-                     trend, scale, whole, tile, stats, sums, buf_re, buf_im, acc, bad, pivot, lane_bits, cfg, out):
+def welch_find_peaks_pass(x, n_rows, n_seg, welch, scale, scr, pieces, bad, lane_bits, cfg, out):
     """The fused pass of ``welch_peaks`` with scipy's filters: Welch's PSD of each block of
     ``LANES`` rows, straight into the row step, so the PSD is never written.
 
-    Each block's PSD is computed in a worker's scratch (:func:`numba.fused.block_power`,
-    the arithmetic of :func:`numba.fused.fused_pow2`, then :func:`numba.fused.scale_tile`);
-    its rows' medians come from the block all at once when the SNR needs the row's median
-    (:func:`lane_medians`: the PSD of a power-of-two ``n_fft`` has an odd number of bins, so
-    the median is one of its values, exactly the one :func:`median_of` picks); then the
-    block's rows go through :func:`row_step` in one call, as :func:`host_find_peaks` takes them,
-    while they are in cache. Workers take blocks from a shared counter.
-
-    All parameters but the last four are ``fused_pow2``'s, its scratch with a leading worker
-    axis (one set per worker).
+    Each block's PSD is computed in a worker's scratch as the plain fused pass computes it
+    (:func:`~welchpeaks.backends.numba.fused.block_sums` in the summation order,
+    :func:`~welchpeaks.backends.numba.fused.total_into_tile`, then
+    :func:`~welchpeaks.backends.numba.fused.scale_tile`: the same bits); its rows' medians come
+    from the block all at once when the SNR needs the row's median (:func:`lane_medians`: the
+    PSD of a power-of-two ``n_fft`` has an odd number of bins, so the median is one of its
+    values, exactly the one :func:`median_of` picks); then the block's rows go through
+    :func:`row_step` in one call, as :func:`host_find_peaks` takes them, while they are in
+    cache. Workers take blocks from a shared counter.
 
     Parameters
     ----------
-    x : float32 or float64 ``[>= n_rows, >= frame]``
-        The raw signals, one per row; only read.
-    n_rows, n_fft, hop, n_seg : int
-        Rows to compute; the segment length (a power of two), the step between segments, the
-        segments per row.
-    window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im, trend, scale, whole
-        The Welch constants, in the compute dtype: the window; ``ramp[i] = i - (n_fft - 1) /
-        2`` and ``consts = [1 / n_fft, 1 / sum(ramp**2)]`` (detrending); ``detrend``, a
-        ``DETREND_CODES`` code; ``rev``, the bit reversal of ``n_fft / 2``; ``tw_*``, the FFT's
-        twiddles; ``post_*``, the real spectrum's unpacking factors; ``trend``, ``[4, n_bins]``
-        the parts of ``2 rfft(window)`` and ``2 rfft(window * ramp)``; ``scale``, the per-bin
-        factor from the sums of ``|2X|^2`` to the PSD; ``whole`` (bool): ``tile`` holds a
-        block's whole frame, else one segment.
-    tile, stats, sums, buf_re, buf_im, acc
-        Worker scratch of ``fused_pow2`` (``acc``: ``[workers, >= 2 n_bins + 2, LANES]``, where
-        the block's PSD lies in rows ``1 .. n_bins``).
-    bad : bool ``[n_rows]``
+    x, n_rows, n_seg, welch
+        The raw signals, the rows to compute, their segments, the constants of the power sums
+        (a :class:`~welchpeaks.backends.numba.fused.Welch`): as the plain pass takes them
+        (:func:`~welchpeaks.backends.numba.fused.pow2.fused_pass`).
+    scale : ``[n_bins]``, the compute dtype
+        The per-bin factor from the sums of ``|2X|^2`` to the PSD (``Select.scale`` of the
+        plain pass).
+    scr : :class:`~welchpeaks.backends.numba.fused.PassScratch`
+        The pass's scratch, as ``fused_pow2`` takes it (one worker per entry of ``buf_re``;
+        ``tile`` .. ``acc`` are used, ``acc`` holding a block's PSD in rows ``1 .. n_bins``;
+        the filters take whole blocks, so ``parts``, ``flags`` and ``work`` are not).
+    pieces : :class:`~welchpeaks.backends.numba.fused.Pieces`
+        Where the rows' sums start, as ``fused_pow2`` takes it: ``carry``, ``done``,
+        ``use_carry``, ``pivot`` (each row's shift when detrending; empty: its first sample),
+        ``seg0``. The filters need each row's whole PSD, so every call finishes its rows
+        (``finish`` is not read): whole rows have ``use_carry`` false and empty ``carry`` and
+        ``done``.
+    bad : bool ``[>= n_rows]``
         Written: set for the rows that are not finite (their ``counts`` are -1).
-    pivot : ``[n_rows]`` or empty
-        Each row's shift when detrending (empty: its first sample).
     lane_bits : ``[workers, 6, LANES]`` ints as wide as the compute dtype
         Scratch of :func:`lane_medians`.
     cfg, out
@@ -167,27 +175,28 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
 
     Memory: ``x`` is read once; the PSD stays in the worker's scratch (L1/L2); ``k`` slots are
     written per row."""
-    n_bins = n_fft // 2 + 1
+    n_bins = welch.n_fft // 2 + 1
+    tile, stats, sums, buf_re, buf_im, acc = scr.tile, scr.stats, scr.sums, scr.buf_re, scr.buf_im, scr.acc
+    carry, done, use_carry, pivot, seg0 = pieces.carry, pieces.done, pieces.use_carry, pieces.pivot, pieces.seg0
     n_workers = buf_re.shape[0]
     n_blocks = (n_rows + LANES - 1) // LANES
     next_block = np.zeros(1, np.int64)
-    none = np.empty((0, n_bins), acc.dtype)
-    use_carry = none.shape[0] > 0  # False as a bool, not a literal: one compile of block_power for both kernels
     medians = (cfg.snr_min == cfg.snr_min or cfg.need_snr) and cfg.noise_bins < 1
     for t in prange(n_workers):
-        scr = _scratch(n_bins, cfg.noise_bins)
+        rs = _scratch(n_bins, cfg.noise_bins)
         rows = np.empty((LANES, n_bins), np.float64)
         med = np.full(LANES, np.nan)
         ac = acc[t]
+        ws = Worker(tile[t], stats[t], sums[t], buf_re[t], buf_im[t])
         while True:
             blk = simd.fetch_add(next_block, 1)
             if blk >= n_blocks:
                 break
             r0 = blk * LANES
             nl = min(LANES, n_rows - r0)
-            nv = block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im,
-                             post_re, post_im, trend, whole, tile[t], stats[t], sums[t], buf_re[t], buf_im[t], ac, bad,
-                             none, use_carry, pivot)
+            # the block's PSD: its sums (the plain pass's call, one compile for both), scaled
+            nv = block_sums(x, r0, nl, seg0, n_seg, welch, ws, ac, bad, carry, done, use_carry, pivot)
+            total_into_tile(ac, n_bins, nv)
             scale_tile(ac, scale, n_bins, nv)
             if medians:
                 lane_medians(ac, n_bins, lane_bits[t], med)
@@ -196,4 +205,4 @@ def welch_find_peaks(x, n_rows, n_fft, hop, n_seg, window, ramp, consts, detrend
                     rows[lane, q] = ac[q + 1, lane]
                 if bad[r0 + lane]:
                     rows[lane, 0] = np.nan  # left empty, counts -1
-            row_step(rows, np.int64(0), nl, r0, cfg, out, scr, med)  # (not a literal: one compile, see host_find_peaks)
+            row_step(rows, np.int64(0), nl, r0, cfg, out, rs, med)  # (not a literal: one compile, see host_find_peaks)

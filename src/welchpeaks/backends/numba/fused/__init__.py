@@ -8,8 +8,9 @@ segment's trend there and adds its power to the block's sums, in chunks of ``CHU
 whose sums are added in order (the order is fixed by the segment indices alone, so a block's
 chunks may go to several workers when a call has fewer blocks than workers, without changing a
 bit). After the last segment it scales the power and selects the peaks of each row (with
-scipy's filters, ``numba.find_peaks.welch_find_peaks`` calls the same sums through
-:func:`block_power` and hands each row to the find_peaks kernel instead). Non-power-of-two
+scipy's filters, ``numba.find_peaks.welch_find_peaks`` takes the same records, calls the same
+sums (:func:`block_sums`, :func:`total_into_tile`, :func:`scale_tile`) and hands each row to the
+find_peaks kernel instead). Non-power-of-two
 ``n_fft`` uses :func:`window_segments` and :func:`power_select_spectrum` around
 ``scipy.fft.rfft`` instead (same arithmetic, one more pass over memory); frames of overlapping
 segments use :func:`frames_select`.
@@ -49,10 +50,10 @@ from welchpeaks.backends.numba.fused.frames import frames_select, power_select_s
 from welchpeaks.backends.numba.fused.pow2 import fused_pow2
 from welchpeaks.backends.numba.fused.refine import hann_gathered, sub_bin_offset
 from welchpeaks.backends.numba.fused.select import select_scratch
-from welchpeaks.backends.numba.fused.sums import block_power, block_sums, scale_tile
+from welchpeaks.backends.numba.fused.sums import block_sums, scale_tile, total_into_tile
 
 __all__ = ["CHUNK", "DETREND_CONSTANT", "DETREND_LINEAR", "DETREND_NONE", "INTERP_BOXCAR", "INTERP_HANN", "INTERP_LOG",
            "INTERP_POWER", "MODE_BINS", "MODE_PEAKS", "MODE_PSD", "Outputs", "PassScratch", "Pieces", "Select",
-           "SelectScratch", "Welch", "Worker", "block_power", "block_sums", "edge_refine_row", "frames_select",
-           "fused_pow2", "hann_gathered", "power_select_spectrum", "scale_tile", "select_scratch", "sub_bin_offset",
+           "SelectScratch", "Welch", "Worker", "block_sums", "edge_refine_row", "frames_select", "fused_pow2",
+           "hann_gathered", "power_select_spectrum", "scale_tile", "select_scratch", "sub_bin_offset", "total_into_tile",
            "window_segments"]

@@ -23,7 +23,7 @@ from numba import njit, prange
 from welchpeaks.backends.numba.fused.common import (Outputs, PassScratch, Pieces, Select, SelectScratch, Welch, Worker,
                                                     _lanes)
 from welchpeaks.backends.numba.fused.select import _clear_row, select_into
-from welchpeaks.backends.numba.fused.sums import _chunk_rounds, _save_state, _total_into_tile, block_sums, scale_tile
+from welchpeaks.backends.numba.fused.sums import _chunk_rounds, _save_state, total_into_tile, block_sums, scale_tile
 from welchpeaks.numba_base import FASTMATH, FASTMATH_INLINE, FASTMATH_RUNTIME, LANES
 
 
@@ -175,6 +175,6 @@ def fused_pass(x, n_rows, n_seg, split, welch, sel, scr, sel_scr, pieces, out):
                 if not finish:  # a piece of long rows: the state goes back to carry and done
                     _save_state(ac, carry, done, r0, nl, n_bins)
                     continue
-                _total_into_tile(ac, n_bins, nv)
+                total_into_tile(ac, n_bins, nv)
             # the block's PSD and its rows' peaks, while in cache
             _select_block(ac, n_bins, r0, nl, nv, sel, psd[t], vals[t], idx[t], cand[t], top[t], out)

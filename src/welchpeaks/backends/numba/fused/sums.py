@@ -1,7 +1,7 @@
 """The summation order of the fused-cpu pass (``fused.common`` describes it): a block's power
-sums over its segments in chunks of ``CHUNK`` (:func:`block_sums`), the same sums for the
-find_peaks kernel (:func:`block_power`), the state a block leaves between pieces of long rows
-(:func:`_save_state`), and the sums of a call with fewer blocks than workers shared out by
+sums over its segments in chunks of ``CHUNK`` (:func:`block_sums`, which the find_peaks
+kernel's fused pass calls too) and their total (:func:`total_into_tile`), the state a block
+leaves between pieces of long rows (:func:`_save_state`), and the sums of a call with fewer blocks than workers shared out by
 chunks (:func:`_chunk_rounds`), with the same bits.
 
 Memory: the segments' power is computed in a worker's accumulator (``[2 n_bins + 2, LANES]``,
@@ -32,7 +32,7 @@ def _add_chunk(dst, src, n_bins, nv):
 
 
 @njit(**FASTMATH_INLINE)
-def _total_into_tile(ac, n_bins, nv):
+def total_into_tile(ac, n_bins, nv):
     """The row sums: the completed chunks' total plus the running chunk, into rows
     ``1 .. n_bins`` of ``ac`` (lanes ``< nv``)."""
     tot = n_bins + 2
@@ -193,28 +193,6 @@ def scale_tile(ac, scale, n_bins, nv):
 
 
 # ------------------------------------------------------------------------------ a block's sums
-
-
-@njit(**FASTMATH_HELPER)
-def block_power(x, r0, nl, n_fft, hop, n_seg, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im, trend,
-                whole, tl, st, sm, re, im, ac, bad, carry, use_carry, pivot):
-    """The sums of ``|2X|^2`` over the ``n_seg`` segments of rows ``r0 .. r0 + nl`` of ``x`` (a
-    block of at most ``LANES`` rows, lane ``i`` is row ``r0 + i``), in the summation order,
-    into ``ac[1 .. n_bins, lane]`` (``ac``: ``[>= 2 n_bins + 2, LANES]``); ``bad[r]`` set for
-    a row that is not finite, cleared otherwise. For the find_peaks kernel
-    (``numba.find_peaks.welch_find_peaks``), which passes its arguments one by one:
-    ``n_fft`` .. ``whole`` are the fields of a :class:`~welchpeaks.backends.numba.fused.common.Welch`,
-    ``tl``, ``st``, ``sm``, ``re``, ``im`` those of a
-    :class:`~welchpeaks.backends.numba.fused.common.Worker`; with ``use_carry`` each row's first
-    chunk starts from ``carry`` ``[rows, n_bins]``; ``pivot``: as :func:`block_sums`'.
-    Returns the lanes computed (the rows rounded up to a vector; those past the last row hold
-    zeros)."""
-    welch = Welch(n_fft, hop, window, ramp, consts, detrend, rev, tw_re, tw_im, post_re, post_im, trend, whole)
-    ws = Worker(tl, st, sm, re, im)
-    nv = block_sums(x, r0, nl, 0, n_seg, welch, ws, ac, bad, carry, carry[:0], use_carry, pivot)
-    # the row sums: completed chunks plus the running one
-    _total_into_tile(ac, n_fft // 2 + 1, nv)
-    return nv
 
 
 @njit(**FASTMATH_HELPER)

@@ -13,8 +13,8 @@ index); no fast-math, so every comparison, subtraction and interpolation is the 
 scipy performs. One signature serves every caller: float64 rows, int64 peaks, the outputs of
 :func:`outputs`.
 
-After editing this module or any ``find_peaks`` module it calls, clear the cached kernels
-(``find_peaks.common`` says why).
+numba's on-disk cache keys a kernel on its own source file only; the tests clear the caches
+after an edit of any module using numba (:func:`welchpeaks.numba_base.clear_stale_caches`).
 """
 
 from __future__ import annotations

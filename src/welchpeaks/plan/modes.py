@@ -161,17 +161,15 @@ def plan_source(planner: Any, rows: int, samples: int, dtype: np.dtype, budget: 
     if plan is not None:
         return plan
     p = planner.params
-    frame = p.frame_for(samples)
+    frame, n_seg = p.frame_for(samples), p.n_segments_for(samples)
     pinned = pin(planner, rows, samples, dtype)
     execution = pinned.forced  # what runs every block (None only while auto is provisional)
     item = np.dtype(dtype).itemsize
     pieces, row_block = None, 0
     if execution is not None:
         row_block = frame * item * min(rows, _lanes())
-    if row_block > budget:
-        n_seg, compute = p.n_segments_for(samples), pinned.compute_dtype(dtype)
-        pieces = execution.long_rows(p, n_seg, compute)  # window, twiddles and scratch: once per row length
-    n_seg = p.n_segments_for(samples)
+    if row_block > budget:  # window, twiddles and scratch: once per row length
+        pieces = execution.long_rows(p, n_seg, pinned.compute_dtype(dtype))
     if pieces is not None:
         mode = LONG_ROWS
         why = (f"{min(rows, _lanes())} signals' frames of {frame} samples ({size_text(row_block)}) exceed the "

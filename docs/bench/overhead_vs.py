@@ -6,7 +6,16 @@ parameters, warmed up, then timed round robin, cell by cell (each round calls bo
 the rounds call the old one first, and the executors are built twice, each tree first once),
 for ``--repeats`` rounds in all; medians with min-max, and the ratio new / old per cell.
 
-    PYTHONPATH=/tmp/oldwp python docs/bench/overhead_vs.py --rev cc6b438 --json docs/bench/overhead-vs-cc6b438.json
+Both trees read one cost model: ``--cache DIR`` (a cache measured once, e.g. by
+``WELCHPEAKS_CACHE_DIR=DIR welchpeaks calibrate --quick``; the file's form and key are the same in
+both trees), copied to a private directory per tree so that neither sees the other's corrections.
+An ``auto`` cell is compared only where both trees ran the same execution; a cell where they
+did not says so (``same_execution: false``) and its ratio compares two executions, not two trees.
+
+    bash docs/bench/export_tree.sh 7cb5f58 /tmp/oldwp
+    WELCHPEAKS_CACHE_DIR=/tmp/wp-model welchpeaks calibrate --quick
+    PYTHONPATH=/tmp/oldwp python docs/bench/overhead_vs.py --rev 7cb5f58 --cache /tmp/wp-model \
+        --json docs/bench/overhead-vs-7cb5f58.json
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import argparse
 import importlib
 import json
 import os
+import shutil
 import tempfile
 import warnings
 
@@ -30,7 +40,12 @@ def main() -> None:
     ap.add_argument("--rev", required=True, help="the commit exported by docs/bench/export_tree.sh")
     ap.add_argument("--repeats", type=int, default=201)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--cache", required=True,
+                    help="a cost-model cache directory both trees read (welchpeaks calibrate --quick writes one)")
     args = ap.parse_args()
+    if not any(name.startswith("cost-") for name in os.listdir(args.cache)):
+        ap.error(f"--cache {args.cache}: no cost model there; run WELCHPEAKS_CACHE_DIR={args.cache} "
+                 "welchpeaks calibrate --quick first")
     warnings.simplefilter("ignore")
     rev = args.rev
     old = importlib.import_module(f"welchpeaks_{rev}")
@@ -40,6 +55,9 @@ def main() -> None:
             for mode in ("peaks", "bins"):
                 cells.append((strategy, batch, mode))
     out = []
+    private = tempfile.mkdtemp(prefix="wp-overhead-")
+    for tag in ("new", rev):
+        shutil.copytree(args.cache, os.path.join(private, tag))
     for strategy, batch, mode in cells:
         x = np.random.default_rng(batch).standard_normal((batch, 384)).astype(np.float32)
         opts = dict(n_fft=256, k=16, segments=2, mode=mode, strategy=strategy)
@@ -51,7 +69,7 @@ def main() -> None:
         for order in ((("new", welchpeaks), (rev, old)), ((rev, old), ("new", welchpeaks))):
             rows = {}
             for tag, mod in order:
-                os.environ["WELCHPEAKS_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"wp-cache-{tag}")
+                os.environ["WELCHPEAKS_CACHE_DIR"] = os.path.join(private, tag)
                 wp = mod.WelchPeaks(**opts)
                 wp(x)
                 rows[tag] = lambda wp=wp, x=x: wp(x)
@@ -62,12 +80,14 @@ def main() -> None:
                     samples[tag] += timed[tag]
         new, ref = summary(samples["new"]), summary(samples[rev])
         base = f"{strategy} b{batch} {mode}"
+        same = runs["new"] == runs[rev]
         out.append({"strategy": strategy, "batch": batch, "mode": mode, "runs": runs["new"],
-                    "runs_old": runs[rev], "new": new, "old": ref,
+                    "runs_old": runs[rev], "same_execution": same, "new": new, "old": ref,
                     "ratio_new_over_old": new["median_ms"] / ref["median_ms"]})
         print(f"{base:28s} new {new['median_ms']:8.4f} ms ({new['min_ms']:.4f}-{new['max_ms']:.4f})  "
               f"{rev} {ref['median_ms']:8.4f} ms ({ref['min_ms']:.4f}-{ref['max_ms']:.4f})  "
-              f"ratio {new['median_ms'] / ref['median_ms']:.3f}  [{runs['new']}]")
+              f"ratio {new['median_ms'] / ref['median_ms']:.3f}  [{runs['new']}"
+              + ("]" if same else f" vs {runs[rev]}: different executions]"))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"machine": machine_info(), "old": rev, "repeats": args.repeats, "cells": out}, fh, indent=1)

@@ -1,3 +1,5 @@
+"""Reproducers of issue 51's open defects D1-D5 (a fresh helper's attack, 2026-12-02); writes .npy files
+in the working directory: run it from a scratch folder, e.g. cd $(mktemp -d) && python <this file>."""
 import numpy as np, welchpeaks, warnings, tracemalloc
 warnings.simplefilter("ignore")
 rng = np.random.default_rng(1)

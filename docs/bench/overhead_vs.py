@@ -8,9 +8,11 @@ for ``--repeats`` rounds in all; medians with min-max, and the ratio new / old p
 
 Both trees read one cost model: ``--cache DIR`` (a cache measured once, e.g. by
 ``WELCHPEAKS_CACHE_DIR=DIR welchpeaks calibrate --quick``; the file's form and key are the same in
-both trees), copied to a private directory per tree so that neither sees the other's corrections.
-An ``auto`` cell is compared only where both trees ran the same execution; a cell where they
-did not says so (``same_execution: false``) and its ratio compares two executions, not two trees.
+both trees), copied to a private directory per tree (removed at the end) so that neither sees the
+corrections the other writes back from its observed calls. A tree's own corrections can still
+move its choice during the run; an ``auto`` cell is compared only where both trees ran the same
+execution; a cell where they did not says so (``same_execution: false``) and its ratio
+compares two executions, not two trees.
 
     bash docs/bench/export_tree.sh 7cb5f58 /tmp/oldwp
     WELCHPEAKS_CACHE_DIR=/tmp/wp-model welchpeaks calibrate --quick
@@ -43,7 +45,7 @@ def main() -> None:
     ap.add_argument("--cache", required=True,
                     help="a cost-model cache directory both trees read (welchpeaks calibrate --quick writes one)")
     args = ap.parse_args()
-    if not any(name.startswith("cost-") for name in os.listdir(args.cache)):
+    if not os.path.isdir(args.cache) or not any(name.startswith("cost-") for name in os.listdir(args.cache)):
         ap.error(f"--cache {args.cache}: no cost model there; run WELCHPEAKS_CACHE_DIR={args.cache} "
                  "welchpeaks calibrate --quick first")
     warnings.simplefilter("ignore")
@@ -57,7 +59,7 @@ def main() -> None:
     out = []
     private = tempfile.mkdtemp(prefix="wp-overhead-")
     for tag in ("new", rev):
-        shutil.copytree(args.cache, os.path.join(private, tag))
+        shutil.copytree(args.cache, os.path.join(private, tag), ignore=shutil.ignore_patterns("*.lock"))
     for strategy, batch, mode in cells:
         x = np.random.default_rng(batch).standard_normal((batch, 384)).astype(np.float32)
         opts = dict(n_fft=256, k=16, segments=2, mode=mode, strategy=strategy)
@@ -88,6 +90,7 @@ def main() -> None:
               f"{rev} {ref['median_ms']:8.4f} ms ({ref['min_ms']:.4f}-{ref['max_ms']:.4f})  "
               f"ratio {new['median_ms'] / ref['median_ms']:.3f}  [{runs['new']}"
               + ("]" if same else f" vs {runs[rev]}: different executions]"))
+    shutil.rmtree(private, ignore_errors=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"machine": machine_info(), "old": rev, "repeats": args.repeats, "cells": out}, fh, indent=1)

@@ -149,6 +149,42 @@ def test_long_rows_in_pieces_bit_for_bit(tmp_path, detrend, dtype):
                                **dict(kw, nan_policy="raise"))
 
 
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(2, 9), scale=st.floats(1e19, 1e30),
+       policy=st.sampled_from(["raise", "propagate"]), nan_too=st.booleans())
+def test_long_rows_overflow_is_an_error_as_in_memory(tmp_path_factory, seed, rows, scale, policy, nan_too):
+    """Issue 51, D3: a finite signal whose float32 power overflows is an error in long rows, as
+    in memory, under either nan_policy (it came back as empty slots under 'propagate'); the
+    message names the same signal and says overflow. A row holding NaN beside it is still empty
+    slots under 'propagate', and without the overflowing row the call succeeds."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, 150_001)).astype(np.float32)  # two rows' frames over the budget
+    big, nan_row = rng.choice(rows, 2, replace=False)
+    x[big] *= np.float32(scale)
+    if nan_too:
+        x[nan_row, rng.integers(0, 150_001)] = np.nan
+    path = tmp_path_factory.mktemp("overflow") / "x.npy"
+    np.save(path, x)
+    kw = dict(k=4, segments=None, strategy="fused-cpu", nan_policy=policy, max_memory=1 << 20)
+    src = welchpeaks.open_signals(path)
+    assert welchpeaks.WelchPeaks(**kw).explain(source=src)["parts"][0]["mode"] == "long rows"
+    with pytest.raises(ValueError) as in_memory:
+        welchpeaks.welch_peaks(x, **kw)
+    with pytest.raises(ValueError) as long_rows:
+        welchpeaks.welch_peaks(src, **kw)
+    assert "overflows float32" in str(long_rows.value) and f"signal {big} " in str(long_rows.value)
+    assert "overflows float32" in str(in_memory.value) and f"(row {big} of" in str(in_memory.value)
+    x[big] /= np.float32(scale)
+    np.save(path, x)
+    if nan_too and policy == "raise":
+        with pytest.raises(ValueError, match=f"signal {nan_row} holds NaN"):
+            welchpeaks.welch_peaks(welchpeaks.open_signals(path), **kw)
+        return
+    got = welchpeaks.welch_peaks(welchpeaks.open_signals(path), **kw)
+    _same(got, welchpeaks.welch_peaks(x, **kw))
+    assert np.all(got.bins[nan_row] == -1) == nan_too
+
+
 def test_pipes_devices_and_dangling_links_are_refused_by_name(tmp_path):
     """Issue 35, defect 11: a glob matching a FIFO hung (the folder branch checked for regular
     files, the glob branch did not); a .wav linked to /dev/zero said "no such file". Run in a

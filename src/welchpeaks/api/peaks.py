@@ -242,26 +242,45 @@ class WelchPeaks:
         try:
             read = plan.read(part, r0, r1)
             if read is None:
-                return self._long_rows(plan, plan.run_pieces(src, part, r0, r1), src.dtype, r0)
+                return self._long_rows(plan, plan.run_pieces(src, part, r0, r1), src, part, r0)
             return self._run(src.read(*read) if data is None else data, tensor=False, first_row=r0,
                              planner=plan.planner)
         except ValueError as exc:
             raise ValueError(f"{info.name}, rows {r0}..{r1 - 1}: {exc}") from None
 
-    def _long_rows(self, plan: SourcePlan, out: Any, dtype: np.dtype, r0: int) -> PeakResult:
-        """The peaks of a block of long rows (:meth:`SourcePlan.run_pieces`'s rows), wrapped."""
+    def _long_rows(self, plan: SourcePlan, out: Any, src: SignalSource, part: int, r0: int) -> PeakResult:
+        """The peaks of a block of long rows (:meth:`SourcePlan.run_pieces`'s rows), wrapped. A
+        row left empty whose frame is finite overflowed the compute precision: an error, as in
+        memory (:meth:`_check_rows`); one with NaN or infinity is an error under 'raise'."""
         p = plan.planner.params
+        dtype = src.dtype
         compute = plan.planner.compute_dtype(dtype)
-        if out.bad_rows.size and p.nan_policy == "raise":
-            row = int(out.bad_rows[0])
-            raise ValueError(f"signal {r0 + row} holds NaN or infinity, or its power overflows {compute.name}; clean "
-                             "or scale the data, or pass nan_policy='propagate' to get empty slots (-1/NaN)")
+        bad = np.union1d(out.bad_rows, np.flatnonzero(np.isinf(out.power).any(1)))
+        if bad.size:
+            peaks = plan.frame_peaks(src, part, r0, bad)
+            finite = np.isfinite(peaks)
+            if finite.any():
+                i = int(np.argmax(finite))
+                raise ValueError(f"the power spectrum of signal {r0 + int(bad[i])} overflows {compute.name} (|x| up "
+                                 f"to {peaks[i]:.3g}); {self._overflow_fix(compute, plan.execution)}")
+            if p.nan_policy == "raise":
+                raise ValueError(f"signal {r0 + int(bad[0])} holds NaN or infinity within the analysed frame (first "
+                                 f"{plan.frame} samples); clean the data or pass nan_policy='propagate' to get empty "
+                                 "slots (-1/NaN) for those signals")
         per_piece = plan.per_piece(out.bins.shape[0])
         info = dict(p.to_dict(), segments=plan.n_seg, frame=plan.frame, compute_dtype=compute.name,
                     execution_mode=f"long rows: over the {plan.budget}-byte budget, read {per_piece} segments at a "
                                    f"time into {plan.execution}'s pass, which carries its sums between pieces")
         return PeakResult(out.bins, out.power.astype(dtype), out.fbins * p.freq_scale(), plan.execution, info,
                           peak_params=p)
+
+    def _overflow_fix(self, compute: np.dtype, execution: str) -> str:
+        """What to do about a power spectrum that overflows ``compute`` under ``execution``."""
+        if compute != np.float32:
+            return "scale the data down"
+        if backends.get(execution).unsupported_reason(dataclasses.replace(self.params, dtype="float64")):
+            return "scale the data down, or pass dtype='float64' with an execution that computes in it"
+        return "pass dtype='float64' or scale the data down"
 
     def _check_rows(self, rows: Any, bad_rows: np.ndarray, power: Any, lead: tuple, call: CallPlan,
                     first_row: int | None = None) -> None:
@@ -284,15 +303,8 @@ class WelchPeaks:
         if finite.any():
             row = int(candidates[np.argmax(finite)])
             peak = float(np.max(np.abs(frame[row])))
-            wide = dataclasses.replace(self.params, dtype="float64")
-            if call.compute != np.float32:
-                fix = "scale the data down"
-            elif backends.get(call.execution).unsupported_reason(wide):  # computes in float32 only
-                fix = "scale the data down, or pass dtype='float64' with an execution that computes in it"
-            else:
-                fix = "pass dtype='float64' or scale the data down"
             raise ValueError(f"the power spectrum of {which(row)} overflows {call.compute.name} (|x| up to "
-                             f"{peak:.3g}); {fix}")
+                             f"{peak:.3g}); {self._overflow_fix(call.compute, call.execution)}")
         if bad_rows.size and self.params.nan_policy == "raise":
             first = int(bad_rows[0])
             raise ValueError(

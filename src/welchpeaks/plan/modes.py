@@ -144,6 +144,20 @@ class SourcePlan:
                       last=s0 + cnt == self.n_seg)
         return rows.result()
 
+    def frame_peaks(self, src: Any, part: int, r0: int, rows: np.ndarray) -> np.ndarray:
+        """max |x| over the analysed frame of each of the signals ``r0 + rows`` (NaN or infinity
+        where it holds one), read one signal at a time in pieces of at most ``budget`` bytes: the
+        check of the few rows a long-rows pass left empty (non-finite samples, or an overflow)."""
+        step = max(1, self.budget // self.itemsize)
+        out = np.zeros(len(rows))
+        for i, row in enumerate(int(r) for r in rows):
+            for s0 in range(0, self.frame, step):
+                piece = src.read(part, r0 + row, r0 + row + 1, s0, min(self.frame, s0 + step))
+                out[i] = np.max(np.abs(piece), initial=out[i])  # NaN propagates
+                if not np.isfinite(out[i]):
+                    break
+        return out
+
     def explain(self) -> dict[str, Any]:
         out = {"mode": self.mode, "why": self.why, "execution": self.execution, "rows": self.rows,
                "samples": self.samples, "frame": self.frame, "segments": self.n_seg, "memory_budget_bytes": self.budget}

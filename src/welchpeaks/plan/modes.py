@@ -216,6 +216,7 @@ class FramesPlan:
     frame: int
     step: int
     planner: Any  # the planner blocks of frames run through (pinned under auto)
+    block_bytes: int = memory.BLOCK_BYTES  # the frames of one block, as copied for the rows' call
     shared: Any = None  # SHARED_FRAMES: the execution's shared pass (Execution.shared_frames)
 
     @property
@@ -223,11 +224,10 @@ class FramesPlan:
         return execution_name(self.planner)
 
     def blocks(self, n_rows: int, n_frames: int, itemsize: int) -> Iterator[tuple[int, int, int, int]]:
-        """Blocks ``(r0, r1, t0, t1)`` of rows and frames, each about :data:`memory.BLOCK_BYTES`
-        of frames."""
+        """Blocks ``(r0, r1, t0, t1)`` of rows and frames, each about ``block_bytes`` of frames."""
         per_frame = self.frame * itemsize
-        frames_per_block = max(1, min(n_frames, memory.BLOCK_BYTES // per_frame))
-        rows_per_block = max(1, min(n_rows, memory.BLOCK_BYTES // (per_frame * frames_per_block)))
+        frames_per_block = max(1, min(n_frames, self.block_bytes // per_frame))
+        rows_per_block = max(1, min(n_rows, self.block_bytes // (per_frame * frames_per_block)))
         for r0 in range(0, n_rows, rows_per_block):
             for t0 in range(0, n_frames, frames_per_block):
                 yield r0, min(n_rows, r0 + rows_per_block), t0, min(n_frames, t0 + frames_per_block)
@@ -238,7 +238,7 @@ class FramesPlan:
 
     def explain(self) -> dict[str, Any]:
         return {"mode": self.mode, "why": self.why, "execution": self.execution, "frame": self.frame,
-                "frame_step": self.step}
+                "frame_step": self.step, "block_bytes": self.block_bytes}
 
 
 def plan_frames(planner: Any, frame_segments: int, frame_hop: int, dtype: np.dtype, tensor: bool = False) -> FramesPlan:
@@ -253,7 +253,9 @@ def plan_frames(planner: Any, frame_segments: int, frame_hop: int, dtype: np.dty
         return plan
     p = planner.params
     frame = p.frame_length(frame_segments)
-    block = max(1, memory.BLOCK_BYTES // (frame * dtype.itemsize))
+    # under max_memory a block's copied frames take at most half of it, its rows' call the rest
+    block_bytes = memory.BLOCK_BYTES if planner.max_memory is None else min(memory.BLOCK_BYTES, planner.max_memory // 2)
+    block = max(1, block_bytes // (frame * dtype.itemsize))
     pinned = pin(planner, block, frame, dtype, tensor)
     execution = pinned.forced
     shared = None
@@ -268,10 +270,11 @@ def plan_frames(planner: Any, frame_segments: int, frame_hop: int, dtype: np.dty
         why = ("frames do not overlap" if frame_hop >= frame_segments else
                "auto's choice is provisional (the cost model is being measured)" if execution is None else
                "frames on a CUDA device" if tensor else f"{execution.name} has no shared pass")
-        why += f", so blocks of up to {block} frames run as rows"
+        why += f", so blocks of up to {block} frames ({size_text(block_bytes)}) run as rows"
     if pinned is not planner:
         why += f"; every block runs {execution.name} in {pinned.params.dtype}, {pinned.pinned_from}"
-    plan = FramesPlan(mode=mode, why=why, frame=frame, step=frame_hop * p.hop, planner=pinned, shared=shared)
+    plan = FramesPlan(mode=mode, why=why, frame=frame, step=frame_hop * p.hop, planner=pinned,
+                      block_bytes=block_bytes, shared=shared)
     if not (planner.forced is None and pinned is planner):
         planner.modes.put(key, plan)
     return plan

@@ -414,3 +414,25 @@ def test_track_keeps_its_frame_blocks_within_max_memory(seed, frame_segments, fr
     assert peak <= 2 * budget + 2 * results, (peak, budget, results)
     for field in ("bins", "power", "freqs"):
         np.testing.assert_array_equal(getattr(got, field), getattr(ref, field))
+
+
+@pytest.mark.parametrize("frame_hop", [1, 8])
+def test_tracker_explains_every_input_dtype_a_call_accepts(frame_hop):
+    """Issue 51, D4: Tracker.explain(dtype=) takes every dtype a call takes, converted as the call
+    converts it (integers as float64, float16 as float32), and names what the call then runs;
+    other dtypes are a one-line TypeError naming dtype (int16 crashed in the graph IR before)."""
+    rng = np.random.default_rng(frame_hop)
+    for dtype in ("int8", "int16", "int32", "uint16", "int64", "float16", "float32", "float64"):
+        tr = welchpeaks.Tracker(n_fft=64, k=3, frame_segments=8, frame_hop=frame_hop, strategy="fused-cpu")
+        plan = tr.explain(batch=2, length=3000, dtype=dtype)
+        x = (rng.standard_normal((2, 3000)) * 100).astype(dtype)
+        got = tr(x)
+        assert plan["execution"] == got.strategy, dtype
+        assert got.power.dtype == (np.float32 if dtype in ("float16", "float32") else np.float64), dtype
+        if "plan" in plan:  # frames as rows: the block explained is the block the call ran
+            ran = tr.peaks.explain()
+            assert plan["plan"]["compute_dtype"] == ran["compute_dtype"], dtype
+            assert plan["plan"]["graph"] == ran["graph"], dtype
+    for bad in ("complex64", "bogus", bool, object, "U5"):
+        with pytest.raises(TypeError, match=r"^dtype=.*pass a real dtype"):
+            welchpeaks.Tracker(n_fft=64, k=3).explain(dtype=bad)

@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from welchpeaks import memory, spec
 from welchpeaks.api import lazy
-from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
+from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, real_dtype, signal_index, tensor_input
 from welchpeaks.api.options import check_result_size
 from welchpeaks.numeric import integer, shown
 from welchpeaks.api.peaks import WelchPeaks
@@ -91,9 +91,11 @@ class Tracker:
     def explain(self, batch: int = 1, length: int | None = None, dtype: Any = "float32") -> dict[str, Any]:
         """How frames of ``batch`` recordings of ``length`` samples (default one frame) are
         computed: the mode (shared frames or frames as rows) and why, and for frames as rows
-        the planner's explanation of a block of them (:meth:`WelchPeaks.explain`)."""
+        the planner's explanation of a block of them (:meth:`WelchPeaks.explain`). ``dtype``: the
+        input's, as a call converts it (float16 as float32, integers as float64)."""
         length = self.frame if length is None else integer("length", length, 1)
         self._check_length(length)
+        dtype = real_dtype(dtype)  # as the call computes its input
         plan = self.frames_plan(dtype)
         out = {"requested": self.peaks.requested, **plan.explain(), "frames": self.n_frames(length)}
         if plan.shared is None:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import welchpeaks
 
 da = pytest.importorskip("dask.array", reason="the dask extra is part of the test install")
+dask = pytest.importorskip("dask")
 lazy = importlib.import_module("welchpeaks.api.lazy")
 
 X = np.random.default_rng(21).standard_normal((6, 9000)).astype(np.float32)
@@ -141,7 +142,9 @@ def test_nothing_computes_until_asked():
 def cluster_client():
     distributed = pytest.importorskip("distributed")
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-    client = distributed.Client(cluster)
+    # not the default scheduler: the tests after this one compute in this process, with their
+    # own plan state; a test that wants the cluster says so (dask.config.set(scheduler=client))
+    client = distributed.Client(cluster, set_as_default=False)
     yield client
     client.close()
     cluster.close()
@@ -152,10 +155,11 @@ def test_distributed_workers_fit_numba_threads(cluster_client):
     threads = [cluster_client.submit(lazy.fit_numba_threads, workers=[w], pure=False).result() for w in workers]
     assert threads == [1, 1]
     dx = da.from_array(X, chunks=(2, 2500))
-    r = welchpeaks.welch_peaks(dx, segments=None, strategy="fused-cpu")
-    _same(r, welchpeaks.welch_peaks(X, segments=None, strategy="fused-cpu"))
-    t = welchpeaks.track(dx, frame_segments=4, strategy="fused-cpu")
-    _same(t, welchpeaks.track(X, frame_segments=4, strategy="fused-cpu"))
+    with dask.config.set(scheduler=cluster_client):
+        r = welchpeaks.welch_peaks(dx, segments=None, strategy="fused-cpu")
+        _same(r, welchpeaks.welch_peaks(X, segments=None, strategy="fused-cpu"))
+        t = welchpeaks.track(dx, frame_segments=4, strategy="fused-cpu")
+        _same(t, welchpeaks.track(X, frame_segments=4, strategy="fused-cpu"))
     assert lazy.fit_numba_threads() is None  # not on a worker: nothing changed
 
 

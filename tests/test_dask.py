@@ -185,3 +185,27 @@ def test_long_rows_that_overflow_are_errors_naming_the_signal(monkeypatch):
     got = welchpeaks.welch_peaks(da.from_array(y, chunks=(1, 1000)), k=3, n_fft=128, segments=None,
                                  nan_policy="propagate").compute()
     assert np.all(got.bins[2] == -1) and np.all(got.bins[:2] >= 0)
+
+
+def test_rows_split_in_time_run_when_no_cost_model_can_be_measured(plan_state, monkeypatch):
+    """A fresh worker whose measurement fails (or whose cache another process holds) still
+    computes rows too long for one task: the per-segment execution is priced with the labelled
+    default model, as a provisional call is, not refused for want of a measured one (CI: "no
+    measured cost model" where the overflow error was due). The result is the in-memory one to
+    rounding; a row whose power overflows is still that error."""
+    from welchpeaks.plan.cost import set_cost_model
+
+    def broken(quick=False, progress=None):
+        raise RuntimeError("the machine broke")
+
+    plan_state.measure_cpu = broken
+    set_cost_model(None)
+    monkeypatch.setattr(welchpeaks.memory, "TASK_BYTES", 4096)
+    got = welchpeaks.welch_peaks(da.from_array(X, chunks=(2, 2000)), k=4, n_fft=128, segments=None).compute()
+    assert got.strategy.startswith("dask (") and got.strategy.endswith(")")
+    want = welchpeaks.welch_peaks(X, k=4, n_fft=128, segments=None, strategy=got.strategy[6:-1])
+    np.testing.assert_array_equal(got.bins, want.bins)
+    np.testing.assert_allclose(got.power, want.power, rtol=1e-5)
+    loud = da.from_array((X[:3] * 1e30).astype(np.float32), chunks=(1, 1000))
+    with pytest.raises(ValueError, match=r"signal \(\d,\) overflows float32"):
+        welchpeaks.welch_peaks(loud, k=3, n_fft=128, segments=None).compute()

@@ -185,3 +185,21 @@ def test_a_requested_execution_never_starts_the_measurement(strategy, plan_state
     assert got.strategy == strategy and not plan_state.background
     p = make_params(n_fft=128)
     assert_matches_reference(got, reference_psd(x, p, p.n_segments_for(512)), p, exact=strategy == "numpy")
+
+
+def test_layout_auto_runs_when_no_cost_model_can_be_measured(plan_state):
+    """layout='auto' ranks the layouts with a cost model; where none could be measured (the
+    measurement failed), it ranks with the labelled default rather than refusing the call
+    ("no measured cost model"), and the result is that layout's, as with the layout named."""
+    from welchpeaks.plan.cost import set_cost_model
+
+    def broken(quick=False, progress=None):
+        raise RuntimeError("the machine broke")
+
+    plan_state.measure_cpu = broken
+    set_cost_model(None)
+    x = np.random.default_rng(9).standard_normal((3, 4096)).astype(np.float32)
+    got = welchpeaks.welch_peaks(x, k=4, layout="auto", strategy="numpy")
+    named = welchpeaks.welch_peaks(x, k=4, segments=got.params["segments"], strategy="numpy")
+    np.testing.assert_array_equal(got.bins, named.bins)
+    np.testing.assert_array_equal(got.power, named.power)

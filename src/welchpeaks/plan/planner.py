@@ -145,7 +145,8 @@ class Planner:
         compute = self.compute_dtype(input_dtype)
         best = {}
         for name, n_seg in LAYOUTS.items():
-            pick, costs, _ = pick_for(p, n_seg, rows, length, compute, self.device, state=self.state)
+            pick, costs, _ = pick_for(p, n_seg, rows, length, compute, self.device, self._ranking_model(self.device),
+                                      state=self.state)
             # a forced execution the cost model does not price (learned) is compared through
             # the planner's pick for the same layout
             forced = self.forced.name if self.forced is not None else pick
@@ -193,12 +194,23 @@ class Planner:
             why += f"; the learned model does not race: {reason}"
         return backends.get(name), why, info
 
+    def _ranking_model(self, device: str) -> BackendCostModel | None:
+        """The model that ranks executions for a choice made once (a layout, the per-segment
+        execution of rows split in time): the measured one (waiting for one under way), else,
+        where none could be measured or loaded (a fresh dask worker whose measurement failed),
+        the labelled default, as a provisional call uses, rather than an error."""
+        if device == "cuda":
+            return cuda_model(self.state)
+        model = cost_model_for(device, state=self.state)
+        return model if model is not None or device != "cpu" else default_cpu_model()
+
     def _with_segment_chain(self, n_seg: int, length: int, compute: np.dtype, device: str,
                             on: str | None = None) -> str | None:
         """The fastest execution ``device``'s picker offers (only those computing on ``on``,
         when given) whose graph keeps the per-segment chain (its segments can be summed in
         pieces: :meth:`Program.segment_sum`), or None."""
-        _, info, _ = pick_for(self.params, n_seg, 1, length, compute, device, state=self.state)
+        _, info, _ = pick_for(self.params, n_seg, 1, length, compute, device, self._ranking_model(device),
+                              state=self.state)
         for name in sorted((n for n, b in info.items() if math.isfinite(b["total_ns"])),
                            key=lambda n: info[n]["total_ns"]):
             ex = backends.get(name)

@@ -8,7 +8,8 @@ plan it runs:
 * a source on disk (:class:`SourcePlan`): ``'source blocks'``, blocks of rows read at once and
   run by the (pinned) planner as rows in memory; or ``'long rows'``, rows too long for the
   budget read in pieces of whole segments and fed to the execution's long-rows pass, which
-  carries its sums between pieces (bit for bit the whole rows' result);
+  carries its sums between pieces (fused-cpu: bit for bit the whole rows' result; numpy adds
+  the same segments in another order, equal to it to rounding);
 * a recording's frames (:class:`FramesPlan`): ``'shared frames'``, overlapping frames through
   the execution's shared pass (each segment computed once), or ``'frames'``, blocks of frames
   run as rows by the (pinned) planner;

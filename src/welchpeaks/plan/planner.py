@@ -144,9 +144,9 @@ class Planner:
             return 1, ("ultra", f"layout auto: ultra, the signals are too short for 2 segments ({length} samples)")
         compute = self.compute_dtype(input_dtype)
         best = {}
+        model = self._ranking_model(self.device)
         for name, n_seg in LAYOUTS.items():
-            pick, costs, _ = pick_for(p, n_seg, rows, length, compute, self.device, self._ranking_model(self.device),
-                                      state=self.state)
+            pick, costs, _ = pick_for(p, n_seg, rows, length, compute, self.device, model, state=self.state)
             # a forced execution the cost model does not price (learned) is compared through
             # the planner's pick for the same layout
             forced = self.forced.name if self.forced is not None else pick

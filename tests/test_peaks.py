@@ -281,6 +281,38 @@ def test_non_contiguous_input(rng):
     np.testing.assert_array_equal(r.bins, r2.bins)
 
 
+@given(
+    n_fft=st.sampled_from([100, 200, 257, 300, 480, 1000]),
+    rows=st.integers(1, 40),
+    segments=st.sampled_from([1, 1, 2, 3]),
+    hop_is_n_fft=st.booleans(),
+    detrend=st.sampled_from(["constant", "linear"]),
+    dtype=st.sampled_from(["float32", "float64"]),
+    seed=st.integers(0, 2**31),
+)
+def test_fused_cpu_bits_do_not_depend_on_the_input_layout(n_fft, rows, segments, hop_is_n_fft, detrend, dtype,
+                                                         seed):
+    """Issue 51, D1: fused-cpu at any n_fft gives the same bits for the same frames held as a
+    contiguous array of exactly the frame, contiguous longer rows, a view of them, a
+    Fortran-ordered array and a transposed view (a segment's trend was summed in an order that
+    depended on how LLVM vectorised it for the rows' layout and addresses)."""
+    rng = np.random.default_rng(seed)
+    hop = n_fft if hop_is_n_fft else n_fft // 2
+    frame = n_fft + (segments - 1) * hop
+    wide = rng.standard_normal((rows, frame + 37)) * 3 + rng.uniform(-50, 50)
+    wide = (wide + np.linspace(0, rng.uniform(-20, 20), frame + 37)).astype(dtype)
+    view = wide[:, 5:5 + frame]
+    layouts = {"contiguous": np.ascontiguousarray(view), "longer rows": np.ascontiguousarray(wide[:, 5:]),
+               "view of longer rows": wide[:, 5:], "fortran": np.asfortranarray(view),
+               "transposed": np.ascontiguousarray(view.T).T}
+    kw = dict(k=6, n_fft=n_fft, hop=hop, segments=segments, detrend=detrend, strategy="fused-cpu", dtype=dtype)
+    want = welchpeaks.welch_peaks(layouts["contiguous"], **kw)
+    for name, x in layouts.items():
+        got = welchpeaks.welch_peaks(x, **kw)
+        for field in ("bins", "power", "freqs"):
+            np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=f"{name}: {field}")
+
+
 def test_read_only_inputs_run_the_compiled_kernels(rng, tmp_path):
     """Issue 35, defect 16: a read-only signal (a memory map opened 'r', an array with
     writeable=False) runs the fused-cpu kernels compiled for writeable signals, the plain pass

@@ -17,23 +17,51 @@ from __future__ import annotations
 from numba import njit
 
 from welchpeaks.backends.numba.fused.common import DETREND_CONSTANT, DETREND_LINEAR, DETREND_NONE, _lanes
-from welchpeaks.numba_base import FASTMATH_HELPER, FASTMATH_INLINE, butterfly_lanes
+from welchpeaks.numba_base import EXACT_HELPER, FASTMATH_HELPER, FASTMATH_INLINE, butterfly_lanes
 
 # ------------------------------------------------------------------------------ detrending
 
 
-@njit(**FASTMATH_INLINE)
+@njit(**EXACT_HELPER)
 def _segment_trend(row, off, n, detrend):
-    """(finite, intercept at t=(n-1)/2, slope) of one segment, in float64."""
-    s = 0.0
-    st = 0.0
+    """(finite, intercept at t=(n-1)/2, slope) of one segment, in float64.
+
+    Exact (no fast-math) with four interleaved partial sums added in a fixed order, so its bits
+    do not depend on the segment's strides: under fast-math LLVM vectorised the sums (and so
+    reordered them) only for contiguous segments, and a view of longer rows, a Fortran-ordered
+    array or a source read in one block gave other last bits than a contiguous copy."""
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    t0 = 0.0
+    t1 = 0.0
+    t2 = 0.0
+    t3 = 0.0
     bad = 0.0
     c = 0.5 * (n - 1)
-    for i in range(n):
+    n4 = n - n % 4
+    for i in range(0, n4, 4):
+        v0 = float(row[off + i])
+        v1 = float(row[off + i + 1])
+        v2 = float(row[off + i + 2])
+        v3 = float(row[off + i + 3])
+        bad += (v0 - v0) + (v1 - v1) + (v2 - v2) + (v3 - v3)
+        s0 += v0
+        s1 += v1
+        s2 += v2
+        s3 += v3
+        t0 += (i - c) * v0
+        t1 += (i + 1 - c) * v1
+        t2 += (i + 2 - c) * v2
+        t3 += (i + 3 - c) * v3
+    for i in range(n4, n):
         v = float(row[off + i])
         bad += v - v
-        s += v
-        st += (i - c) * v
+        s0 += v
+        t0 += (i - c) * v
+    s = (s0 + s1) + (s2 + s3)
+    st = (t0 + t1) + (t2 + t3)
     mean = s / n
     slope = 0.0
     if detrend == DETREND_LINEAR:

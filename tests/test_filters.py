@@ -203,7 +203,7 @@ def test_filter_errors_name_the_parameter():
         welchpeaks.welch_peaks(x, height="high")
     bad = np.ones((2, 1024))
     bad[1, 5] = np.nan
-    with pytest.raises(ValueError, match=r"NaN or infinity in signal \(1,\)"):
+    with pytest.raises(ValueError, match=r"NaN or infinity in signal x\[1\]"):
         welchpeaks.welch_peaks(bad, measures="snr")
     got = welchpeaks.welch_peaks(bad, measures="snr", nan_policy="propagate")
     assert np.all(got.bins[1] == -1) and np.all(np.isnan(got.measures["snr_db"][1]))

@@ -118,7 +118,7 @@ def test_overlapping_frames_nan_and_overflow():
     x = np.random.default_rng(8).standard_normal((2, 3000))
     x[1, 1000] = np.inf
     tr = welchpeaks.Tracker(n_fft=64, frame_segments=4, frame_hop=1, k=3, strategy="fused-cpu")
-    with pytest.raises(ValueError, match=r"signal \(1,\) \(row 1\), frame 27 \(samples 864 to 1023\)"):
+    with pytest.raises(ValueError, match=r"signal x\[1\], frame 27 \(samples 864 to 1023\)"):
         tr(x)  # the first frame holding sample 1000
     r = welchpeaks.track(x, n_fft=64, frame_segments=4, frame_hop=1, k=3, strategy="fused-cpu",
                          nan_policy="propagate")
@@ -155,7 +155,7 @@ def test_nan_frames():
     x[1, 2100] = np.nan
     tr = welchpeaks.Tracker(n_fft=64, frame_segments=4, k=3)
     first = 2100 // tr.step  # frames are 160 samples, 128 apart: only frame 16 holds sample 2100
-    with pytest.raises(ValueError, match=rf"signal \(1,\) \(row 1\), frame {first} \(samples 2048 to 2207\)"):
+    with pytest.raises(ValueError, match=rf"signal x\[1\], frame {first} \(samples 2048 to 2207\)"):
         tr(x)
     r = welchpeaks.track(x, n_fft=64, frame_segments=4, k=3, nan_policy="propagate")
     empty = np.all(r.bins == -1, axis=-1)

@@ -15,7 +15,13 @@ import numpy as np
 from welchpeaks.numeric import is_int, real, shown
 
 
-def tensor_input(x: Any, name: str = "x") -> Any:
+# what a complex input is told, per kind of input: signals (the default) and rows of values
+SIGNALS_ARE_REAL = ("welch_peaks analyses real signals: pass the real part (x.real) or, for analytic signals, use "
+                    "scipy.signal.welch(..., return_onesided=False)")
+ROWS_ARE_REAL = "peaks are found in real rows: pass np.abs({name}) (a spectrum's magnitude) or {name}.real"
+
+
+def tensor_input(x: Any, name: str = "x", complex_fix: str = SIGNALS_ARE_REAL) -> Any:
     """A torch tensor for torch and CuPy inputs (CuPy through DLPack, no copy); None otherwise.
 
     Checks what :func:`as_real_array` checks, and keeps the data on its device.
@@ -28,7 +34,7 @@ def tensor_input(x: Any, name: str = "x") -> Any:
     torch = import_torch()
     t = x if torch.is_tensor(x) else torch.from_dlpack(x)
     if t.is_complex():
-        raise TypeError(f"{name} is complex ({t.dtype}); welch_peaks analyses real signals: pass x.real")
+        raise TypeError(f"{name} is complex ({t.dtype}); {complex_fix.format(name=name)}")
     if t.dtype == torch.bool:
         raise TypeError(f"{name} has dtype {t.dtype}; pass real numbers (float32, float64 or integers)")
     if t.dim() == 0 or t.numel() == 0:
@@ -43,17 +49,15 @@ def np_dtype(arr: Any) -> np.dtype:
     return np.dtype(str(arr.dtype).replace("torch.", ""))
 
 
-def as_real_array(x: Any, name: str = "x") -> np.ndarray:
-    """``x`` as a float32 or float64 array, or a TypeError/ValueError that says what to do."""
+def as_real_array(x: Any, name: str = "x", complex_fix: str = SIGNALS_ARE_REAL) -> np.ndarray:
+    """``x`` as a float32 or float64 array, or a TypeError/ValueError that says what to do
+    (``complex_fix``: what a complex ``x`` is told, ``{name}`` standing for ``name``)."""
     try:
         arr = np.asarray(x)
     except Exception as exc:  # ragged lists and the like
         raise ValueError(f"{name} could not be read as an array ({exc}); pass equal-length rows") from None
     if np.iscomplexobj(arr):
-        raise TypeError(
-            f"{name} is complex ({arr.dtype}); welch_peaks analyses real signals: pass the real part "
-            "(x.real) or, for analytic signals, use scipy.signal.welch(..., return_onesided=False)"
-        )
+        raise TypeError(f"{name} is complex ({arr.dtype}); {complex_fix.format(name=name)}")
     if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
         raise TypeError(f"{name} has dtype {arr.dtype}; pass real numbers (float32, float64 or integers)")
     if arr.ndim == 0:
@@ -79,9 +83,12 @@ def real_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
     return np.dtype(np.float32) if dt == np.float16 else np.dtype(np.float64)
 
 
-def signal_index(row: int, lead: tuple[int, ...]) -> tuple[int, ...]:
-    """Row number -> the signal's index in x's leading (batch) shape, for messages."""
-    return tuple(int(i) for i in np.unravel_index(row, lead)) if lead else ()
+def signal_name(row: int, lead: tuple[int, ...]) -> str:
+    """Row number -> the signal as messages name it: ``signal x[2, 5]`` (its index in x's
+    leading (batch) shape ``lead``), ``the signal`` for a 1-D ``x``."""
+    if not lead:
+        return "the signal"
+    return f"signal x[{', '.join(str(int(i)) for i in np.unravel_index(row, lead))}]"
 
 
 def as_tensors(result: Any) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from welchpeaks import memory
-from welchpeaks.api.coerce import as_real_array, rel_height_value, tensor_input, wlen_samples
+from welchpeaks.api.coerce import ROWS_ARE_REAL, as_real_array, rel_height_value, tensor_input, wlen_samples
 from welchpeaks.numeric import integer, real, shown
 from welchpeaks.plan.found import DEVICE, FindPeaksPlan, plan_find_peaks
 from welchpeaks.result import FoundPeaks
@@ -140,9 +140,9 @@ def find_peaks(rows: Any, *, height: Any = None, threshold: Any = None, distance
     >>> r.indices.tolist(), r.counts.tolist()
     ([[3, 1, 5], [3, 5, -1]], [3, 2])
     """
-    t = tensor_input(rows, "rows")
+    t = tensor_input(rows, "rows", ROWS_ARE_REAL)
     if t is None:
-        x = np.ascontiguousarray(as_real_array(rows, "rows"), dtype=np.float64)
+        x = np.ascontiguousarray(as_real_array(rows, "rows", ROWS_ARE_REAL), dtype=np.float64)
         lead, n = x.shape[:-1], x.shape[-1]
         x = x.reshape(-1, n)
     else:

@@ -121,14 +121,14 @@ def _select_task(total: np.ndarray, cls: type, kw: dict[str, Any], length: int, 
     ``nan_policy='raise'``, else empty slots); an infinite sum without NaN is a power past the
     compute precision, and a power past ``dtype`` (the results' precision) does not fit: both
     errors under any policy, as in memory."""
-    from welchpeaks.api.coerce import signal_index
+    from welchpeaks.api.coerce import signal_name
 
     p = _executor(cls, kw).params
     call = _split_plan(cls, kw, length, dtype)
     first = block_info[0]["array-location"][0][0] if block_info else 0
 
     def which(row: int) -> str:
-        return f"signal {signal_index(first + int(row), lead)}"
+        return signal_name(first + int(row), lead)
 
     nan_rows = np.flatnonzero(np.isnan(total).any(axis=1))
     over = np.flatnonzero(np.isinf(total).any(axis=1) & ~np.isnan(total).any(axis=1))

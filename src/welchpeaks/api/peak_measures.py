@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from welchpeaks.api.coerce import as_real_array, rel_height_value, signal_index, tensor_input, wlen_samples
+from welchpeaks.api.coerce import ROWS_ARE_REAL, as_real_array, rel_height_value, tensor_input, wlen_samples
 
 #: peaks a warning lists by name
 _LISTED = 5
@@ -32,14 +32,14 @@ def _in_row(r: int, lead: tuple) -> str:
     """`` in row 3`` / `` in row (1, 2)`` for messages; nothing for a 1-D ``x`` (one row)."""
     if not lead:
         return ""
-    return f" in row {r}" if len(lead) == 1 else f" in row {signal_index(r, lead)}"
+    return f" in row {r}" if len(lead) == 1 else f" in row {tuple(int(i) for i in np.unravel_index(r, lead))}"
 
 
 def _rows(x: Any) -> tuple[np.ndarray, tuple, Any]:
     """``(x as float64 [rows, n] C-contiguous, x's leading shape, the tensor's device or None)``.
     Rows of no samples are allowed (scipy takes an empty ``x`` with no peaks)."""
     device = None
-    t = tensor_input(x, "x") if _is_tensor(x) else None
+    t = tensor_input(x, "x", ROWS_ARE_REAL) if _is_tensor(x) else None
     if t is not None:
         device = t.device
         arr = t.detach().cpu().numpy()
@@ -51,7 +51,7 @@ def _rows(x: Any) -> tuple[np.ndarray, tuple, Any]:
         if raw is not None and raw.ndim >= 1 and raw.size == 0 and raw.dtype.kind in "fiu":
             arr = raw
         else:
-            arr = as_real_array(x if raw is None else raw, "x")
+            arr = as_real_array(x if raw is None else raw, "x", ROWS_ARE_REAL)
     arr = np.ascontiguousarray(arr, np.float64)
     lead, n = arr.shape[:-1], arr.shape[-1]
     return arr.reshape(math.prod(lead), n), lead, device

@@ -15,7 +15,7 @@ import numpy as np
 
 from welchpeaks import backends, memory, spec
 from welchpeaks.api import lazy
-from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_index, tensor_input
+from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_name, tensor_input
 from welchpeaks.api.detailed import make_filters, merge_distance
 from welchpeaks.api.options import (check_device, check_layout, check_max_memory,
                                     check_result_size, learned_execution, resolve_strategy)
@@ -292,7 +292,7 @@ class WelchPeaks:
         def which(row: int) -> str:
             if first_row is not None:
                 return f"signal {first_row + row}"
-            return f"signal {signal_index(row, lead)} (row {row} of {rows.shape[0]})"
+            return signal_name(row, lead)
 
         host = rows if isinstance(rows, np.ndarray) else rows.detach().cpu().numpy()
         frame = host[:, :call.frame]
@@ -351,7 +351,7 @@ class WelchPeaks:
             # computed in a wider precision than x: a power may not fit x's (kernels write it there)
             if call.compute.itemsize > in_dtype.itemsize and np.isinf(power).any():
                 row = int(np.flatnonzero(np.isinf(power).any(axis=1))[0])
-                raise ValueError(f"the power of signal {signal_index(row, lead)} (row {row}) "
+                raise ValueError(f"the power of {signal_name(row, lead)} "
                                  f"is computed in {call.compute.name} but does not fit {in_dtype.name}, the precision "
                                  f"of x (results come back in it); pass x as float64 or scale it down")
         shape = lead + (p.k,)

@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from welchpeaks import memory, spec
 from welchpeaks.api import lazy
-from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, real_dtype, signal_index, tensor_input
+from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, real_dtype, signal_name, tensor_input
 from welchpeaks.api.options import check_result_size
 from welchpeaks.numeric import integer, shown
 from welchpeaks.api.peaks import WelchPeaks
@@ -307,14 +307,14 @@ class Tracker:
         where = lambda i: (r0 + int(i) // n_t, t0 + int(i) % n_t)  # noqa: E731
         if overflow and finite.any():
             row, frame = where(empty[np.argmax(finite)])
-            raise ValueError(f"the power spectrum of row {row}, frame {frame} overflows the compute precision; pass "
+            raise ValueError(f"the power spectrum of {signal_name(row, lead)}, frame {frame} overflows the compute "
+                             "precision; pass "
                              "dtype='float64' or scale the data down")
         if self.nan_policy != "raise" or finite.all():
             return
         row, frame = where(empty[np.argmin(finite)])
-        signal = signal_index(row, lead)
         start = first_sample + frame * self.step
-        raise ValueError(f"x has NaN or infinity in signal {signal} (row {row}), frame {frame} (samples {start} to "
+        raise ValueError(f"x has NaN or infinity in {signal_name(row, lead)}, frame {frame} (samples {start} to "
                          f"{start + self.frame - 1}); clean the data or pass nan_policy='propagate' to get empty "
                          "slots (-1/NaN) for those frames")
 

@@ -183,6 +183,39 @@ def test_explain_shows_the_filtered_graphs():
     assert bad.exit_code != 0 and "'snrr' is unknown" in bad.output
 
 
+def test_explain_a_file_frames_and_a_budget_as_the_api_does(tmp_path):
+    """`welchpeaks explain FILE`, `--frame-segments`/`--frame-hop`, `--length` and `--memory`
+    print (and with --json give) what the API's explain gives for the same call: a file's parts
+    with their modes, frames with theirs, a call within the budget; errors are one line."""
+    x = np.random.default_rng(7).standard_normal((6, 200_000)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    res = runner.invoke(app, ["explain", str(tmp_path / "x.npy"), "--memory", "1MiB", "--json"])
+    assert res.exit_code == 0, res.output
+    want = welchpeaks.WelchPeaks(segments=None, max_memory=1 << 20).explain(
+        source=welchpeaks.open_signals(tmp_path / "x.npy"))
+    got = json.loads(res.output)
+    assert [p["mode"] for p in got["parts"]] == [p["mode"] for p in want["parts"]] == ["long rows"]
+    assert got["parts"][0]["segments_per_read"] == want["parts"][0]["segments_per_read"]
+    table = runner.invoke(app, ["explain", str(tmp_path / "x.npy")])
+    assert table.exit_code == 0 and "mode source blocks" in table.output and "its first block" in table.output
+    frames = runner.invoke(app, ["explain", "--frame-segments", "8", "--frame-hop", "2", "--length", "50000",
+                                 "--batch", "3", "--json"])
+    assert frames.exit_code == 0, frames.output
+    want = welchpeaks.Tracker(frame_segments=8, frame_hop=2).explain(batch=3, length=50000)
+    got = json.loads(frames.output)
+    assert (got["mode"], got["frames"], got["execution"]) == (want["mode"], want["frames"], want["execution"])
+    call = json.loads(runner.invoke(app, ["explain", "--batch", "512", "--length", "100000", "--memory", "2MiB",
+                                          "--json"]).output)
+    assert call["memory_budget_bytes"] == 2 << 20 and call["length"] == 100000
+    assert call["working_bytes"] <= 2 << 20 or call["mode"] in ("blocks of rows", "pieces of segments")
+    for args, words in ((["explain", str(tmp_path / "none.npy")], "none.npy"),
+                        (["explain", "--memory", "10"], "--memory '10'"),
+                        (["explain", "--frame-hop", "2"], "--frame-segments"),
+                        (["explain", "--frame-segments", "4", str(tmp_path / "x.npy")], "drop the FILE")):
+        bad = runner.invoke(app, args)
+        assert bad.exit_code == 2 and words in bad.output and "Traceback" not in bad.output, (args, bad.output)
+
+
 def test_version_is_the_distributions():
     """``welchpeaks --version`` prints the version pip installed (pyproject.toml reads it from
     welchpeaks/_version.py, so the two cannot differ) and runs no command."""

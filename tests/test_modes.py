@@ -76,6 +76,34 @@ def test_long_rows_run_the_explained_pieces(tmp_path, rows, budget_kib):
     np.testing.assert_array_equal(got.power, mem.power)
 
 
+@pytest.mark.parametrize("n_fft,rows", [(65536, 37), (131072, 9), (1 << 19, 2)])
+def test_long_rows_with_large_segments_read_within_the_budget(tmp_path, n_fft, rows):
+    """Long rows whose one segment of each of the pass's lanes exceeds the budget: blocks of
+    fewer signals, so that each read (a piece of at least one segment of each) stays within
+    the budget; where one segment of one signal exceeds it, explain() says so. Results equal
+    the rows' in memory, and the result states the explained blocks."""
+    budget = 1 << 20
+    x = np.random.default_rng(n_fft).standard_normal((rows, 5 * n_fft)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    src = welchpeaks.open_signals(tmp_path / "x.npy")
+    kw = dict(n_fft=n_fft, k=4, segments=None, strategy="fused-cpu")
+    wp = welchpeaks.WelchPeaks(max_memory=budget, **kw)
+    part, = wp.explain(source=src)["parts"]
+    block = part["rows_per_block"]
+    assert part["mode"] == "long rows" and block == max(1, min(32, budget // (4 * n_fft)))
+    assert ("one segment of one signal" in part["why"]) == (4 * n_fft > budget)
+    reads = []
+    read = src.read
+    src.read = lambda *a: reads.append(r := read(*a)) or r
+    got = wp(src)
+    assert max(r.nbytes for r in reads) <= max(budget, 4 * n_fft)
+    assert max(r.shape[0] for r in reads) == block
+    assert f"blocks of {block} signals read {part['segments_per_read']} segments" in got.params["execution_mode"]
+    mem = welchpeaks.welch_peaks(x, **kw)
+    np.testing.assert_array_equal(got.bins, mem.bins)
+    np.testing.assert_array_equal(got.power, mem.power)
+
+
 @pytest.mark.parametrize("strategy", ["numpy", "fused-cpu", "auto"])
 @pytest.mark.parametrize("frame_hop", [2, 4, 6])
 def test_frames_run_the_explained_mode(strategy, frame_hop):

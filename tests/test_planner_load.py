@@ -281,6 +281,18 @@ def test_without_a_model_auto_stays_within_lean_memory(monkeypatch, plan_state):
     assert per_run <= welchpeaks.memory.LEAN_BYTES and "256 MiB" in call.why
 
 
+def test_a_source_explained_before_any_model_says_the_choice_is_provisional(tmp_path, plan_state):
+    """explain(source=) on first use (no model yet): each block's execution is auto's pick for
+    it, and the source's plan says that the choice is provisional, not just 'auto'."""
+    plan_state.start_measurement = lambda device, replacing: None  # none cached, none measured
+    set_cost_model(None)
+    np.save(tmp_path / "x.npy", np.random.default_rng(5).standard_normal((6, 3000)))
+    wp = welchpeaks.WelchPeaks(n_fft=256, k=3)
+    part, = wp.explain(source=welchpeaks.open_signals(tmp_path / "x.npy"))["parts"]
+    assert part["execution"] == "auto" and part["mode"] == "source blocks"
+    assert "provisional" in part["why"] and "each block runs what auto picks for it" in part["why"]
+
+
 def test_calibrate_status_without_a_model(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

@@ -56,3 +56,19 @@ def test_working_memory_budget_blocks_rows_and_steers_auto():
         np.testing.assert_allclose(got.power, oracle.power, rtol=rtol)
     with pytest.raises(ValueError, match="below 1 MiB"):
         welchpeaks.WelchPeaks(max_memory=10)
+
+
+def test_an_execution_that_cannot_split_a_row_over_the_budget_is_refused_with_a_fix_that_works():
+    """fused-cpu at a non-power-of-two n_fft needs each row's segments at once: over the budget
+    it is refused naming max_memory, and the advice it gives (strategy='auto') runs within the
+    budget, equal to the unbounded call."""
+    x = np.random.default_rng(9).standard_normal((2, 600_000)).astype(np.float32)
+    kw = dict(n_fft=200, k=3, segments=None)
+    with pytest.raises(ValueError, match=r"over the budget of 1 MiB.*cannot compute a row's segments in pieces.*"
+                                         r"max_memory=.*strategy='auto'"):
+        welchpeaks.welch_peaks(x, strategy="fused-cpu", max_memory=1 << 20, **kw)
+    wp = welchpeaks.WelchPeaks(max_memory=1 << 20, **kw)
+    got = wp(x)
+    assert wp._last_call.mode == "pieces of segments"
+    want = welchpeaks.welch_peaks(x, strategy=got.strategy, **kw)
+    np.testing.assert_array_equal(got.bins, want.bins)

@@ -267,10 +267,10 @@ class WelchPeaks:
                 raise ValueError(f"signal {r0 + int(bad[0])} holds NaN or infinity within the analysed frame (first "
                                  f"{plan.frame} samples); clean the data or pass nan_policy='propagate' to get empty "
                                  "slots (-1/NaN) for those signals")
-        per_piece = plan.per_piece(out.bins.shape[0])
         info = dict(p.to_dict(), segments=plan.n_seg, frame=plan.frame, compute_dtype=compute.name,
-                    execution_mode=f"long rows: over the {plan.budget}-byte budget, read {per_piece} segments at a "
-                                   f"time into {plan.execution}'s pass, which carries its sums between pieces")
+                    execution_mode=f"long rows: over the {plan.budget}-byte budget, blocks of {plan.block_rows} "
+                                   f"signals read {plan.segments_per_read} segments at a time into "
+                                   f"{plan.execution}'s pass, which carries its sums between pieces")
         return PeakResult(out.bins, out.power.astype(dtype), out.fbins * p.freq_scale(), plan.execution, info,
                           peak_params=p)
 

@@ -20,6 +20,7 @@ from welchpeaks.cli.common import (app_options, check_parameters, console, err, 
                                    pyplot_for, write_output)
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.paths import check_paths
+from welchpeaks.memory import MIN_BUDGET_BYTES
 
 app = typer.Typer(**app_options("The strongest spectral peaks of batches of signals (Welch PSD + top-K)."))
 
@@ -273,13 +274,21 @@ def demo(
 
 @app.command()
 def explain(
-    batch: int = typer.Option(8192, help="Signals per call."),
+    source: Optional[str] = typer.Argument(None, help="A file, folder or glob (as `peaks --out` reads them): explain "
+                                                      "the plan over it, part by part."),
+    batch: int = typer.Option(8192, help="Signals per call (without a FILE)."),
+    length: Optional[int] = typer.Option(None, "--length", help="Samples per signal (without a FILE) [default: one "
+                                                               "frame of the segments]."),
     n_fft: Optional[int] = option("n_fft"),
     k: int = option("k"),
-    # explain plans a WelchPeaks executor, whose default layout is 2 segments, in float32
-    segments: str = option("segments", default="2", help="Segments per signal: a number or ultra/fast/reference."),
+    segments: Optional[str] = option("segments", help="Segments per signal: a number, ultra/fast/reference, or all "
+                                                      "[default: 2, as a WelchPeaks; all that fit with a FILE or "
+                                                      "--length]."),
+    frame_segments: Optional[int] = typer.Option(None, "--frame-segments", help="Explain peaks over time (as track "
+                                                                                 "runs): segments per frame."),
+    frame_hop: Optional[int] = option("frame_hop"),
     mode: str = option("mode"),
-    dtype: str = option("dtype", default="float32", help="Compute precision of the signals planned for."),
+    dtype: str = option("dtype", default="float32", help="Precision of the signals planned for (without a FILE)."),
     device: str = option("device"),
     window: str = option("window"),
     detrend: str = option("detrend"),
@@ -288,27 +297,68 @@ def explain(
     prominence: Optional[float] = option("prominence", help="Plan scipy's filters: least prominence."),
     snr_db: Optional[float] = option("snr_db", help="Plan the SNR minimum (dB over the median)."),
     measures: Optional[str] = option("measures"),
+    memory: Optional[str] = typer.Option(None, "--memory", help="Working-memory bound of the call (max_memory), "
+                                                                "e.g. 64MiB [default: half the available memory]."),
     as_json: bool = typer.Option(False, "--json", help="Print the full breakdown as JSON."),
 ) -> None:
     """Show how strategy='auto' would run a call, and the cost terms behind the choice (with
-    filters or measures: the graphs that end in scipy's find_peaks selection)."""
+    filters or measures: the graphs that end in scipy's find_peaks selection); with a FILE, how
+    each of its parts is read and computed; with --frame-segments, how frames over time are."""
     import welchpeaks
 
+    if segments is None:
+        segments = "all" if source is not None or length is not None or frame_segments is not None else "2"
+    if frame_hop is not None and frame_segments is None:
+        _fail("--frame-hop goes with --frame-segments (peaks over time); pass both")
+    max_memory = None if memory is None else scale.parse_memory(memory, least=MIN_BUDGET_BYTES)
+    kw = dict(n_fft=n_fft, k=k, mode=parse_choice("mode", mode), device=parse_choice("device", device),
+              window=parse_window(window), detrend=parse_choice("detrend", detrend),
+              scaling=parse_choice("scaling", scaling), max_memory=max_memory,
+              **filter_options(height, prominence, snr_db, measures))
     try:
-        wp = welchpeaks.WelchPeaks(n_fft=n_fft, k=k, segments=parse_segments(segments), mode=parse_choice("mode", mode),
-                                   device=parse_choice("device", device), dtype=parse_choice("dtype", dtype),
-                                   window=parse_window(window), detrend=parse_choice("detrend", detrend),
-                                   scaling=parse_choice("scaling", scaling), **filter_options(height, prominence, snr_db, measures))
-        seg = wp.params.segments or 1
-        info = wp.explain(batch=batch, length=wp.params.frame_length(seg))
+        if frame_segments is not None:
+            if source is not None:
+                _fail("explain --frame-segments plans frames of signals in memory; drop the FILE (pass --length)")
+            if kw.pop("device") != "cpu":
+                _fail("explain --frame-segments plans frames of arrays on the CPU; drop --device")
+            tr = welchpeaks.Tracker(frame_segments=frame_segments, frame_hop=frame_hop, **kw)
+            info = tr.explain(batch=batch, length=length, dtype=parse_choice("dtype", dtype))
+        elif source is not None:
+            src, = scale.open_sources([source], None)[0]
+            wp = welchpeaks.WelchPeaks(segments=parse_segments(segments), **kw)
+            info = wp.explain(source=src)
+        else:
+            wp = welchpeaks.WelchPeaks(segments=parse_segments(segments), dtype=parse_choice("dtype", dtype), **kw)
+            seg = wp.params.segments or 1
+            info = wp.explain(batch=batch, length=wp.params.frame_length(seg) if length is None else length)
     except (ValueError, TypeError) as exc:
         _fail(str(exc))
     if as_json:
         console.print_json(json.dumps(info, default=str))
         return
+    if frame_segments is not None:
+        console.print(f"frames of {info['frame']} samples every {info['frame_step']}, {info['frames']} per signal; "
+                      f"mode [bold]{info['mode']}[/] ({info['execution']}): {info['why']}", highlight=False)
+        if "plan" in info:
+            _print_call_plan(info["plan"], "each block of frames as rows", tr.params.to_dict())
+    elif source is not None:
+        for part in info["parts"]:
+            console.print(f"{part['name']}: {part['rows']} signal(s) of {part['samples']} samples, {part['blocks']} "
+                          f"block(s); mode [bold]{part['mode']}[/] ({part['execution']}): {part['why']}",
+                          highlight=False)
+            if "plan" in part:
+                _print_call_plan(part["plan"], "its first block", info["params"])
+    else:
+        _print_call_plan(info, "a call", info["params"])
+
+
+def _print_call_plan(info: dict[str, Any], what: str, params: dict[str, Any]) -> None:
+    """A call's explanation (the planner's dict) as a table of the executions' costs, the pick,
+    its fusion and its mode (``params``: the call's parameters, as ``PeakParams.to_dict``)."""
     cm = info["cost_model"]
-    table = Table(title=f"batch {batch}, n_fft {wp.params.n_fft}, k {k}, {info['segments']} segment(s), {mode}, {dtype} on "
-                        f"{device} ({cm['status']} cost model)")
+    table = Table(title=f"{what}: {info['batch']} signal(s) of {info['length']} samples, n_fft {params['n_fft']}, k "
+                        f"{params['k']}, {info['segments']} segment(s), {params['mode']}, {info['compute_dtype']} on "
+                        f"{info['device']} ({cm['status']} cost model)")
     for col in ("execution", "graph it runs", "launches", "traffic MB", "nodes ms", "total ms", "fused"):
         table.add_column(col, justify="left" if col in ("graph it runs", "fused") else "right")
     unavailable = []

@@ -86,8 +86,9 @@ def segment_pieces(ex: Any, program: Any, rows: int, n_seg: int, per_row: int, b
     if program.segment_span() is None:
         raise ValueError(
             f"one signal needs {size_text(per_row)} of working memory in {ex.name!r}, over the budget of "
-            f"{size_text(budget)}; pass a larger max_memory= (bytes), fewer segments, or strategy='auto' (the "
-            "fused executions need almost none)")
+            f"{size_text(budget)}, and it cannot compute a row's segments in pieces; pass a larger max_memory= "
+            "(bytes), fewer segments, or strategy='auto' (it picks an execution that computes such rows in pieces "
+            "of segments within the budget)")
     per_segment = -(-per_row // n_seg)  # bytes per segment of one row
     block = min(rows, max(1, budget // per_segment))
     piece = max(1, min(n_seg, budget // (per_segment * block)))
@@ -109,6 +110,7 @@ class SourcePlan:
     itemsize: int  # bytes per sample as read
     planner: Any  # the planner each block of rows runs through (pinned under auto)
     pieces: Any = None  # LONG_ROWS: the execution's long-rows pass (Execution.long_rows)
+    block_rows: int = 0  # LONG_ROWS: signals per block (the pass's lanes, fewer where a segment of each is large)
 
     @property
     def execution(self) -> str:
@@ -117,8 +119,8 @@ class SourcePlan:
     def blocks(self, src: Any, part: int) -> Iterator[tuple[int, int]]:
         """The blocks ``(r0, r1)`` of rows the part is computed in."""
         if self.mode == LONG_ROWS:
-            lanes = _lanes()
-            return ((r0, min(self.rows, r0 + lanes)) for r0 in range(0, self.rows, lanes))
+            step = self.block_rows
+            return ((r0, min(self.rows, r0 + step)) for r0 in range(0, self.rows, step))
         return src.row_blocks(part, self.frame * src.dtype.itemsize, self.budget)
 
     def read(self, part: int, r0: int, r1: int) -> tuple[int, int, int, int, int] | None:
@@ -132,6 +134,11 @@ class SourcePlan:
         """Segments read at a time for a block of ``rows`` long rows (about ``budget`` bytes)."""
         p = self.planner.params
         return max(1, (self.budget // (rows * self.itemsize) - p.n_fft) // p.hop + 1)
+
+    @property
+    def segments_per_read(self) -> int:
+        """Segments read at a time for a full block of long rows (a last, smaller block reads more)."""
+        return self.per_piece(self.block_rows)
 
     def run_pieces(self, src: Any, part: int, r0: int, r1: int) -> RowPeaks:
         """Rows ``r0:r1`` of a long-rows part, read in pieces of whole segments and fed to the
@@ -163,8 +170,7 @@ class SourcePlan:
         out = {"mode": self.mode, "why": self.why, "execution": self.execution, "rows": self.rows,
                "samples": self.samples, "frame": self.frame, "segments": self.n_seg, "memory_budget_bytes": self.budget}
         if self.mode == LONG_ROWS:
-            rows = min(self.rows, _lanes())
-            out.update(rows_per_block=rows, segments_per_read=self.per_piece(rows))
+            out.update(rows_per_block=self.block_rows, segments_per_read=self.segments_per_read)
         return out
 
 
@@ -185,22 +191,34 @@ def plan_source(planner: Any, rows: int, samples: int, dtype: np.dtype, budget: 
         row_block = frame * item * min(rows, _lanes())
     if row_block > budget:  # window, twiddles and scratch: once per row length
         pieces = execution.long_rows(p, n_seg, pinned.compute_dtype(dtype))
+    block_rows = 0
     if pieces is not None:
         mode = LONG_ROWS
+        # a block's piece holds at least one segment of each of its signals: fewer signals a
+        # block where a segment of the pass's lanes would not fit the budget
+        block_rows = max(1, min(rows, _lanes(), budget // (p.n_fft * item)))
         why = (f"{min(rows, _lanes())} signals' frames of {frame} samples ({size_text(row_block)}) exceed the "
                f"{size_text(budget)} budget, so {execution.name} reads them in pieces of whole segments into its "
                "pass, which carries its sums between pieces")
+        if block_rows < min(rows, _lanes()):
+            why += f", {block_rows} signal(s) a block so that a segment of each fits the budget"
+        if p.n_fft * item > budget:
+            why += (f"; one segment of one signal ({size_text(p.n_fft * item)}) exceeds the budget, so each read "
+                    "takes that much")
     else:
         mode = SOURCE_BLOCKS
         per_block = max(1, budget // max(frame * item, 1))
         why = (f"blocks of up to {min(rows, per_block)} signals read at once (each signal's analysed frame, {frame} "
                f"samples) within the {size_text(budget)} budget, each run as rows in memory")
-        if row_block > budget:
+        if execution is None:
+            why += ("; auto's choice is provisional (the cost model is being measured), so each block runs what auto "
+                    "picks for it")
+        elif row_block > budget:
             why += f"; {execution.name} has no long-rows pass, so a block may hold a single signal"
     if pinned is not planner:
         why += f"; every block runs {execution.name} in {pinned.params.dtype}, {pinned.pinned_from}"
     plan = SourcePlan(mode=mode, why=why, rows=rows, samples=samples, frame=frame, n_seg=n_seg, budget=budget,
-                      itemsize=item, planner=pinned, pieces=pieces)
+                      itemsize=item, planner=pinned, pieces=pieces, block_rows=block_rows)
     if not (planner.forced is None and pinned is planner):  # not a provisional choice: kept
         planner.modes.put(key, plan)
     return plan

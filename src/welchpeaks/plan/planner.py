@@ -540,8 +540,7 @@ class Planner:
         profile, cost terms (ns), total and fusion decision, and the graph that will run."""
         from welchpeaks.plan.picker import strategy_breakdown
 
-        model = (cuda_model(self.state) if self.device == "cuda"
-                 else cost_model_for(self.device, state=self.state))  # waits for one under way
+        model = self._ranking_model(self.device)  # waits for one under way; else the labelled default
         call = self.plan(batch, length, np.dtype(input_dtype))
         extra = [self.learned] if self.learned is not None else []
         costs = copy.deepcopy(strategy_breakdown(self.params, call.n_seg, batch, length, call.compute, self.device,

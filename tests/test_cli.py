@@ -184,12 +184,12 @@ def test_explain_shows_the_filtered_graphs():
 
 
 def test_explain_a_file_frames_and_a_budget_as_the_api_does(tmp_path):
-    """`welchpeaks explain FILE`, `--frame-segments`/`--frame-hop`, `--length` and `--memory`
+    """`welchpeaks explain FILE`, `--frame-segments`/`--frame-hop`, `--length` and `--max-memory`
     print (and with --json give) what the API's explain gives for the same call: a file's parts
     with their modes, frames with theirs, a call within the budget; errors are one line."""
     x = np.random.default_rng(7).standard_normal((6, 200_000)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    res = runner.invoke(app, ["explain", str(tmp_path / "x.npy"), "--memory", "1MiB", "--json"])
+    res = runner.invoke(app, ["explain", str(tmp_path / "x.npy"), "--max-memory", "1MiB", "--json"])
     assert res.exit_code == 0, res.output
     want = welchpeaks.WelchPeaks(segments=None, max_memory=1 << 20).explain(
         source=welchpeaks.open_signals(tmp_path / "x.npy"))
@@ -204,12 +204,14 @@ def test_explain_a_file_frames_and_a_budget_as_the_api_does(tmp_path):
     want = welchpeaks.Tracker(frame_segments=8, frame_hop=2).explain(batch=3, length=50000)
     got = json.loads(frames.output)
     assert (got["mode"], got["frames"], got["execution"]) == (want["mode"], want["frames"], want["execution"])
-    call = json.loads(runner.invoke(app, ["explain", "--batch", "512", "--length", "100000", "--memory", "2MiB",
+    call = json.loads(runner.invoke(app, ["explain", "--batch", "512", "--length", "100000", "--max-memory", "2MiB",
                                           "--json"]).output)
     assert call["memory_budget_bytes"] == 2 << 20 and call["length"] == 100000
     assert call["working_bytes"] <= 2 << 20 or call["mode"] in ("blocks of rows", "pieces of segments")
     for args, words in ((["explain", str(tmp_path / "none.npy")], "none.npy"),
-                        (["explain", "--memory", "10"], "--memory '10'"),
+                        (["explain", "--max-memory", "10"], "--max-memory '10'"),
+                        (["explain", "--batch", "0"], "--batch 0: pass a whole number >= 1"),
+                        (["explain", str(tmp_path / "x.npy"), "--batch", "8"], "drop them"),
                         (["explain", "--frame-hop", "2"], "--frame-segments"),
                         (["explain", "--frame-segments", "4", str(tmp_path / "x.npy")], "drop the FILE")):
         bad = runner.invoke(app, args)

@@ -180,3 +180,97 @@ def test_in_memory_modes_are_explained():
         else:
             assert told["mode_why"] in told["why"] and told["mode_why"].startswith("in ")
             assert len(log) > len(_graph_ops(told["graph"]))  # the graph's kernels, more than once
+
+
+def test_an_executor_reads_a_source_at_the_files_rate_or_refuses(tmp_path):
+    """A file with a sample rate: welch_peaks/track take it; a WelchPeaks or Tracker made
+    with fs=None (or another rate) refuses it in one line naming the rate to pass, rather than
+    give cycles per sample and a PSD per sample; made with the file's rate, it gives welch_peaks'."""
+    from scipy.io import wavfile
+
+    fs = 8000
+    t = np.arange(3 * fs) / fs
+    wavfile.write(tmp_path / "a.wav", fs, (np.sin(2 * np.pi * 1000 * t) * 0.5).astype(np.float32))
+    src = welchpeaks.open_signals(tmp_path / "a.wav")
+    for make in (welchpeaks.WelchPeaks, welchpeaks.Tracker):
+        for rate in (None, 4000.0):
+            with pytest.raises(ValueError, match="sampled at 8000 Hz.*pass fs=8000"):
+                make(k=1, fs=rate)(src)
+    got = welchpeaks.WelchPeaks(k=1, fs=fs, segments=None)(src)
+    want = welchpeaks.welch_peaks(src, k=1)
+    assert abs(got.freqs[0, 0] - 1000) < 1 and np.array_equal(got.power, want.power)
+    np.testing.assert_array_equal(welchpeaks.Tracker(k=1, fs=fs)(src).times, welchpeaks.track(src, k=1).times)
+
+
+def test_after_a_call_on_a_source_strategy_and_explain_say_what_ran(tmp_path):
+    """After a call on a source (blocks of rows, or long rows), ``strategy`` names what its
+    blocks ran and ``explain()`` explains that source; a later call in memory takes over."""
+    x = np.random.default_rng(11).standard_normal((40, 30000)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    src = welchpeaks.open_signals(tmp_path / "x.npy")
+    for budget, mode in ((1 << 20, "long rows"), (64 << 20, "source blocks")):
+        wp = welchpeaks.WelchPeaks(k=3, segments=None, max_memory=budget)
+        got = wp(src)
+        assert wp.strategy == got.strategy != "auto"
+        part, = wp.explain()["parts"]
+        assert part["mode"] == mode and part["execution"] == got.strategy
+        wp(x[:2])
+        assert "parts" not in wp.explain() and wp.explain()["batch"] == 2
+
+
+def test_a_source_of_files_that_ran_differently_says_so_per_file(tmp_path):
+    """Files of one source with different lengths: the result's strategy lists every execution
+    that ran, and params['parts'] gives each file's execution, segments and frame."""
+    from scipy.io import wavfile
+
+    folder = tmp_path / "rec"
+    folder.mkdir()
+    rng = np.random.default_rng(12)
+    for i, n in enumerate((384, 50_000)):
+        wavfile.write(folder / f"{i}.wav", 8000, rng.standard_normal(n).astype(np.float32))
+    res = welchpeaks.welch_peaks(welchpeaks.open_signals(folder), k=2, segments=None)
+    parts = res.params["parts"]
+    assert [p["segments"] for p in parts] == [2, (50_000 - 256) // 128 + 1]
+    assert res.params["segments"] is None and res.params["frame"] is None
+    assert res.strategy == ", ".join(dict.fromkeys(p["strategy"] for p in parts))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int16", "float16", ">f4"])
+def test_explain_with_a_dtype_is_the_plan_of_a_call_on_it(dtype):
+    """explain(batch, length, dtype=) before any call explains what a call on that dtype runs
+    (its execution and compute precision), as the call converts it."""
+    x = (np.random.default_rng(13).standard_normal((8, 10240)) * 100).astype(dtype)
+    wp = welchpeaks.WelchPeaks(k=3, segments=None)
+    info = wp.explain(batch=8, length=10240, dtype=dtype)
+    wp(x)
+    assert (info["strategy"], info["compute_dtype"]) == (wp.strategy, wp._last_call.compute.name)
+    with pytest.raises(TypeError, match="dtype='complex64'"):
+        wp.explain(batch=8, length=10240, dtype="complex64")
+
+
+def test_explain_refuses_what_the_call_refuses_and_changes_no_state():
+    """explain() of a call the call refuses (k past the bins filling GiB) refuses it too; a
+    Tracker's explain() before any call leaves its strategy 'auto'."""
+    wp = welchpeaks.WelchPeaks(n_fft=256, k=100_000)
+    with pytest.raises(ValueError, match=r"explain\(batch=1000\): the call would be refused: k=100000"):
+        wp.explain(batch=1000, length=384)
+    with pytest.raises(ValueError, match="k=100000"):
+        wp(np.zeros((1000, 384), np.float32))
+    tr = welchpeaks.Tracker(k=2)
+    tr.explain(batch=2, length=5000)
+    assert tr.strategy == "auto"
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int16, np.dtype(">f4")])
+def test_the_public_planner_applies_the_calls_rules(dtype):
+    """welchpeaks.plan.Planner (public) plans a dtype as a call converts it, and refuses a
+    length the call refuses with the call's message, not the graph IR's."""
+    from welchpeaks.plan import Planner
+
+    wp = welchpeaks.WelchPeaks(k=2)
+    planner = wp.planner
+    assert isinstance(planner, Planner)
+    call = planner.plan(4, 1000, np.dtype(dtype))
+    assert call.compute.name == ("float32" if np.dtype(dtype).kind == "f" else "float64")
+    with pytest.raises(ValueError, match="100 samples but 384 are needed"):
+        planner.plan(4, 100, np.dtype(np.float32))

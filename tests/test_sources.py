@@ -338,3 +338,49 @@ def test_numpy_long_rows_in_pieces_equal_at_once_to_rounding(tmp_path_factory, s
         scale = np.abs(ref.power).max(axis=-1, keepdims=True)
         assert np.all(np.abs(got.power - ref.power) <= tol * scale)
         np.testing.assert_array_equal(got.bins, ref.bins)
+
+
+@pytest.mark.parametrize("change", ["same size, other shape", "same size, other dtype", "rewritten as it was",
+                                    "removed"])
+def test_a_file_changed_after_open_signals_is_an_error_naming_it(tmp_path, change):
+    """A .npy, WAV or HDF5 file replaced or rewritten after open_signals (even with the same
+    size and header, which reads would decode under the old one) is refused in one line naming
+    the file, never read as if unchanged."""
+    import h5py
+    from scipy.io import wavfile
+
+    x = np.random.default_rng(3).standard_normal((4, 4096)).astype(np.float32)
+    paths = {"npy": tmp_path / "a.npy", "wav": tmp_path / "a.wav", "h5": tmp_path / "a.h5"}
+    def h5(p, a):  # written beside and moved over it (HDF5 cannot truncate a file it holds open)
+        with h5py.File(tmp_path / "new.h5", "w") as fh:
+            fh.create_dataset("x", data=a)
+        os.replace(tmp_path / "new.h5", p)
+
+    write = {"npy": lambda p, a: np.save(p, a), "wav": lambda p, a: wavfile.write(p, 8000, a.reshape(-1, 4)), "h5": h5}
+    for kind, path in paths.items():
+        write[kind](path, x)
+        src = welchpeaks.open_signals(f"{path}:/x" if kind == "h5" else path)
+        if change == "removed":
+            path.unlink()
+        elif change == "same size, other shape":
+            write[kind](path, x.reshape(8, 2048) if kind != "wav" else x[::-1].copy())
+        elif change == "same size, other dtype":
+            write[kind](path, x.view(np.int32))
+        else:
+            write[kind](path, x)
+        if change != "removed":
+            os.utime(path, ns=(1, 10**18 + len(kind)))  # a time that differs whatever the clock's resolution
+        with pytest.raises(ValueError, match=rf"a\.{kind}: (changed since open_signals|can no longer be read)") as e:
+            welchpeaks.welch_peaks(src, k=2, n_fft=256)
+        assert str(e.value).count(str(path)) == 1, e.value  # named once
+
+
+def test_big_endian_floats_compute_in_their_precision(tmp_path):
+    """'>f4' signals (in memory or a .npy) compute in float32 and give the native array's bits."""
+    x = np.random.default_rng(4).standard_normal((5, 3000)).astype(">f4")
+    np.save(tmp_path / "be.npy", x)
+    want = welchpeaks.welch_peaks(x.astype(np.float32), k=3)
+    for got in (welchpeaks.welch_peaks(x, k=3), welchpeaks.welch_peaks(welchpeaks.open_signals(tmp_path / "be.npy"), k=3)):
+        assert got.power.dtype == np.float32
+        np.testing.assert_array_equal(got.power, want.power)
+        np.testing.assert_array_equal(got.bins, want.bins)

@@ -163,6 +163,34 @@ def test_nan_frames():
     assert np.array_equal(np.flatnonzero(empty[1]), hit) and not empty[0].any()
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_nan_in_a_source_names_the_file_signal_and_frame_of_the_recording(tmp_path, seed):
+    """A NaN in a file tracked in blocks of rows and frames (small max_memory), by the API and
+    by `welchpeaks track --out`: the error names the file, the signal's row in it and the frame
+    counted from the recording's start, the frame the in-memory call names (not the block's)."""
+    from typer.testing import CliRunner
+
+    from welchpeaks.cli import app
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((int(rng.integers(40, 120)), 20000)).astype(np.float32)
+    row, sample = int(rng.integers(len(x))), int(rng.integers(12000, 20000))
+    x[row, sample] = np.nan
+    np.save(tmp_path / "n.npy", x)
+    kw = dict(n_fft=256, k=4, frame_segments=8, max_memory=1 << 20)
+    tr = welchpeaks.Tracker(**kw)
+    first = next(t for t in range(tr.n_frames(20000)) if t * tr.step <= sample < t * tr.step + tr.frame)
+    with pytest.raises(ValueError, match=rf"signal x\[{row}\], frame {first} ") as in_memory:
+        welchpeaks.track(x, **kw)
+    with pytest.raises(ValueError, match=rf"n.npy, rows \d+\.\.\d+: .*signal {row}, frame {first} ") as source:
+        welchpeaks.track(welchpeaks.open_signals(tmp_path / "n.npy"), **kw)
+    tail = lambda e: str(e.value).split(f", frame {first} ")[1]  # noqa: E731
+    assert tail(in_memory) == tail(source)  # the same samples
+    res = CliRunner().invoke(app, ["track", str(tmp_path / "n.npy"), "--out", str(tmp_path / "t.csv"), "--quiet",
+                                   "--n-fft", "256", "--k", "4", "--frame-segments", "8"])
+    assert res.exit_code == 2 and "n.npy, rows " in res.output and f"signal {row}, frame {first} " in res.output
+
+
 def test_errors():
     x = np.zeros(1000)
     with pytest.raises(ValueError, match="frame needs 1152"):

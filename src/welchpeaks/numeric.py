@@ -127,3 +127,18 @@ def integer(name: str, value: Any, low: int | None = None, high: int | None = IN
     if high is not None and v > high:
         raise _fail(ValueError, name, value, words or f"<= {_bound(high)}", fix)
     return int(v)
+
+
+def real_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
+    """The dtype a call computes an input of ``dtype`` as: float32 and float64 as they are,
+    float16 as float32, integers and longer floats as float64; anything else a one-line error naming ``name``."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or dt == np.bool_ or not (np.issubdtype(dt, np.integer) or np.issubdtype(dt, np.floating)):
+        raise TypeError(f"{name}={shown(dtype)}: pass a real dtype (float32, float64, float16 or an integer type); "
+                        "complex signals are not analysed")
+    if dt.kind == "f" and dt.itemsize in (4, 8):  # in native byte order ('>f4' computes as float32)
+        return np.dtype(f"f{dt.itemsize}")
+    return np.dtype(np.float32) if dt.kind == "f" and dt.itemsize == 2 else np.dtype(np.float64)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from welchpeaks.loaders import SignalFileError, read_npy_header
-from welchpeaks.numeric import size_text
+from welchpeaks.numeric import real_dtype, size_text
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
 ARRAY_SUFFIXES = (".npy", ".zarr", ".h5", ".hdf5")
@@ -42,12 +42,21 @@ _COMPRESSED_AUDIO = ("FLAC", "OGG", "MPEG")
 
 @dataclass(frozen=True)
 class Part:
-    """One file (or array) of a source: ``rows`` signals of ``samples`` samples."""
+    """One file (or array) of a source: ``rows`` signals of ``samples`` samples; ``stamp``: the
+    file's identity when it was opened (:func:`file_stamp`), checked before every read."""
 
     name: str
     rows: int
     samples: int
     read: Callable[[int, int, int, int], np.ndarray]  # (r0, r1, s0, s1) -> [r1-r0, s1-s0]
+    stamp: tuple | None = None
+
+
+def file_stamp(path: str | os.PathLike) -> tuple:
+    """``(path, size, modification time in ns, inode)``: a file replaced or rewritten (even with
+    the same size) has another."""
+    st = os.stat(path)
+    return str(path), st.st_size, st.st_mtime_ns, st.st_ino
 
 
 class SignalSource:
@@ -79,6 +88,15 @@ class SignalSource:
         """Samples ``s0:s1`` of rows ``r0:r1`` of part ``part``, as a C-contiguous float array
         (a read error names the file)."""
         p = self.parts[part]
+        if p.stamp is not None:
+            try:
+                now = file_stamp(p.stamp[0])
+            except OSError as exc:
+                raise SignalFileError(f"{p.stamp[0]}: can no longer be read ({exc.strerror or exc}); it was moved or "
+                                      "removed after open_signals") from None
+            if now != p.stamp:
+                raise SignalFileError(f"{p.stamp[0]}: changed since open_signals opened it (its size, time or inode "
+                                      "differ); open it again")
         try:
             out = p.read(r0, r1, s0, s1)
         except SignalFileError:
@@ -104,7 +122,7 @@ def _real_dtype(dtype: Any, name: str) -> np.dtype:
     dtype = np.dtype(dtype)
     if dtype.kind not in "iuf" or dtype.itemsize > 8:
         raise SignalFileError(f"{name}: holds {dtype} values; welchpeaks reads real numbers (integers or floats)")
-    return np.dtype(np.float32) if dtype in (np.float32, np.float16) else np.dtype(np.float64)
+    return real_dtype(dtype)  # as a call converts it
 
 
 def _rows_samples(shape: tuple[int, ...], name: str) -> tuple[int, int]:
@@ -130,6 +148,7 @@ def _check_fs(fs: Any, name: str) -> float | None:
 
 
 def _npy(path: Path) -> SignalSource:
+    stamp = file_stamp(path)
     with open(path, "rb") as fh:
         shape, fortran, dtype = read_npy_header(fh, path)
         if dtype.hasobject:
@@ -152,7 +171,7 @@ def _npy(path: Path) -> SignalSource:
             read = lambda r0, r1, s0, s1: mm[np.unravel_index(np.arange(r0, r1), lead) + (slice(s0, s1),)]  # noqa: E731
     else:
         read = _pread_rows(path, offset, dtype, samples)
-    return SignalSource([Part(str(path), rows, samples, read)], None, out, f"npy {path}")
+    return SignalSource([Part(str(path), rows, samples, read, stamp)], None, out, f"npy {path}")
 
 
 def _pread_rows(path: Path, offset: int, dtype: np.dtype, samples: int) -> Callable[[int, int, int, int], np.ndarray]:
@@ -306,7 +325,7 @@ def _hdf5(path: Path, dataset: str) -> SignalSource:
     rows, samples = _rows_samples(tuple(ds.shape), f"{path}:{dataset}")
     _check_h5_stored(h5py, ds, f"{path}:{dataset}", path.stat().st_size, rows * samples * ds.dtype.itemsize)
     fs = _check_fs(ds.attrs.get("fs", ds.attrs.get("sample_rate")), f"{path}:{dataset}")
-    return SignalSource([Part(f"{path}:{dataset}", rows, samples, _nd_reader(ds, _h5_into))], fs, out,
+    return SignalSource([Part(f"{path}:{dataset}", rows, samples, _nd_reader(ds, _h5_into), file_stamp(path))], fs, out,
                         f"hdf5 {path}:{dataset}")
 
 
@@ -386,6 +405,7 @@ def _audio(paths: list[Path], what: str) -> SignalSource:
     parts, rates = [], {}
     for path in paths:
         try:
+            stamp = file_stamp(path)
             info = sf.info(str(path))
         except Exception as exc:
             raise SignalFileError(f"{path}: not a sound file soundfile can read ({str(exc).splitlines()[0]})") from None
@@ -400,7 +420,7 @@ def _audio(paths: list[Path], what: str) -> SignalSource:
                 data = f.read(s1 - s0, dtype="float32", always_2d=True)
             return data[:, r0:r1].T
 
-        parts.append(Part(str(path), int(info.channels), int(info.frames), read))
+        parts.append(Part(str(path), int(info.channels), int(info.frames), read, stamp))
     if len(rates) > 1:
         listed = "; ".join(f"{rate:g} Hz: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
                            for rate, names in rates.items())

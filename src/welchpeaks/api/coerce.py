@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from welchpeaks.numeric import is_int, real, shown
+from welchpeaks.numeric import is_int, real, real_dtype, shown  # noqa: F401 (real_dtype: the rule calls use)
 
 
 # what a complex input is told, per kind of input: signals (the default) and rows of values
@@ -66,21 +66,6 @@ def as_real_array(x: Any, name: str = "x", complex_fix: str = SIGNALS_ARE_REAL) 
         raise ValueError(f"{name} is empty (shape {arr.shape}); pass at least one signal with samples")
     target = real_dtype(arr.dtype)
     return arr if arr.dtype == target else arr.astype(target)
-
-
-def real_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
-    """The dtype a call computes an input of ``dtype`` as: float32 and float64 as they are,
-    float16 as float32, integers and longer floats as float64; anything else a one-line error naming ``name``."""
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt is None or dt == np.bool_ or not (np.issubdtype(dt, np.integer) or np.issubdtype(dt, np.floating)):
-        raise TypeError(f"{name}={shown(dtype)}: pass a real dtype (float32, float64, float16 or an integer type); "
-                        "complex signals are not analysed")
-    if dt == np.float32 or dt == np.float64:
-        return dt
-    return np.dtype(np.float32) if dt == np.float16 else np.dtype(np.float64)
 
 
 def signal_name(row: int, lead: tuple[int, ...]) -> str:

@@ -39,6 +39,20 @@ def check_result_size(params: PeakParams, rows: int, frames: int | None, dtype: 
                          f"(bytes) if the memory is there, or {fix}")
 
 
+def check_source_rate(fs: float | None, src: Any, executor: str) -> None:
+    """An executor made with ``fs`` may read ``src`` (a :class:`welchpeaks.sources.SignalSource`)
+    only at the file's own rate, if it has one: results in Hz and a PSD per Hz need the rate
+    the call was planned with (``welch_peaks(source)`` and ``track(source)`` take the file's)."""
+    if src.fs is None or fs == src.fs:
+        return
+    if fs is None:
+        raise ValueError(f"{src.description} is sampled at {src.fs:g} Hz but this {executor} was made with fs=None; "
+                         f"pass fs={src.fs:g} to it (fs=1.0 for frequencies in cycles per sample), or call "
+                         "welch_peaks(source) / track(source), which take the file's rate")
+    raise ValueError(f"fs={fs:g} but {src.description} is sampled at {src.fs:g} Hz; pass fs={src.fs:g} (welch_peaks "
+                     "and track take the file's rate with fs=None) or resample the file")
+
+
 def available_strategies(device: str = "cpu") -> list[str]:
     """Executions installed and usable here on ``device`` (for example ``['numpy', 'fused-cpu']``)."""
     check_device(device)

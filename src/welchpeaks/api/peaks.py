@@ -15,10 +15,10 @@ import numpy as np
 
 from welchpeaks import backends, memory, spec
 from welchpeaks.api import lazy
-from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, signal_name, tensor_input
+from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, real_dtype, signal_name, tensor_input
 from welchpeaks.api.detailed import make_filters, merge_distance
 from welchpeaks.api.options import (check_device, check_layout, check_max_memory,
-                                    check_result_size, learned_execution, resolve_strategy)
+                                    check_result_size, check_source_rate, learned_execution, resolve_strategy)
 from welchpeaks.numeric import integer, shown
 from welchpeaks.params import make_params
 from welchpeaks.plan import measure
@@ -26,6 +26,7 @@ from welchpeaks.plan.call import CallPlan
 from welchpeaks.plan.modes import SourcePlan
 from welchpeaks.plan.planner import Planner
 from welchpeaks.result import PeakResult
+from welchpeaks.loaders import SignalFileError
 from welchpeaks.sources import SignalSource
 
 
@@ -110,32 +111,42 @@ class WelchPeaks:
                                max_memory=check_max_memory(max_memory))
         self._last: tuple[int, int, np.dtype] | None = None
         self._last_call: CallPlan | None = None
+        self._last_source: tuple[SignalSource, str] | None = None  # the last call's, on a source: what ran
 
     @property
     def strategy(self) -> str:
-        """Name of the execution that ran last ('auto' before the first call under auto)."""
+        """Name of the execution that ran last ('auto' before the first call under auto; after a
+        call on a source, the executions its blocks ran)."""
+        if self._last_source is not None:
+            return self._last_source[1]
         if self._last_call is not None:
             return self._last_call.execution
         return self.planner.forced.name if self.planner.forced is not None else "auto"
 
     def explain(self, batch: int | None = None, length: int | None = None,
-                source: SignalSource | None = None) -> dict[str, Any]:
+                source: SignalSource | None = None, dtype: Any = None) -> dict[str, Any]:
         """Why the execution runs: every decision of the planner with its reason, the graph that
         will run, and per execution its IO profile, fusion decision, every cost term (ns) and
         total, for ``batch`` signals of ``length`` samples (default: the last call's, else one
-        signal of exactly one frame). ``mode`` says how the rows run (at once, in blocks of
-        rows, in pieces of segments) and ``mode_why`` why.
+        signal of exactly one frame) of ``dtype`` (the input's, as a call converts it: float16 as
+        float32, integers as float64; default the last call's, else ``dtype=`` or float32).
+        ``mode`` says how the rows run (at once, in blocks of rows, in pieces of segments) and
+        ``mode_why`` why. A call that would be refused (its result too large) is refused here too.
 
-        With ``source`` (from :func:`welchpeaks.open_signals`): how each of its parts is read
-        and computed: its ``mode`` (``'source blocks'`` or ``'long rows'``), ``why``, its
-        ``blocks``, and for blocks of rows the explanation of the first block's call
-        (``plan``)."""
+        With ``source`` (from :func:`welchpeaks.open_signals`; default after a call on a source,
+        when nothing else is given: that source): how each of its parts is read and computed:
+        its ``mode`` (``'source blocks'`` or ``'long rows'``), ``why``, its ``blocks``, and for
+        blocks of rows the explanation of the first block's call (``plan``)."""
+        if source is None and batch is None and length is None and dtype is None and self._last_source is not None:
+            source = self._last_source[0]
         if source is not None:
-            if batch is not None or length is not None:
-                raise ValueError("explain(source=...) explains the source's own shape; drop batch= and length=")
+            if batch is not None or length is not None or dtype is not None:
+                raise ValueError("explain(source=...) explains the source's own shape and dtype; drop batch=, length= "
+                                 "and dtype=")
             return self._explain_source(source)
         p = self.params
         last = self._last or (1, p.frame_length(p.segments or 1), np.dtype(p.dtype or "float32"))
+        in_dtype = last[2] if dtype is None else real_dtype(dtype)
         given = {}
         for name, v in (("batch", batch), ("length", length)):
             try:
@@ -155,7 +166,11 @@ class WelchPeaks:
             raise ValueError(f"explain(batch={batch}, length={length}): a call of that size has {values:.3g} values, "
                              f"more than an array holds ({EXPLAIN_VALUES:.3g}, complex128); pass fewer or shorter "
                              "signals")
-        return {"requested": self.requested, **self.planner.explain(batch, length, last[2]), "params": p.to_dict()}
+        try:
+            _check_empty_slots(p, batch)
+        except ValueError as exc:
+            raise ValueError(f"explain(batch={batch}): the call would be refused: {exc}") from None
+        return {"requested": self.requested, **self.planner.explain(batch, length, in_dtype), "params": p.to_dict()}
 
     def __call__(self, x: Any) -> PeakResult:
         if lazy.is_dask(x):
@@ -197,12 +212,22 @@ class WelchPeaks:
         check_result_size(self.params, src.rows, None, src.dtype, self.planner.max_memory,
                           "write it to disk as it is computed: welchpeaks peaks FILE --out results.parquet")
         budget = self.source_budget()
-        results = [self.source_block(src, i, r0, r1, budget)
-                   for i in range(len(src.parts)) for r0, r1, _ in self.source_blocks(src, i, budget)]
+        per_part = [[self.source_block(src, i, r0, r1, budget) for r0, r1, _ in self.source_blocks(src, i, budget)]
+                    for i in range(len(src.parts))]
+        results = [r for part in per_part for r in part]
         cat = {f: np.concatenate([getattr(r, f) for r in results]) for f in ("bins", "power", "freqs")}
         measures = {n: np.concatenate([r.measures[n] for r in results]) for n in results[-1].measures}
-        return PeakResult(strategy=results[-1].strategy, params=dict(results[-1].params, source=src.description),
-                          measures=measures, peak_params=self.params, **cat)
+        # parts (files) may run other executions and segments: the result says each
+        strategy = ", ".join(dict.fromkeys(r.strategy for r in results))
+        params = dict(results[-1].params, source=src.description)
+        if len(per_part) > 1:
+            params["parts"] = [{"name": info.name, "strategy": part[-1].strategy, "segments": part[-1].params["segments"],
+                                "frame": part[-1].params["frame"]} for info, part in zip(src.parts, per_part)]
+            for key in ("segments", "frame"):
+                if len({q[key] for q in params["parts"]}) > 1:
+                    params[key] = None  # differ between parts: see params['parts']
+        self._last_source = (src, strategy)
+        return PeakResult(strategy=strategy, params=params, measures=measures, peak_params=self.params, **cat)
 
     def source_budget(self) -> int:
         """Bytes of samples a source's block reads at once: ``max_memory``, else 64 MiB."""
@@ -212,9 +237,7 @@ class WelchPeaks:
         """The planner's plan of part ``part`` of a source within ``budget`` bytes of samples,
         after checking the part against the parameters."""
         p, info = self.params, src.parts[part]
-        if p.fs is not None and src.fs is not None and p.fs != src.fs:
-            raise ValueError(f"fs={p.fs:g} but {src.description} is sampled at {src.fs:g} Hz; pass fs=None (the "
-                             "file's rate is used) or the file's rate")
+        check_source_rate(p.fs, src, type(self).__name__)
         try:
             p.check_length(info.samples)
         except ValueError as exc:
@@ -245,6 +268,8 @@ class WelchPeaks:
                 return self._long_rows(plan, plan.run_pieces(src, part, r0, r1), src, part, r0)
             return self._run(src.read(*read) if data is None else data, tensor=False, first_row=r0,
                              planner=plan.planner)
+        except SignalFileError:
+            raise  # it names the file
         except ValueError as exc:
             raise ValueError(f"{info.name}, rows {r0}..{r1 - 1}: {exc}") from None
 
@@ -324,14 +349,12 @@ class WelchPeaks:
         lead = tuple(arr.shape[:-1])
         rows = arr.reshape(-1, length)
         in_dtype = np_dtype(arr)
-        if p.k > p.n_bins and rows.shape[0] * p.k * 16 > memory.MAX_EMPTY_SLOT_BYTES:
-            raise ValueError(f"k={p.k} asks for {rows.shape[0] * p.k * 16 / 2**30:.1f} GiB of results, but n_fft={p.n_fft} "
-                             f"has only {p.n_bins} bins, so every slot past {p.n_bins} is empty; pass k <= {p.n_bins}")
+        _check_empty_slots(p, rows.shape[0])
         call = planner.plan(rows.shape[0], length, in_dtype, tensor)
         if not tensor and not rows.flags.c_contiguous:
             rows = np.ascontiguousarray(rows[:, :call.frame])
         out = planner.run(call, rows)
-        self._last, self._last_call = (rows.shape[0], length, in_dtype), call
+        self._last, self._last_call, self._last_source = (rows.shape[0], length, in_dtype), call, None
         bins, power, fbins, measures = out.bins, out.power, out.fbins, dict(out.measures or {})
         if not tensor and not isinstance(bins, np.ndarray):
             bins, power, fbins = bins.cpu().numpy(), power.cpu().numpy(), fbins.cpu().numpy()
@@ -376,6 +399,13 @@ def _tensor_has_inf(power: Any) -> bool:
     import torch
 
     return bool(torch.isinf(power).any())
+
+
+def _check_empty_slots(p: Any, rows: int) -> None:
+    """Refuse a call whose ``k`` past the bins would fill gigabytes with empty slots."""
+    if p.k > p.n_bins and rows * p.k * 16 > memory.MAX_EMPTY_SLOT_BYTES:
+        raise ValueError(f"k={p.k} asks for {rows * p.k * 16 / 2**30:.1f} GiB of results, but n_fft={p.n_fft} "
+                         f"has only {p.n_bins} bins, so every slot past {p.n_bins} is empty; pass k <= {p.n_bins}")
 
 
 def welch_peaks(

@@ -26,7 +26,7 @@ from numpy.lib.stride_tricks import as_strided
 from welchpeaks import memory, spec
 from welchpeaks.api import lazy
 from welchpeaks.api.coerce import as_real_array, as_tensors, np_dtype, real_dtype, signal_name, tensor_input
-from welchpeaks.api.options import check_result_size
+from welchpeaks.api.options import check_result_size, check_source_rate
 from welchpeaks.numeric import integer, shown
 from welchpeaks.api.peaks import WelchPeaks
 from welchpeaks.plan.modes import FramesPlan
@@ -96,7 +96,7 @@ class Tracker:
         length = self.frame if length is None else integer("length", length, 1)
         self._check_length(length)
         dtype = real_dtype(dtype)  # as the call computes its input
-        plan = self.frames_plan(dtype)
+        plan = self.peaks.planner.plan_frames(self.frame_segments, self.frame_hop, dtype)  # (not the last call's)
         out = {"requested": self.peaks.requested, **plan.explain(), "frames": self.n_frames(length)}
         if plan.shared is None:
             blocks = plan.blocks(integer("batch", batch, 1), out["frames"], np.dtype(dtype).itemsize)
@@ -172,7 +172,7 @@ class Tracker:
                     bad = empty[~torch.isfinite(block[empty]).all(dim=1)].cpu().numpy()
                     if bad.size:
                         row, frame = r0 + int(bad[0]) // (t1 - t0), t0 + int(bad[0]) % (t1 - t0)
-                        raise ValueError(f"x has NaN or infinity in row {row}, frame {frame} (samples "
+                        raise ValueError(f"x has NaN or infinity in {signal_name(row, lead)}, frame {frame} (samples "
                                          f"{frame * self.step} to {frame * self.step + self.frame - 1}); clean "
                                          "the data or pass nan_policy='propagate'")
             for f, v in [(f, getattr(res, f)) for f in ("bins", "power", "freqs")] + list(res.measures.items()):
@@ -185,9 +185,10 @@ class Tracker:
         return TrackResult(times=self.times(n_frames), strategy=self.strategy, params=self.info(), measures=out,
                            peak_params=self.params, **fields)
 
-    def run(self, arr: np.ndarray, first_sample: int = 0) -> TrackResult:
+    def run(self, arr: np.ndarray, first_sample: int = 0, first_row: int | None = None) -> TrackResult:
         """Frames of ``arr [..., samples]`` (float32/float64, validated); ``first_sample``: the
-        position of ``arr[..., 0]`` in the recording (for the times)."""
+        position of ``arr[..., 0]`` in the recording (for the times and errors); ``first_row``:
+        the rows are a block of a source's, from that signal on (for errors)."""
         lead, length = tuple(arr.shape[:-1]), arr.shape[-1]
         rows = arr.reshape(-1, length)
         n_rows, n_frames, k = rows.shape[0], self.n_frames(length), self.params.k
@@ -222,11 +223,11 @@ class Tracker:
                 v[r0:r1, t0:t1] = res.measures[n].reshape(shape)
             if flagged is not None:  # NaN, infinity or an overflow; a frame without peaks is not flagged
                 if flagged.size:
-                    self._check_frames(view, flagged, lead, r0, t0, first_sample, overflow=True)
+                    self._check_frames(view, flagged, lead, r0, t0, first_sample, first_row, overflow=True)
             else:
                 empty = np.flatnonzero(res.bins[:, 0] < 0)  # frames with no peak: not finite, or all filtered
                 if empty.size:
-                    self._check_frames(view, empty, lead, r0, t0, first_sample)
+                    self._check_frames(view, empty, lead, r0, t0, first_sample, first_row)
         shape = lead + (n_frames, k)
         info = self.info()
         if shared:
@@ -252,13 +253,19 @@ class Tracker:
                 t1 = min(n_frames, t0 + per_read)
                 s0 = t0 * self.step
                 block = src.read(part, r0, r1, s0, s0 + (t1 - t0 - 1) * self.step + self.frame)
-                try:
-                    yield r0, t0, self.run(block, s0)
-                except ValueError as exc:
-                    raise ValueError(f"{info.name}, rows {r0}..{r1 - 1}: {exc}") from None
+                yield r0, t0, self.source_frames(src, part, r0, s0, block)
+
+    def source_frames(self, src: SignalSource, part: int, r0: int, s0: int, block: np.ndarray) -> TrackResult:
+        """The frames of ``block``: rows ``r0..`` of part ``part`` of a source, from sample
+        ``s0`` on (errors name the file, the signal and the frame in the recording)."""
+        try:
+            return self.run(block, s0, first_row=r0)
+        except ValueError as exc:
+            raise ValueError(f"{src.parts[part].name}, rows {r0}..{r0 + block.shape[0] - 1}: {exc}") from None
 
     def _run_source(self, src: SignalSource) -> TrackResult:
         """Every part of a source, ``[rows, T, k]`` (parts must give the same number of frames)."""
+        check_source_rate(self.params.fs, src, "Tracker")
         frames = {p.name: self.n_frames(p.samples) for p in src.parts}
         if len(set(frames.values())) > 1:
             listed = ", ".join(f"{n}: {t}" for n, t in list(frames.items())[:6])
@@ -296,25 +303,32 @@ class Tracker:
         return PeakResult(out.bins, power, out.fbins * self.params.freq_scale(), self.strategy, {}), out.bad_rows
 
     def _check_frames(self, frames: np.ndarray, empty: np.ndarray, lead: tuple[int, ...], r0: int, t0: int,
-                      first_sample: int, overflow: bool = False) -> None:
-        """Frames left empty (``empty``: indices into ``frames [rows, T, frame]``, row-major) hold
-        NaN or infinity (an error naming the first under ``nan_policy='raise'``), or, with
-        ``overflow``, may have a power that overflowed the compute precision (always an error)."""
+                      first_sample: int, first_row: int | None, overflow: bool = False) -> None:
+        """Frames left empty (``empty``: indices into ``frames [rows, T, frame]``, row-major, the
+        frames ``t0..`` of rows ``r0..``) hold NaN or infinity (an error naming the first under
+        ``nan_policy='raise'``), or, with ``overflow``, may have a power that overflowed the
+        compute precision (always an error). Errors name the signal (of a source's, from
+        ``first_row``) and the frame counted from the recording's start."""
         if not overflow and self.nan_policy != "raise":  # empty frames are the caller's to keep
             return
         n_t = frames.shape[1]
         finite = np.isfinite(frames[empty // n_t, empty % n_t]).all(axis=-1)  # at most the block's frames
-        where = lambda i: (r0 + int(i) // n_t, t0 + int(i) % n_t)  # noqa: E731
+
+        def where(i: int) -> tuple[str, int, int]:
+            """(the signal, the frame in the recording, its first sample)"""
+            row, frame = r0 + int(i) // n_t, t0 + int(i) % n_t
+            name = signal_name(row, lead) if first_row is None else f"signal {first_row + row}"
+            start = first_sample + frame * self.step
+            return name, start // self.step, start
+
         if overflow and finite.any():
-            row, frame = where(empty[np.argmax(finite)])
-            raise ValueError(f"the power spectrum of {signal_name(row, lead)}, frame {frame} overflows the compute "
-                             "precision; pass "
+            signal, frame, _ = where(empty[np.argmax(finite)])
+            raise ValueError(f"the power spectrum of {signal}, frame {frame} overflows the compute precision; pass "
                              "dtype='float64' or scale the data down")
         if self.nan_policy != "raise" or finite.all():
             return
-        row, frame = where(empty[np.argmin(finite)])
-        start = first_sample + frame * self.step
-        raise ValueError(f"x has NaN or infinity in {signal_name(row, lead)}, frame {frame} (samples {start} to "
+        signal, frame, start = where(empty[np.argmin(finite)])
+        raise ValueError(f"x has NaN or infinity in {signal}, frame {frame} (samples {start} to "
                          f"{start + self.frame - 1}); clean the data or pass nan_policy='propagate' to get empty "
                          "slots (-1/NaN) for those frames")
 

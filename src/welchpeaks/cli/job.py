@@ -145,7 +145,7 @@ def compute_unit(spec: dict[str, Any], unit: Unit, data: np.ndarray | None = Non
     if spec["kind"] == "peaks":
         res = ex.source_block(src, unit.part, unit.r0, unit.r1, spec["budget"], data)
     else:
-        res = ex.run(data, unit_read(spec, unit)[3])
+        res = ex.source_frames(src, unit.part, unit.r0, unit_read(spec, unit)[3], data)
     bins, power, freqs = res.bins, res.power, res.freqs
     sig, *rest = np.nonzero(bins >= 0)
     cols = {"file": np.full(sig.shape, spec["file_index"][unit.source][unit.part], np.int32),

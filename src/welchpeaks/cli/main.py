@@ -274,9 +274,9 @@ def demo(
 
 @app.command()
 def explain(
-    source: Optional[str] = typer.Argument(None, help="A file, folder or glob (as `peaks --out` reads them): explain "
-                                                      "the plan over it, part by part."),
-    batch: int = typer.Option(8192, help="Signals per call (without a FILE)."),
+    source: Optional[str] = typer.Argument(None, help="A file, folder or glob (what open_signals reads): explain the "
+                                                      "plan of welch_peaks over it, part by part."),
+    batch: Optional[int] = typer.Option(None, help="Signals per call (without a FILE) [default: 8192]."),
     length: Optional[int] = typer.Option(None, "--length", help="Samples per signal (without a FILE) [default: one "
                                                                "frame of the segments]."),
     n_fft: Optional[int] = option("n_fft"),
@@ -288,7 +288,8 @@ def explain(
                                                                                  "runs): segments per frame."),
     frame_hop: Optional[int] = option("frame_hop"),
     mode: str = option("mode"),
-    dtype: str = option("dtype", default="float32", help="Precision of the signals planned for (without a FILE)."),
+    dtype: Optional[str] = option("dtype", default=None, help="Precision of the signals planned for (without a FILE) "
+                                                              "[default: float32]."),
     device: str = option("device"),
     window: str = option("window"),
     detrend: str = option("detrend"),
@@ -297,8 +298,10 @@ def explain(
     prominence: Optional[float] = option("prominence", help="Plan scipy's filters: least prominence."),
     snr_db: Optional[float] = option("snr_db", help="Plan the SNR minimum (dB over the median)."),
     measures: Optional[str] = option("measures"),
-    memory: Optional[str] = typer.Option(None, "--memory", help="Working-memory bound of the call (max_memory), "
-                                                                "e.g. 64MiB [default: half the available memory]."),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="The call's working-memory bound "
+                                             "(max_memory=), e.g. 64MiB [default: half the available memory; a "
+                                             "file's blocks 64 MiB]. (peaks/track --out --memory M compute in units "
+                                             "of 4 MiB with a quarter of M.)"),
     as_json: bool = typer.Option(False, "--json", help="Print the full breakdown as JSON."),
 ) -> None:
     """Show how strategy='auto' would run a call, and the cost terms behind the choice (with
@@ -310,10 +313,17 @@ def explain(
         segments = "all" if source is not None or length is not None or frame_segments is not None else "2"
     if frame_hop is not None and frame_segments is None:
         _fail("--frame-hop goes with --frame-segments (peaks over time); pass both")
-    max_memory = None if memory is None else scale.parse_memory(memory, least=MIN_BUDGET_BYTES)
+    if source is not None and (batch, length, dtype) != (None, None, None):
+        _fail("--batch, --length and --dtype describe signals in memory; a FILE is explained with its own shape and "
+              "dtype: drop them")
+    for flag, value in (("--batch", batch), ("--length", length)):
+        if value is not None and value < 1:
+            _fail(f"{flag} {value}: pass a whole number >= 1")
+    batch, dtype = batch or 8192, dtype or "float32"
+    budget = None if max_memory is None else scale.parse_memory(max_memory, MIN_BUDGET_BYTES, "--max-memory")
     kw = dict(n_fft=n_fft, k=k, mode=parse_choice("mode", mode), device=parse_choice("device", device),
               window=parse_window(window), detrend=parse_choice("detrend", detrend),
-              scaling=parse_choice("scaling", scaling), max_memory=max_memory,
+              scaling=parse_choice("scaling", scaling), max_memory=budget,
               **filter_options(height, prominence, snr_db, measures))
     try:
         if frame_segments is not None:

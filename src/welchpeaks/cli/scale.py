@@ -24,7 +24,7 @@ _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb
           "gib": 2**30}
 
 
-def parse_memory(text: str, least: int = 16 * 2**20) -> int:
+def parse_memory(text: str, least: int = 16 * 2**20, flag: str = "--memory") -> int:
     """'1GB', '512MiB', '2e9' -> bytes (at least ``least``, 16 MiB for a job; at most 1 PiB:
     past any machine's memory, infinity included, a budget means "no limit" and is clamped there)."""
     m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([a-zA-Z]*)\s*", text)
@@ -33,7 +33,7 @@ def parse_memory(text: str, least: int = 16 * 2**20) -> int:
     except (KeyError, ValueError):
         value = None
     if value is None or not value == value or value < least:
-        _fail(f"--memory {text!r}: give a size of at least {least >> 20}MiB, such as 1GB, 512MiB or 2e9 (bytes)")
+        _fail(f"{flag} {text!r}: give a size of at least {least >> 20}MiB, such as 1GB, 512MiB or 2e9 (bytes)")
     return int(min(value, 2**50))
 
 

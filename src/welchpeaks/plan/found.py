@@ -106,17 +106,18 @@ def plan_find_peaks(x: Any, n: int, slots: int, every: bool, tensor: bool) -> Fi
         return FindPeaksPlan(mode=DEVICE, rows=rows, n=n, slots=slots,
                              why="rows on a CUDA device (or Triton's interpreter): the Triton kernel where they are, "
                                  "one program per row, writing only the peaks")
-    moved = ("; the rows are copied to the host (the Triton kernel takes rows on a CUDA device of at most "
-             "8192 samples, with triton installed)" if tensor else "")
+    on_cuda = tensor and getattr(x, "is_cuda", False)
+    moved = ("" if not tensor else "; the rows are copied to the host (the Triton kernel takes rows on a CUDA device "
+             "of at most 8192 samples, with triton installed)" if on_cuda else "; a CPU tensor, computed as an array")
     if not every:
         return FindPeaksPlan(mode=K_SLOTS, rows=rows, n=n, slots=slots,
                              why=f"the host kernel (numba, rows in parallel), one launch of {slots} slots{moved}")
     probe = min(rows, max(1, EVERY_PEAK_PROBE))
     return FindPeaksPlan(mode=EVERY_PEAK, rows=rows, n=n, slots=slots, probe_rows=probe,
                          probe_slots=min(slots, EVERY_PEAK_FIRST), redo_bytes=EVERY_PEAK_BYTES,
-                         why=(f"k=None: the first {probe} rows with {min(slots, EVERY_PEAK_FIRST)} slots, the others "
-                              "as wide as their fullest and a quarter, the rows past their slots redone with every "
-                              f"slot ({slots}){moved}"))
+                         why=(f"k=None: the first {probe} rows with {min(slots, EVERY_PEAK_FIRST)} slots"
+                              + (", the others as wide as their fullest and a quarter" if rows > probe else "")
+                              + f", the rows past their slots redone with every slot ({slots}){moved}"))
 
 
 def _launch(x: np.ndarray, cfg: Any, out: Any, what: str) -> None:

@@ -38,7 +38,7 @@ from welchpeaks.plan.call import PROVISIONAL, CallPlan
 from welchpeaks.plan.cost import BackendCostModel
 from welchpeaks.plan.defaults import default_cpu_model, default_cuda_model
 from welchpeaks.plan.models import cost_model_for
-from welchpeaks.numeric import size_text
+from welchpeaks.numeric import real_dtype, size_text
 from welchpeaks.plan.io import peak_working_bytes
 from welchpeaks.plan.picker import OverBudget, execution_graph, pick_for
 from welchpeaks.plan.state import PlanState, current_state
@@ -395,6 +395,10 @@ class Planner:
                 cost_model_for("cpu", wait=False, state=self.state) is not call.priced:
             call = None  # the model changed (measured again, or corrected by observed calls): plan again
         if call is None:
+            # the API converts and checks; a direct caller gets the same rules, not the graph IR's errors
+            self.params.check_length(length)
+            if input_dtype not in (np.float32, np.float64):
+                return self.plan(rows, length, real_dtype(input_dtype, "input_dtype"), tensor)
             n_seg, layout = self._segments(rows, length, input_dtype)
             compute = self.compute_dtype(input_dtype)
             budget = self.budget()

@@ -88,6 +88,7 @@ def _torch_peer(torch: Any, n_fft: int, k: int, n_seg: int) -> Callable[[Any], A
         segs = xt.unfold(-1, n_fft, n_fft // 2)[:, :n_seg]
         segs = (segs - segs.mean(-1, keepdim=True)) * window.to(xt.dtype)
         p = torch.fft.rfft(segs).abs().square().mean(1)
+        p[:, 1:n_fft // 2] *= 2  # one-sided, as scipy's welch (DC and Nyquist once)
         left = torch.nn.functional.pad(p[:, :-1], (1, 0), value=-float("inf"))
         right = torch.nn.functional.pad(p[:, 1:], (0, 1), value=-float("inf"))
         masked = torch.where((p > left) & (p >= right), p, torch.tensor(-float("inf"), dtype=p.dtype))

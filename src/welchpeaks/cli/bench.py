@@ -282,6 +282,58 @@ def _accuracy_rows(res: dict) -> dict:
     return rows
 
 
+@bench_app.command("floor")
+def bench_floor(
+    batch: str = typer.Option("32,1024,8192", "--batch", help="Batches: 32,1024 or a range 32-65536."),
+    n_fft: str = typer.Option("256", "--n-fft", help="Segment lengths: 256,1024 or a range 64-4096."),
+    segments: str = typer.Option("2", "--segments", help="Segments: 2,8,all (all: every segment of 16 n_fft samples)."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, float64 or both (float32,float64)."),
+    threads: str = typer.Option("1", "--threads", help="Threads each contender may use: 1, all, or 1,all."),
+    repeats: int = typer.Option(15, "--repeats", help="Timed rounds per cell (median and min-max)."),
+    max_bytes: str = typer.Option("1GiB", "--max-bytes", help="Leave out cells that would hold more than this."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write every cell and row as JSON."),
+    md_path: Optional[Path] = typer.Option(None, "--md", help="Write a markdown table of the cells."),
+) -> None:
+    """The executions against the floor, in one run, round robin: the scipy and torch peers,
+    numpy, fused-cpu and auto beside the FFT alone on the same windowed segments (scipy.fft,
+    pyFFTW with FFTW_MEASURE, ducc0: the bench extra) and a copy of the input; wall and CPU time
+    per call, ratios to the best FFT alone and input GB/s."""
+    from welchpeaks.bench import floor
+    from welchpeaks.cli.scale import parse_memory
+    from welchpeaks.machine import machine_info
+
+    if repeats < 3:
+        _fail("--repeats must be >= 3 for a median and a range")
+    check_paths({"--json": json_path, "--md": md_path})
+    segs = [None if v.strip() == "all" else _int_list(v, "segments")[0] for v in segments.split(",") if v.strip()]
+    dtypes = [d.strip() for d in dtype.split(",") if d.strip()]
+    if not segs or not dtypes or any(d not in ("float32", "float64") for d in dtypes):
+        _fail(f"--segments {segments!r} --dtype {dtype!r}: segments are integers or 'all'; dtypes float32, float64")
+    spec = [t.strip() for t in threads.split(",") if t.strip()]
+    if not spec or any(t != "all" and not t.isdigit() or t == "0" for t in spec):
+        _fail(f"--threads {threads!r}: use 1, all, or a list such as 1,all")
+    grid, skipped = floor.cells(_int_list(batch, "batch"), _int_list(n_fft, "n-fft"), segs, dtypes,
+                                [0 if t == "all" else int(t) for t in spec], parse_memory(max_bytes, 1, "--max-bytes"))
+    info = machine_info()
+    console.print(f"{info['cpu']}, {info['cores']} cores; {info['versions']}")
+    for s in skipped:
+        err.print(f"left out: batch {s['batch']}, n_fft {s['n_fft']}: {s['why']}", highlight=False)
+    results = []
+    for res in floor.run(grid, repeats, progress=lambda s: err.print(s, highlight=False)):
+        results.append(res)
+        table = Table(title=f"{res['threads_used']} thread(s), {res['dtype']}, batch {res['batch']}, n_fft "
+                            f"{res['n_fft']}, {res['n_seg']} segments")
+        for col in ("row", "median ms", "min-max ms", "CPU ms", "/ best FFT", "x scipy", "input GB/s"):
+            table.add_column(col, justify="right")
+        for r in res["rows"]:
+            table.add_row(r["row"], f"{r['median_ms']:.3f}", f"{r['min_ms']:.3f}-{r['max_ms']:.3f}",
+                          f"{r['cpu_median_ms']:.3f}", f"{r['over_fft']:.2f}", f"{r['x_scipy']:.1f}",
+                          f"{r['input_gbps']:.2f}")
+        console.print(table)
+    _write_json(json_path, {"machine": info, "repeats": repeats, "cells": results, "skipped": skipped})
+    write_output(md_path, floor.markdown_table(results), "--md")
+
+
 @bench_app.command("find-peaks")
 def bench_find_peaks(
     rows: int = typer.Option(8192, "--rows", help="Rows per call."),

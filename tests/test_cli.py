@@ -189,17 +189,17 @@ def test_explain_a_file_frames_and_a_budget_as_the_api_does(tmp_path):
     with their modes, frames with theirs, a call within the budget; errors are one line."""
     x = np.random.default_rng(7).standard_normal((6, 200_000)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    res = runner.invoke(app, ["explain", str(tmp_path / "x.npy"), "--max-memory", "1MiB", "--json"])
+    res = runner.invoke(app, ["explain", str(tmp_path / "x.npy"), "--segments", "all", "--max-memory", "1MiB",
+                              "--json"])
     assert res.exit_code == 0, res.output
     want = welchpeaks.WelchPeaks(segments=None, max_memory=1 << 20).explain(
         source=welchpeaks.open_signals(tmp_path / "x.npy"))
     got = json.loads(res.output)
     assert [p["mode"] for p in got["parts"]] == [p["mode"] for p in want["parts"]] == ["long rows"]
     assert got["parts"][0]["segments_per_read"] == want["parts"][0]["segments_per_read"]
-    table = runner.invoke(app, ["explain", str(tmp_path / "x.npy")])
+    table = runner.invoke(app, ["explain", str(tmp_path / "x.npy"), "--segments", "all"])
     assert table.exit_code == 0 and "mode source blocks" in table.output and "its first block" in table.output
-    frames = runner.invoke(app, ["explain", "--frame-segments", "8", "--frame-hop", "2", "--length", "50000",
-                                 "--batch", "3", "--json"])
+    frames = runner.invoke(app, ["explain", "--frame-hop", "2", "--length", "50000", "--batch", "3", "--json"])
     assert frames.exit_code == 0, frames.output
     want = welchpeaks.Tracker(frame_segments=8, frame_hop=2).explain(batch=3, length=50000)
     got = json.loads(frames.output)
@@ -212,7 +212,6 @@ def test_explain_a_file_frames_and_a_budget_as_the_api_does(tmp_path):
                         (["explain", "--max-memory", "10"], "--max-memory '10'"),
                         (["explain", "--batch", "0"], "--batch 0: pass a whole number >= 1"),
                         (["explain", str(tmp_path / "x.npy"), "--batch", "8"], "drop them"),
-                        (["explain", "--frame-hop", "2"], "--frame-segments"),
                         (["explain", "--frame-segments", "4", str(tmp_path / "x.npy")], "drop the FILE")):
         bad = runner.invoke(app, args)
         assert bad.exit_code == 2 and words in bad.output and "Traceback" not in bad.output, (args, bad.output)

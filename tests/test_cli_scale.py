@@ -482,6 +482,38 @@ def test_a_changed_input_or_an_output_over_an_input_is_refused(tmp_path, monkeyp
     assert (tmp_path / "a.npy").read_bytes() == before and zarr.open_array(str(tmp_path / "a.zarr"), mode="r").shape
 
 
+@pytest.mark.parametrize("kind", ["track", "peaks"])
+def test_an_input_rewritten_while_a_job_runs_is_refused_not_mixed(tmp_path, monkeypatch, kind):
+    """A .npy rewritten in place with the same size while a job computes its units (after the
+    first) is refused in one line naming it: no unit reads the new samples beside the old. And
+    a process that ran a job on a file of the same relative name in another folder opens the
+    file of this job, not the one it had cached."""
+    x = np.random.default_rng(4).standard_normal((200, 20_000)).astype(np.float32)  # 16 MB: units of 4 MiB
+    args = [kind, "a.npy", "--n-fft", "64", "--k", "2", "--memory", "16MiB", "--quiet", "--out", "o.csv"]
+    if kind == "track":
+        args += ["--frame-segments", "2"]
+    real, calls = job_mod.compute_unit, []
+
+    def rewrite_after_first(spec, unit, data=None):
+        calls.append(unit)
+        if len(calls) == 2:
+            np.save("a.npy", x[::-1].copy())  # the same size, in place
+            os.utime("a.npy", ns=(1, 10**18))
+        return real(spec, unit, data)
+
+    for folder, hook in (("first", None), ("second", rewrite_after_first)):
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        np.save("a.npy", x if folder == "first" else x * 2)
+        if hook is None:
+            assert runner.invoke(app, args).exit_code == 0
+            continue
+        monkeypatch.setattr(job_mod, "compute_unit", hook)
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and "a.npy: changed since this job started" in res.output, res.output
+        assert len(calls) == 2 and not os.path.exists("o.csv")
+
+
 def test_a_resume_keeps_the_first_runs_memory_bound_and_os_errors_are_one_line(tmp_path, monkeypatch):
     """numpy sums a row too long for its working memory in pieces (other last bits): a resume
     with another --memory keeps the manifest's bound, so it gives the first run's bytes. A torn

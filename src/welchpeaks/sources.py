@@ -84,6 +84,14 @@ class SignalSource:
         return (f"SignalSource({self.description}: {len(self.parts)} part(s), {self.rows} signal(s), "
                 f"{self.nbytes / 2**20:.1f} MiB, fs={self.fs})")
 
+    def is_current(self) -> bool:
+        """Whether every file of the source is as it was when opened (its stamp), so reads
+        succeed rather than being refused as changed."""
+        try:
+            return all(p.stamp is None or file_stamp(p.stamp[0]) == p.stamp for p in self.parts)
+        except OSError:
+            return False
+
     def read(self, part: int, r0: int, r1: int, s0: int, s1: int) -> np.ndarray:
         """Samples ``s0:s1`` of rows ``r0:r1`` of part ``part``, as a C-contiguous float array
         (a read error names the file)."""

@@ -113,7 +113,15 @@ def _executor(spec: dict[str, Any], unit: Unit) -> tuple[Any, Any]:
     from welchpeaks.plan import current_state
 
     path, kind, kw = spec["sources"][unit.source], spec["kind"], spec["kw"][unit.source]
-    src = _cached("src:" + path, lambda: _open(path))
+    key = "src:" + os.path.abspath(path)  # (a process may run jobs from other folders)
+    src = _CACHE.get(key)
+    if src is None or not src.is_current():  # opened again where a file was replaced since
+        src = _CACHE[key] = _open(path)
+    if [list(p.stamp) if p.stamp else None for p in src.parts] != spec["stamps"][unit.source]:
+        from welchpeaks.loaders import SignalFileError
+
+        raise SignalFileError(f"{path}: changed since this job started (its size, time or inode differ); run the "
+                              "command again")
     return src, _cached((current_state(), json.dumps([kind, kw], sort_keys=True)),
                         lambda: (WelchPeaks if kind == "peaks" else Tracker)(**kw))
 
@@ -424,7 +432,9 @@ class Job:
         self.column_names = base + (("track",) if link else ()) + tuple(measures)  # written
         self.saved_names = base + (("frame",) if kind == "track" else ()) + tuple(measures)  # in a unit's file
         self.spec = {"kind": kind, "sources": paths, "kw": kw, "file_index": index, "budget": self.budget,
-                     "measures": measures, "time": time}
+                     "measures": measures, "time": time,
+                     # the files as this job opened them: a unit refuses one changed since
+                     "stamps": [[list(p.stamp) if p.stamp else None for p in src.parts] for src in sources]}
         self.names = names
         self.stage = staging_dir(out)
         self.key = _fingerprint(kind, paths, sources, kw, self.budget, out)

@@ -274,22 +274,22 @@ def demo(
 
 @app.command()
 def explain(
+    ctx: typer.Context,
     source: Optional[str] = typer.Argument(None, help="A file, folder or glob (what open_signals reads): explain the "
                                                       "plan of welch_peaks over it, part by part."),
-    batch: Optional[int] = typer.Option(None, help="Signals per call (without a FILE) [default: 8192]."),
+    batch: int = typer.Option(8192, help="Signals per call (without a FILE)."),
     length: Optional[int] = typer.Option(None, "--length", help="Samples per signal (without a FILE) [default: one "
                                                                "frame of the segments]."),
     n_fft: Optional[int] = option("n_fft"),
     k: int = option("k"),
-    segments: Optional[str] = option("segments", help="Segments per signal: a number, ultra/fast/reference, or all "
-                                                      "[default: 2, as a WelchPeaks; all that fit with a FILE or "
-                                                      "--length]."),
-    frame_segments: Optional[int] = typer.Option(None, "--frame-segments", help="Explain peaks over time (as track "
-                                                                                 "runs): segments per frame."),
+    # explain plans a WelchPeaks executor, whose default layout is 2 segments, in float32
+    segments: str = option("segments", default="2", help="Segments per signal: a number, ultra/fast/reference, or "
+                                                         "all (with a FILE, all reads each whole signal)."),
+    frame_segments: int = option("frame_segments", help="With it or --frame-hop: explain peaks over time (as track "
+                                                        "runs), frames of this many segments."),
     frame_hop: Optional[int] = option("frame_hop"),
     mode: str = option("mode"),
-    dtype: Optional[str] = option("dtype", default=None, help="Precision of the signals planned for (without a FILE) "
-                                                              "[default: float32]."),
+    dtype: str = option("dtype", default="float32", help="Precision of the signals planned for (without a FILE)."),
     device: str = option("device"),
     window: str = option("window"),
     detrend: str = option("detrend"),
@@ -298,7 +298,7 @@ def explain(
     prominence: Optional[float] = option("prominence", help="Plan scipy's filters: least prominence."),
     snr_db: Optional[float] = option("snr_db", help="Plan the SNR minimum (dB over the median)."),
     measures: Optional[str] = option("measures"),
-    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="The call's working-memory bound "
+    bound: Optional[str] = typer.Option(None, "--max-memory", help="The call's working-memory bound "
                                              "(max_memory=), e.g. 64MiB [default: half the available memory; a "
                                              "file's blocks 64 MiB]. (peaks/track --out --memory M compute in units "
                                              "of 4 MiB with a quarter of M.)"),
@@ -306,27 +306,27 @@ def explain(
 ) -> None:
     """Show how strategy='auto' would run a call, and the cost terms behind the choice (with
     filters or measures: the graphs that end in scipy's find_peaks selection); with a FILE, how
-    each of its parts is read and computed; with --frame-segments, how frames over time are."""
+    each of its parts is read and computed; with --frame-segments or --frame-hop, how frames over
+    time are."""
     import welchpeaks
 
-    if segments is None:
-        segments = "all" if source is not None or length is not None or frame_segments is not None else "2"
-    if frame_hop is not None and frame_segments is None:
-        _fail("--frame-hop goes with --frame-segments (peaks over time); pass both")
-    if source is not None and (batch, length, dtype) != (None, None, None):
+    # the options given on the command line (not by their defaults)
+    given = {name for name in ("batch", "length", "dtype", "frame_segments", "frame_hop")
+             if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"}
+    frames = bool(given & {"frame_segments", "frame_hop"})
+    if source is not None and given & {"batch", "length", "dtype"}:
         _fail("--batch, --length and --dtype describe signals in memory; a FILE is explained with its own shape and "
               "dtype: drop them")
     for flag, value in (("--batch", batch), ("--length", length)):
         if value is not None and value < 1:
             _fail(f"{flag} {value}: pass a whole number >= 1")
-    batch, dtype = batch or 8192, dtype or "float32"
-    budget = None if max_memory is None else scale.parse_memory(max_memory, MIN_BUDGET_BYTES, "--max-memory")
+    budget = None if bound is None else scale.parse_memory(bound, MIN_BUDGET_BYTES, "--max-memory")
     kw = dict(n_fft=n_fft, k=k, mode=parse_choice("mode", mode), device=parse_choice("device", device),
               window=parse_window(window), detrend=parse_choice("detrend", detrend),
               scaling=parse_choice("scaling", scaling), max_memory=budget,
               **filter_options(height, prominence, snr_db, measures))
     try:
-        if frame_segments is not None:
+        if frames:
             if source is not None:
                 _fail("explain --frame-segments plans frames of signals in memory; drop the FILE (pass --length)")
             if kw.pop("device") != "cpu":
@@ -346,7 +346,7 @@ def explain(
     if as_json:
         console.print_json(json.dumps(info, default=str))
         return
-    if frame_segments is not None:
+    if frames:
         console.print(f"frames of {info['frame']} samples every {info['frame_step']}, {info['frames']} per signal; "
                       f"mode [bold]{info['mode']}[/] ({info['execution']}): {info['why']}", highlight=False)
         if "plan" in info:

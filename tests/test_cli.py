@@ -37,10 +37,15 @@ def test_peaks_on_npy_wav_csv(tmp_path, tone):
     npy = welchpeaks.welch_peaks(np.stack([x, x[::-1]]), k=2)
     assert data[str(tmp_path / "a.npy")]["bins"] == npy.bins.tolist()
     lines = (tmp_path / "out.csv").read_text().splitlines()
-    assert lines[0] == "file,signal,rank,bin,freq,freq_unit,power" and len(lines) == 1 + 6 * 2
-    units = {line.split(",")[0]: line.split(",")[5] for line in lines[1:]}  # per file: Hz only where it has a rate
-    assert units == {str(tmp_path / "a.npy"): "cycles/sample", str(tmp_path / "b.wav"): "Hz",
-                     str(tmp_path / "c.csv"): "cycles/sample"}
+    # the long form's columns (rank 0 the strongest); files without a rate beside one with: every
+    # frequency in cycles per sample, the WAV's Hz divided by its rate
+    assert lines[0] == "file,signal,rank,bin,freq_cycles,power" and len(lines) == 1 + 6 * 2
+    rows = [line.split(",") for line in lines[1:]]
+    assert {r[2] for r in rows} == {"0", "1"}
+    wav_freqs = sorted(float(r[4]) for r in rows if r[0] == str(tmp_path / "b.wav"))
+    np.testing.assert_allclose(wav_freqs, np.array([1000, 1000, 2000, 2000]) / fs, atol=5 / fs)
+    alone = runner.invoke(app, ["peaks", str(tmp_path / "b.wav"), "--k", "2", "--csv", str(tmp_path / "wav.csv")])
+    assert alone.exit_code == 0 and (tmp_path / "wav.csv").read_text().startswith("file,signal,rank,bin,freq,power")
 
 
 def test_peaks_options_are_passed(tmp_path, tone):

@@ -63,15 +63,16 @@ def test_track_cli_equals_api_in_every_format(recording, tmp_path):
             df = pd.read_json(out, lines=True)
         else:
             g = zarr.open_group(str(out), mode="r")
-            df = pd.DataFrame({c: g[c][:] for c in ("time_samples" if c == "time" else c
+            df = pd.DataFrame({c: g[c][:] for c in ({"time": "time_samples", "freq": "freq_cycles"}.get(c, c)
                                                     for c in job_mod.COLUMNS["track"])})
             df["file"] = np.array(g.attrs["files"])[df["file"]]
         frames[fmt] = df
         assert not job_mod.staging_dir(out).exists()
-    # no sample rate: the time column is in samples, and says so
+    # no sample rate: the time and frequency columns are per sample, and say so, as the API's long form
     assert "time" not in ref and "time" not in frames[".csv"] and list(frames[".csv"])[2] == "time_samples"
+    assert list(frames[".csv"])[5] == "freq_cycles" and "freq" not in frames[".csv"]
     got = _canonical(frames[".parquet"], ["signal", "time_samples", "rank"])
-    for c in ("signal", "time_samples", "rank", "bin"):
+    for c in ("signal", "time_samples", "rank", "bin", "freq_cycles"):
         np.testing.assert_array_equal(got[c].to_numpy(), ref[c].to_numpy())
     np.testing.assert_array_equal(got["power"].to_numpy(), ref["power"].to_numpy().astype(np.float64))
     assert set(got["file"]) == {str(path)}
@@ -105,7 +106,7 @@ def test_filters_and_measures_out_of_core(recording, tmp_path):
     res = runner.invoke(app, ["peaks", str(path), "--out", str(out), "--memory", "16MiB", *opts])
     assert res.exit_code == 0, res.output
     df = pd.read_csv(out)
-    assert list(df.columns) == ["file", "signal", "rank", "bin", "freq", "power", "snr_db", "width", "width_hz"]
+    assert list(df.columns) == ["file", "signal", "rank", "bin", "freq_cycles", "power", "snr_db", "width", "width_hz"]
     ref = welchpeaks.welch_peaks(x, k=3, prominence=0, measures=("snr", "width"))
     ok = ref.bins >= 0
     assert ok.sum() == 18

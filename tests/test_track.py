@@ -220,6 +220,8 @@ def test_exports():
     row = df.iloc[5]
     s, t = int(row["signal"]), int(np.flatnonzero(r.times == row["time"])[0])
     assert r.freqs[s, t, int(row["rank"])] == row["freq"] and r.bins[s, t, int(row["rank"])] == row["bin"]
+    bare = welchpeaks.track(x, n_fft=64, frame_segments=4, k=2)  # no rate: time and frequency per sample
+    assert bare.to_csv().splitlines()[0] == "signal,time_samples,rank,bin,freq_cycles,power"
 
 
 @settings(max_examples=80, deadline=None, derandomize=True)

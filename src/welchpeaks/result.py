@@ -142,6 +142,12 @@ def time_column(fs: float | None) -> str:
     return "time" if fs else "time_samples"
 
 
+def freq_column(fs: float | None) -> str:
+    """The name of a long form's frequency column: ``freq`` (Hz) when the sample rate is
+    known, else ``freq_cycles`` (cycles per sample)."""
+    return "freq" if fs else "freq_cycles"
+
+
 @dataclass(frozen=True)
 class TrackResult:
     """Peaks over time: the ``k`` strongest peaks of every frame of every signal, strongest first.
@@ -269,8 +275,8 @@ class TrackResult:
     def long_form(self) -> dict[str, np.ndarray]:
         """Columns of the long form, one entry per filled slot: ``signal`` (row index into the
         flattened batch), ``time`` (the frame's centre in seconds; ``time_samples`` in samples
-        when the result has no ``fs``), ``rank`` (0 = strongest), ``bin``, ``freq``, ``power``,
-        then the measures."""
+        when the result has no ``fs``), ``rank`` (0 = strongest), ``bin``, ``freq`` (Hz;
+        ``freq_cycles`` in cycles per sample without ``fs``), ``power``, then the measures."""
         if _lazy(self.bins):
             return self.compute().long_form()
         k = self.bins.shape[-1]
@@ -281,15 +287,15 @@ class TrackResult:
             time_column(self.params.get("fs")): self.times[frame],
             "rank": rank,
             "bin": bins[signal, frame, rank],
-            "freq": self.freqs.reshape(bins.shape)[signal, frame, rank],
+            freq_column(self.params.get("fs")): self.freqs.reshape(bins.shape)[signal, frame, rank],
             "power": self.power.reshape(bins.shape)[signal, frame, rank],
             **{n: np.asarray(v).reshape(bins.shape)[signal, frame, rank] for n, v in self.measures.items()},
         }
 
     def to_csv(self, path: str | Path | None = None) -> str:
         """The long form as CSV text (header ``signal,time,rank,bin,freq,power``, then the
-        measures; ``time_samples`` for ``time`` without ``fs``); also written to ``path`` when
-        given."""
+        measures; ``time_samples`` and ``freq_cycles`` without ``fs``); also written to ``path``
+        when given."""
         cols = self.long_form()
         names = list(cols)
         lines = [",".join(names)]
@@ -302,12 +308,12 @@ class TrackResult:
 
     def to_dataframe(self) -> Any:
         """The long form as a pandas DataFrame (columns signal, time, rank, bin, freq, power, then
-        the measures); needs pandas (``pip install pandas``)."""
+        the measures); needs pandas (the ``io`` extra brings it)."""
         try:
             import pandas as pd
         except ImportError:
-            raise ImportError("TrackResult.to_dataframe needs pandas: pip install pandas "
-                              "(or use to_csv / long_form without it)") from None
+            raise ImportError("TrackResult.to_dataframe needs pandas: pip install 'welchpeaks[io]' (or use to_csv / "
+                              "long_form without it)") from None
         return pd.DataFrame(self.long_form())
 
 

@@ -53,7 +53,7 @@ from welchpeaks.cli.job_output import JobError, write_output
 from welchpeaks.files import FileContentError, as_umask_allows, load_json, quoted, read_regular, write_atomic
 from welchpeaks.loaders import SignalFileError, read_npy_header
 from welchpeaks.memory import MIN_BUDGET_BYTES, UNIT_BYTES
-from welchpeaks.result import time_column
+from welchpeaks.result import freq_column, time_column
 from welchpeaks.tracks import DEFAULT_MIN_LENGTH
 
 try:
@@ -425,11 +425,16 @@ class Job:
             n += len(src.parts)
         measures = measure_columns(kind, kw[0]) if kw else []
         # seconds where every source has a sample rate, else every time in samples
-        time = time_column(all(k.get("fs") for k in kw) if kw else None)
+        every_fs = all(k.get("fs") for k in kw) if kw else None
+        time = time_column(every_fs)
+        #: the frequency column written: ``freq`` (Hz) where every source has a sample rate, else
+        #: ``freq_cycles`` (cycles per sample) for all, as the time column
+        self.freq = freq_column(every_fs)
         # with link (track): the peaks linked into tracks as the output is written (a "track" column)
         self.link = link
         base = tuple(time if c == "time" else c for c in COLUMNS[kind])
-        self.column_names = base + (("track",) if link else ()) + tuple(measures)  # written
+        written = tuple(self.freq if c == "freq" else c for c in base)
+        self.column_names = written + (("track",) if link else ()) + tuple(measures)  # written
         self.saved_names = base + (("frame",) if kind == "track" else ()) + tuple(measures)  # in a unit's file
         self.spec = {"kind": kind, "sources": paths, "kw": kw, "file_index": index, "budget": self.budget,
                      "measures": measures, "time": time,
@@ -708,6 +713,10 @@ class Job:
             cols = cols if linker is None else linker(self.units[i], cols)
             if self.watch is not None:
                 self.watch(cols)
+            if self.freq != "freq":  # in cycles per sample: a source's Hz divided by its rate
+                fs = self.kw[self.units[i].source].get("fs")
+                cols = dict(cols)
+                cols[self.freq] = cols.pop("freq") / fs if fs else cols.pop("freq")
             yield cols
 
     def _loaded(self, i: int) -> dict[str, np.ndarray]:

@@ -21,6 +21,7 @@ from welchpeaks.cli.common import (app_options, check_parameters, console, err, 
 from welchpeaks.cli.common import fail as _fail
 from welchpeaks.cli.paths import check_paths
 from welchpeaks.memory import MIN_BUDGET_BYTES
+from welchpeaks.result import freq_column
 
 app = typer.Typer(**app_options("The strongest spectral peaks of batches of signals (Welch PSD + top-K)."))
 
@@ -150,7 +151,7 @@ def peaks(
             for r in range(slots):
                 if bins[sig, r] < 0:
                     continue
-                table.add_row(str(sig), str(r + 1), str(bins[sig, r]), f"{freqs[sig, r]:.4f}", f"{power[sig, r]:.4g}",
+                table.add_row(str(sig), str(r), str(bins[sig, r]), f"{freqs[sig, r]:.4f}", f"{power[sig, r]:.4g}",
                               *(f"{v[sig, r]:.4g}" for v in extra.values()))
         console.print(table)
         if bins.shape[0] > show:
@@ -160,16 +161,20 @@ def peaks(
         out = io.StringIO()
         w = csv.writer(out)
         names = sorted({n for res in results.values() for n in res.measures})  # one header for every file
-        w.writerow(["file", "signal", "rank", "bin", "freq", "freq_unit", "power", *names])
+        # the columns of the long form and of --out files: rank 0 the strongest; freq in Hz where
+        # every file has a rate, else freq_cycles (cycles per sample) for all
+        every_fs = all(res.params["fs"] is not None for res in results.values())
+        w.writerow(["file", "signal", "rank", "bin", freq_column(every_fs), "power", *names])
         for name, res in results.items():
             slots = res.bins.shape[-1]
             bins, freqs, power = (a.reshape(-1, slots) for a in (res.bins, res.freqs, res.power))
             extra = [res.measures[n].reshape(-1, slots) if n in res.measures else None for n in names]
-            unit = "Hz" if res.params["fs"] is not None else "cycles/sample"
+            if not every_fs and res.params["fs"] is not None:
+                freqs = freqs / res.params["fs"]
             for sig in range(bins.shape[0]):
                 for r in range(slots):
                     if bins[sig, r] >= 0:
-                        w.writerow([name, sig, r + 1, int(bins[sig, r]), repr(float(freqs[sig, r])), unit,
+                        w.writerow([name, sig, r, int(bins[sig, r]), repr(float(freqs[sig, r])),
                                     repr(float(power[sig, r])),
                                     *("" if v is None else repr(float(v[sig, r])) for v in extra)])
         write_output(csv_path, out.getvalue(), "--csv")

@@ -112,9 +112,16 @@ def test_bench_rejects_bad_ranges():
     assert res.exit_code == 2 and "--batch" in res.output
 
 
-def test_strategies_lists_executions():
+def test_strategies_lists_executions(monkeypatch):
     res = runner.invoke(app, ["strategies"])
     assert res.exit_code == 0 and "fused-cpu" in res.output and "available" in res.output
+    # an install hint names its extra in brackets, which the table prints as text
+    from welchpeaks import backends
+
+    torch_ex = backends.get("torch")
+    monkeypatch.setattr(type(torch_ex), "unavailable_reason", lambda self: "needs torch: pip install 'welchpeaks[gpu]'")
+    res = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["strategies"])
+    assert res.exit_code == 0 and "pip install 'welchpeaks[gpu]'" in res.output, res.output
 
 
 def test_bench_phases_json(tmp_path):

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import numpy as np
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from welchpeaks.cli import gpu, scale
@@ -493,7 +494,9 @@ def strategies() -> None:
     for name in backends.names():
         ex = backends.get(name)
         why = ex.unavailable_reason()
-        table.add_row(name, ex.device, "available" if why is None else f"unavailable: {why}", ex.description)
+        # (escaped: an install hint's "[gpu]" is text, not rich markup)
+        table.add_row(name, ex.device, escape("available" if why is None else f"unavailable: {why}"),
+                      escape(ex.description))
     console.print(table)
 
 

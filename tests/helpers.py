@@ -17,7 +17,10 @@ def reference_psd(x2d, p, n_seg):
 def assert_matches_reference(res, psd, p, exact=True):
     """``res`` (bins/power/freqs [rows, k]) against the reference selection on ``psd``.
 
-    exact: every bin equal, powers to 1e-9 and fractional bins to 1e-7 (float64 compute).
+    exact: every bin equal, powers to 1e-9 and fractional bins to 1e-7 (float64 compute); a
+    peak the tone model refits next to DC or Nyquist to 1e-4 bins, ten times under the model's
+    own tolerance (a least-squares minimum on a noisy row is flat: rounding in the residuals
+    moves it by 1e-7 to 1e-5 bins between two float64 implementations).
     Otherwise (float32 compute): powers to 1e-4 of the row's maximum; a row may pick other
     bins only where float32 rounding decides a near tie, so at most 2% of rows differ, and
     even there every reported power is the reference PSD at the reported bin.
@@ -31,7 +34,10 @@ def assert_matches_reference(res, psd, p, exact=True):
     if exact:
         np.testing.assert_array_equal(got_b, bins)
         np.testing.assert_allclose(got_p, power, rtol=1e-9, atol=1e-12 * scale.max(), equal_nan=True)
-        np.testing.assert_allclose(got_f, fbins, rtol=0, atol=1e-7, equal_nan=True)
+        refit = np.zeros(bins.shape, bool) if edge is None else edge.in_zone(bins) & (bins >= 0)
+        np.testing.assert_allclose(np.where(refit, np.nan, got_f), np.where(refit, np.nan, fbins), rtol=0, atol=1e-7,
+                                   equal_nan=True)
+        np.testing.assert_allclose(got_f[refit], fbins[refit], rtol=0, atol=1e-4)
         return
     same = np.all(got_b == bins, axis=1)
     assert (~same).mean() <= 0.02 + 1.0 / len(same), f"{(~same).sum()} of {len(same)} rows differ"

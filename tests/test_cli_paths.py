@@ -117,6 +117,7 @@ def test_a_name_a_killed_assembly_leaves_is_not_taken_for_an_input(inputs, monke
     assert _snapshot(inputs) == before
 
 
+@pytest.mark.slow
 def test_paths_apart_from_the_inputs_are_written_right(inputs):
     """What is not an input is written, and right: an output beside a glob's sound files (the
     glob never reads a CSV or a PNG), in another folder, a Zarr output replaced whole."""

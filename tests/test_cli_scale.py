@@ -196,6 +196,7 @@ app(sys.argv[1:], prog_name="welchpeaks")
 """
 
 
+@pytest.mark.slow
 def test_killed_process_resumes(long_recording, tmp_path):
     """A real SIGKILL after two chunks are saved; the rerun completes to the same bytes."""
     path = long_recording
@@ -258,6 +259,7 @@ def _counting(monkeypatch):
     return calls
 
 
+@pytest.mark.slow
 def test_auto_is_pinned_once_so_memory_and_cost_model_do_not_change_the_output(long_recording, tmp_path,
                                                                                monkeypatch, plan_state):
     """Under auto a job runs one execution, chosen once without its memory bound and pinned in
@@ -310,6 +312,7 @@ def test_a_second_run_on_the_same_output_is_refused_while_the_first_holds_it(rec
     assert runner.invoke(app, args).exit_code == 0 and out.exists()
 
 
+@pytest.mark.slow
 def test_units_are_trusted_only_if_listed_regular_and_unchanged(long_recording, tmp_path, monkeypatch):
     """A unit replaced by a link to another valid unit, by a pipe, or edited, is computed again;
     a folder in its place is refused with the fix; the output is the clean run's."""

@@ -37,6 +37,7 @@ def test_welch_peaks_any_chunking(rows, time, segments, strategy):
     _same(r, welchpeaks.welch_peaks(X, **kw))
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None, derandomize=True)
 @given(rows=st.integers(1, 6), time=st.integers(100, 9000), frame_hop=st.sampled_from([None, 1, 3]))
 def test_track_any_chunking(rows, time, frame_hop):
@@ -150,6 +151,7 @@ def cluster_client():
     cluster.close()
 
 
+@pytest.mark.slow
 def test_distributed_workers_fit_numba_threads(cluster_client):
     workers = list(cluster_client.scheduler_info()["workers"])
     threads = [cluster_client.submit(lazy.fit_numba_threads, workers=[w], pure=False).result() for w in workers]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import re
 from pathlib import Path
 
@@ -118,6 +119,7 @@ def _scene(folder) -> None:
     zarr.create_array(str(folder / "big.zarr"), shape=rows.shape, dtype="float32", chunks=(2, 4096))[:] = rows
 
 
+@pytest.mark.slow
 def test_every_command_line_of_the_readme_runs_as_written(tmp_path, monkeypatch):
     """Each `welchpeaks ...` line of the README's command-line block, as written, on files made
     as its names say: it runs and exits 0 (those that measure, train, start a cluster or need a

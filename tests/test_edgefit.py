@@ -26,6 +26,7 @@ def _tones(n_fft, dist, end, segments, phases, rng):
     return np.cos(2 * np.pi * f * t[None, :] / n_fft + ph[:, None]), f
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["numpy", "fused-cpu"])
 @pytest.mark.parametrize("detrend", DETRENDS)
 def test_hann_tones_from_1_5_bins_to_nyquist_minus_1_5_are_within_1e_3(strategy, detrend):
@@ -76,6 +77,7 @@ def test_without_the_tone_model_the_ends_are_off():
     assert max(worst.values()) > 0.05 and fitted < 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", ["hann", "hamming", "blackman", "boxcar"])
 def test_the_flag_is_set_wherever_a_clean_tone_is_off_by_more_than_1e_3(window):
     """A family of clean tones over the first and last 14 bins and a few inside (1 and 2
@@ -102,6 +104,7 @@ def test_the_flag_is_set_wherever_a_clean_tone_is_off_by_more_than_1e_3(window):
     assert flagged_inside == (0 if window in ("hann", "blackman") else inside)
 
 
+@pytest.mark.slow
 def test_explicit_estimators_and_bins_mode_are_flagged_where_biased():
     x, f = _tones(256, 40.3, "DC", 2, 3, np.random.default_rng(1))
     assert welchpeaks.welch_peaks(x, k=1, interp="log-parabola", strategy="numpy").approximate().all()
@@ -135,6 +138,7 @@ def test_every_cpu_execution_fits_alike():
     assert tr.approximate().shape == tr.bins.shape
 
 
+@pytest.mark.slow
 def test_the_compiled_fit_is_the_numpy_fit_on_noisy_peaks():
     """Noisy tones next to both ends (SNR 20 to 60 dB), every detrend, windows with and without
     a three-point exact estimator: the kernel's fit equals edgefit.fit to 1e-7 bins (measured:

@@ -21,6 +21,7 @@ def _run(strategy, x, **kw):
     return welchpeaks.welch_peaks(x, strategy=strategy, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", CPU + GPU)
 @pytest.mark.parametrize("edges", [False, True])
 def test_dc_and_nyquist_are_peaks_only_with_edges(strategy, edges):

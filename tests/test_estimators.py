@@ -137,6 +137,7 @@ def test_bench_accuracy_cli(tmp_path):
     assert all(t["reference"] > 0 for t in data["targets"] if "20 dB" in t["target"])
 
 
+@pytest.mark.slow
 def test_bench_near_dc_cli(tmp_path):
     """The near-ends table (tones 1.25 to 10.3 bins from DC and from Nyquist): with every
     detrend, on 2 segments and on a second of samples, Hann peaks 1.5 bins or more from either

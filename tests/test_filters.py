@@ -24,6 +24,7 @@ def _top(psd_row, idx, k):
     return sorted(idx, key=lambda j: (-psd_row[j], j))[:k]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("filters", [
     dict(height=0.02, distance=3, prominence=0.01),
     dict(threshold=(1e-4, None), width=(1.5, None), wlen=21),
@@ -227,6 +228,7 @@ def test_bench_measures_cli(tmp_path):
     assert bad.exit_code != 0 and "--n-fft >= 4" in bad.output
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.parametrize("noise_bins", [None, 3])
 def test_rows_on_a_device_stay_there_and_match_the_host(noise_bins):

@@ -95,6 +95,7 @@ def _check_rows(x, got, kw, k):
                 np.testing.assert_allclose(mine[name], want, rtol=1e-9, atol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:some peaks have")
 def test_oracle_10000_random_rows():
     """10,000 rows of random lengths and filters (plateaus included): scipy's indices exactly,
@@ -105,6 +106,7 @@ def test_oracle_10000_random_rows():
 
 
 
+@pytest.mark.slow
 def test_prominences_of_every_peak_on_rows_of_few_levels():
     """The one-sweep prominences (k large against the row) and the per-peak walks (k small):
     scipy's prominences and bases exactly, on rows of 2 to 5 levels (plateaus that are peaks
@@ -242,6 +244,7 @@ def test_k_highest_decided_lazily_equal_all_filtered_then_cut():
                     np.testing.assert_array_equal(v[:, :m], every.properties[name][:, :m])
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.filterwarnings("ignore:some peaks have")
 def test_triton_kernel_matches_scipy_and_the_numba_kernel():
@@ -368,6 +371,7 @@ def test_row_median_by_bracket_and_by_selection():
             np.testing.assert_array_equal(medians(np.ascontiguousarray(rows)), np.median(rows, axis=1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_block_medians_in_lanes(dtype):
     """The fused pass's medians of a block's PSD rows, all at once by bisection on the values'
@@ -539,6 +543,7 @@ def _check_tie_rule(x, got, k, kw):
     assert ties > x.shape[0] // 2  # the rows do tie
 
 
+@pytest.mark.slow
 def test_distance_ties_go_to_the_lower_index():
     """Issue 35, defect 17: of peaks of equal height under ``distance`` the lower index wins
     (scipy breaks such ties with numpy's unstable sort: its answer depends on the CPU). Every
@@ -555,6 +560,7 @@ def test_distance_ties_go_to_the_lower_index():
                 _check_tie_rule(x, welchpeaks.find_peaks(x, k=k, **kw), k, kw)
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_triton_distance_ties_go_to_the_lower_index():
     """The Triton kernel's tie rule under ``distance`` is the numba kernel's: the lower index

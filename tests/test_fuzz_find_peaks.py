@@ -201,6 +201,7 @@ def _check_edge_row(row, idx, got, want_idx, want, kw, r):
             np.testing.assert_allclose(v[inner], want[name][:m], rtol=1e-9, atol=0, err_msg=f"row {r}: {name}")
 
 
+@pytest.mark.slow
 @settings(fuzz, max_examples=max(EXAMPLES // 2, 20))
 @given(peak_calls())
 def test_find_peaks_is_scipy_row_by_row(call):

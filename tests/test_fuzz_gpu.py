@@ -11,6 +11,7 @@ from fuzzing import EXAMPLES, _agree, _check, _run, calls
 torch = pytest.importorskip("torch")
 
 
+@pytest.mark.slow
 @settings(max_examples=max(EXAMPLES // 2, 10), deadline=None, derandomize=True)
 @given(calls())
 def test_torch_agrees_with_numpy(call):
@@ -26,6 +27,7 @@ def test_torch_agrees_with_numpy(call):
 pytest.importorskip("triton")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["triton-block", "triton-fused"])
 def test_triton_kernels_fail_cleanly_or_agree(strategy):
     """The Triton kernels in the interpreter (CPU tensors), on small shapes, against numpy in

@@ -146,6 +146,7 @@ def _one_line_error(res):
     assert all(not line.startswith(" ") for line in lines), res.output
 
 
+@pytest.mark.slow
 @settings(fuzz, max_examples=max(EXAMPLES // 200, 3))
 @given(stop=st.integers(0, 4), tampers=st.lists(st.tuples(st.sampled_from(TAMPERS), st.integers(0, 2 ** 32 - 1)),
                                                 max_size=3))
@@ -294,6 +295,7 @@ def saved_stage(resume_recording, tmp_path_factory):
     return importlib.import_module("welchpeaks.cli.job").staging_dir(out)
 
 
+@pytest.mark.slow
 @settings(fuzz, max_examples=max(EXAMPLES // 20, 10))
 @given(forged=st.lists(st.tuples(st.integers(0, 1), st.sampled_from(FORGES + ["resave"]), st.integers(0, 2 ** 32 - 1)),
                        min_size=1, max_size=2, unique_by=lambda f: f[0]))
@@ -432,6 +434,7 @@ NEAR_PATHS = {"sig.npy": ["sig.npy", "lnk.npy"], "lnk.npy": ["sig.npy", "lnk.npy
               "old.zarr/x.npy": ["old.zarr", "old.zarr/x.npy", "old.zarr/p.png"]}
 
 
+@pytest.mark.slow
 @settings(fuzz, max_examples=max(EXAMPLES // 20, 10))
 @given(written_paths())
 def test_written_paths_never_harm_an_input(path_inputs, drawn):

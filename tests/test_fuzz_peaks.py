@@ -18,6 +18,7 @@ from hypothesis import given
 from fuzzing import _agree, _check, _run, calls, fuzz
 
 
+@pytest.mark.slow
 @fuzz
 @given(calls())
 def test_cpu_executions_fail_cleanly_or_agree(call):
@@ -32,6 +33,7 @@ def test_cpu_executions_fail_cleanly_or_agree(call):
         _agree(a, b, x, kw)
 
 
+@pytest.mark.slow
 @fuzz
 @given(calls())
 def test_float32_compute_fails_cleanly(call):

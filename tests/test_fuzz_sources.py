@@ -121,6 +121,7 @@ def npy_files(draw):
     return bytes(blob), arr if well else None
 
 
+@pytest.mark.slow
 @settings(fuzz, max_examples=max(EXAMPLES // 2, 20))
 @given(npy_files())
 def test_forged_npy_headers_are_refused_or_read_right(npy):
@@ -197,6 +198,7 @@ def _h5_dataset(h5py, fh, r, shape, dtype):
     return fh.create_dataset("x", shape=shape, dtype=dtype, **opts)
 
 
+@pytest.mark.slow
 @settings(fuzz, max_examples=max(EXAMPLES // 4, 20))
 @given(hdf5_files())
 def test_hostile_hdf5_datasets_are_refused_or_read_right(recipe):
@@ -311,6 +313,7 @@ def _zarr_edit(store, r, rng):
         fh.write(text)
 
 
+@pytest.mark.slow
 @settings(fuzz, max_examples=max(EXAMPLES // 4, 20))
 @given(zarr_stores())
 def test_hostile_zarr_arrays_are_refused_or_read_right(recipe):

@@ -50,6 +50,7 @@ def _check_subset(triton_path):
     return rows, found
 
 
+@pytest.mark.slow
 def test_the_shipped_kernels_compile_for_an_h100_under_the_newest_triton():
     import triton
 
@@ -57,6 +58,7 @@ def test_the_shipped_kernels_compile_for_an_h100_under_the_newest_triton():
     _assert_compiles_clean(rows, found, triton.__version__)
 
 
+@pytest.mark.slow
 def test_the_shipped_kernels_compile_for_an_h100_under_triton_3_6():
     """Triton 3.6's NVIDIA backend takes K >= 16 for every 32-bit ``tl.dot``: the fused
     kernel's radix-8 steps compile because each is one real product of ``[re | im]`` (K 16)."""
@@ -123,6 +125,7 @@ def test_dot_min_k_is_the_installed_tritons():
     assert te.dot_min_k("fp32", target) == (8 if (major, minor) >= (3, 8) else 16)
 
 
+@pytest.mark.slow
 def test_gpu_check_cli_reports_the_prediction(tmp_path):
     from typer.testing import CliRunner
 

@@ -26,6 +26,7 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", GPU)
 @pytest.mark.parametrize("n_fft,k,segments,mode,min_distance,batch", [
     (64, 4, 2, "peaks", 1, 19),
@@ -58,6 +59,7 @@ def test_matches_reference(strategy, n_fft, k, segments, mode, min_distance, bat
     np.testing.assert_allclose(got.power[same], power[same], rtol=1e-5 if strategy == "torch" else PRECISION_RTOL["fp32"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", GPU)
 def test_numpy_in_numpy_out_and_bad_rows(strategy):
     rng = np.random.default_rng(5)
@@ -75,6 +77,7 @@ def test_numpy_in_numpy_out_and_bad_rows(strategy):
     np.testing.assert_allclose(res.power[good], ref.power, rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
 def test_fused_flags_rows_holding_the_gpus_canonical_nan(precision):
     """A GPU's arithmetic makes NaN 0x7FFFFFFF: rounding an operand to tf32 or bf16 must keep
@@ -92,6 +95,7 @@ def test_fused_flags_rows_holding_the_gpus_canonical_nan(precision):
                                precision=precision)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
 def test_the_fused_kernels_own_flag_marks_exactly_the_rows_with_nan_infinity_or_overflow(precision):
     """The runners add no check of their own (no second read of the data): the kernel's test
@@ -108,6 +112,7 @@ def test_the_fused_kernels_own_flag_marks_exactly_the_rows_with_nan_infinity_or_
     assert (bins[[0, 3, 5]] >= 0).all() and np.isfinite(power[[0, 3, 5]]).all()
 
 
+@pytest.mark.slow
 def test_the_block_kernels_own_flag_marks_exactly_the_rows_with_nan_infinity_or_overflow():
     """triton-block's kernel flags a row whose spectrum holds NaN or infinity or whose power
     overflows fp32 (row 1: 3e19 squared), from the spectrum it reads anyway."""
@@ -164,6 +169,7 @@ def _check_fused(x, p, segments, precision):
         assert np.all((np.abs(got.freqs / p.freq_scale() - fbins) <= bound)[same])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_fft", [64, 256, 1024, 4096])
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
 def test_fused_every_n_fft_class_and_precision(n_fft, precision):
@@ -177,6 +183,7 @@ def test_fused_every_n_fft_class_and_precision(n_fft, precision):
     assert np.prod(dft_factors(n_fft)) == n_fft
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("opts", [
     dict(n_fft=64, k=8, segments=None, hop=32),  # a long row: 31 segments streamed through the loop
     dict(n_fft=128, k=8, segments=5, hop=40, detrend="linear"),  # hop != n_fft/2: segments loaded one by one
@@ -194,6 +201,7 @@ def test_fused_options(opts):
     _check_fused(x, p, segments, "fp32")
 
 
+@pytest.mark.slow
 def test_precision_reaches_the_kernel_and_bad_values_are_refused():
     x = _signals(np.random.default_rng(3), 4, 384)
     fp32 = welchpeaks.welch_peaks(x, k=8, segments=2, strategy="triton-fused")
@@ -217,6 +225,7 @@ def test_long_segments_and_unsupported_options_are_explained():
     np.testing.assert_array_equal(res.bins, ref.bins)
 
 
+@pytest.mark.slow
 def test_graphs_of_the_gpu_executions_run_to_the_same_peaks():
     from welchpeaks import ir
     from welchpeaks.params import make_params
@@ -296,6 +305,7 @@ def test_host_data_for_cuda_counts_the_upload_against_the_cpu(monkeypatch):
     assert "host data is uploaded to the CUDA device" in call.why
 
 
+@pytest.mark.slow
 def test_cuda_calibration_runs_end_to_end(tmp_path, monkeypatch):
     """measure_cuda on the device the tests run on (a GPU, or CPU tensors through the
     interpreter): every curve is there, the model is labelled (a stand-in without a GPU), it
@@ -361,6 +371,7 @@ def test_cuda_calibration_runs_end_to_end(tmp_path, monkeypatch):
         assert res.exit_code != 0 and "no CUDA device" in res.output
 
 
+@pytest.mark.slow
 def test_gpu_benchmarks_run_end_to_end_on_the_interpreter(tmp_path):
     """`bench --device cuda` and `bench picker --device cuda` on a tiny grid: rows, bandwidths
     and regret are computed as on a GPU (here CPU tensors through the interpreter)."""
@@ -391,6 +402,7 @@ def test_gpu_benchmarks_run_end_to_end_on_the_interpreter(tmp_path):
     assert doc["summary"]["cells"] == 1
 
 
+@pytest.mark.slow
 def test_gpu_bench_records_a_failing_row_and_writes_after_each_cell(tmp_path, monkeypatch):
     """A row that fails (triton-block at n_fft 128, injected) is recorded with its error and
     the other rows are timed; the JSON is written after every cell, so a run cut off in its
@@ -429,6 +441,7 @@ class _Launched(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_no_host_tensor_reaches_a_compiled_kernel(monkeypatch):
     """Outside the interpreter the launcher refuses host tensors before any kernel runs; and
     every way of running a GPU execution on host data (arrays, CPU tensors, each Triton

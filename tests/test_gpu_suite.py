@@ -24,6 +24,7 @@ def _suite_module():
     return gpu_suite
 
 
+@pytest.mark.slow
 def test_the_device_suite_dry_run_runs_every_step(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the suite sets what it needs
     out = tmp_path / "out"

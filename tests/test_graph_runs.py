@@ -57,6 +57,7 @@ def _same_call_path(wp, x):
     return res, out, graph
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,n_fft", CASES)
 @pytest.mark.parametrize("mode", ["peaks", "bins"])
 def test_ir_run_of_the_planned_graph_is_the_call(name, n_fft, mode):
@@ -86,6 +87,7 @@ def test_learned_execution_runs_its_graph():
     assert same.mean() > 0.95  # the exact butterfly network in float32 against NumPy's FFT
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,n_fft", [(n, f) for (n, f), op in FUSED.items() if op])
 def test_the_gate_decides_fusion(name, n_fft):
     """Fused where the gate's score clears its minimum gain; the unfused chain (and it runs)

@@ -43,6 +43,7 @@ EVERY_ESTIMATOR = [("hann", "auto"), ("hann", "log-parabola"), ("hamming", "auto
 MORE = [("hann", "window"), ("hann", "power-parabola"), ("blackman", "log-parabola")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy,window,interp",
                          [(s, w, i) for s in CPU + GPU for w, i in EVERY_ESTIMATOR]
                          + [(s, w, i) for s in CPU for w, i in MORE])
@@ -66,6 +67,7 @@ def test_every_execution_refines_like_the_reference(strategy, window, interp):
         np.testing.assert_array_equal(got_f[same], got.bins[same])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ("numpy", "fused-cpu", "torch"))
 @pytest.mark.parametrize("segments,filtered", [(1, False), (2, False), (8, False), (2, True)])
 def test_window_estimator_finds_noiseless_hann_tones(strategy, segments, filtered):
@@ -87,6 +89,7 @@ def test_window_estimator_finds_noiseless_hann_tones(strategy, segments, filtere
     assert errs["log-parabola"].max() > 100 * errs["window"].max()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", CPU + GPU)
 def test_a_tone_on_bin_one_next_to_a_detrended_dc_is_not_moved(strategy):
     """A boxcar tone exactly on bin 1 with constant detrending: DC and bin 2 hold only rounding.
@@ -100,6 +103,7 @@ def test_a_tone_on_bin_one_next_to_a_detrended_dc_is_not_moved(strategy):
         np.testing.assert_allclose(got.freqs[:, 0] * 64, 1.0, rtol=0, atol=1e-6, err_msg=interp)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", CPU + GPU)
 def test_a_peak_at_dc_is_not_refined(strategy):
     x = 5.0 + 0.01 * np.random.default_rng(2).standard_normal((3, 384))  # the offset makes DC the peak
@@ -130,6 +134,7 @@ def test_interp_reaches_track_and_the_result_says_which():
     np.testing.assert_allclose(r.freqs[:, 0] * 256, fbins, rtol=0, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", CPU + GPU)
 def test_near_dc_every_execution_refines_from_the_clean_side(strategy):
     """440 Hz at 48 kHz (2.35 bins), constant detrend: every execution takes the Hann estimator's

@@ -59,6 +59,7 @@ def test_gradients_of_twiddles_and_gates_are_correct(rng):
     assert torch.autograd.gradcheck(f, (tw, gl), eps=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_short_training_from_random_init_lowers_the_error():
     m = ButterflyFFT(16, init="random", seed=5)
     before = welchpeaks.learned.spectrum_errors(m)["rel_rms"]
@@ -68,6 +69,7 @@ def test_short_training_from_random_init_lowers_the_error():
     assert trained.record["seed"] == 5 and trained.record["steps"] > 0
 
 
+@pytest.mark.slow
 def test_training_is_reproducible_from_its_seed():
     a = train_fft(16, init="random", seed=11, max_minutes=None, target=1e-12, max_steps=300)
     b = train_fft(16, init="random", seed=11, max_minutes=None, target=1e-12, max_steps=300)
@@ -242,6 +244,7 @@ def test_domains_parse_and_stay_in_band():
     assert spec[:, f > 0.07].sum() < 1e-6 * spec.sum()  # the window's leakage only
 
 
+@pytest.mark.slow
 def test_pruning_for_a_lowpass_domain_keeps_the_peaks_with_fewer_butterflies():
     m = prune_for_domain("lowpass:0.125", n_fft=32, k=2, steps=120, batch=16, held_out=128, seed=1)
     rec = m.record
@@ -253,6 +256,7 @@ def test_pruning_for_a_lowpass_domain_keeps_the_peaks_with_fewer_butterflies():
     assert CompiledButterfly(m).n_butterflies == rec["active_butterflies"]
 
 
+@pytest.mark.slow
 def test_learn_cli_trains_evaluates_and_rejects_tampered_weights(tmp_path, rng):
     from typer.testing import CliRunner
 

@@ -70,6 +70,7 @@ def signal(rng, rows, length, dtype):
     return x.astype(dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("detrend", ["constant", "linear", False])
 def test_threads_split_and_pieces_give_the_same_bits(workers, dtype, detrend):

@@ -76,6 +76,7 @@ def test_long_rows_run_the_explained_pieces(tmp_path, rows, budget_kib):
     np.testing.assert_array_equal(got.power, mem.power)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_fft,rows", [(65536, 37), (131072, 9), (1 << 19, 2)])
 def test_long_rows_with_large_segments_read_within_the_budget(tmp_path, n_fft, rows):
     """Long rows whose one segment of each of the pass's lanes exceeds the budget: blocks of

@@ -21,6 +21,7 @@ def test_both_cpu_executions_are_available():
     assert EXECUTIONS == ["numpy", "fused-cpu"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", EXECUTIONS)
 @given(
     batch=st.lists(st.integers(1, 5), min_size=1, max_size=2),
@@ -281,6 +282,7 @@ def test_non_contiguous_input(rng):
     np.testing.assert_array_equal(r.bins, r2.bins)
 
 
+@pytest.mark.slow
 @given(
     n_fft=st.sampled_from([100, 200, 257, 300, 480, 1000]),
     rows=st.integers(1, 40),

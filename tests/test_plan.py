@@ -360,6 +360,7 @@ def test_phase_graphs_compute_the_same_peaks(n_fft):
         np.testing.assert_allclose(rec.power, ref.power, rtol=2e-4)
 
 
+@pytest.mark.slow
 def test_a_full_calibration_measures_every_curve_on_its_grid(plan_state):
     """A full measurement on a tiny grid: one progress tick per group of points timed together,
     every curve the planner reads (the filtered fused pass and find_peaks included), one time per
@@ -456,6 +457,7 @@ def test_a_new_execution_prices_its_own_nodes_without_touching_plan(monkeypatch)
     assert price_node(chain, rfft, model, Halved.backend).by == "numpy/fft:float32" and not asked
 
 
+@pytest.mark.slow
 def test_calibration_measures_the_curves_each_execution_names(monkeypatch, plan_state):
     """``measure_cpu`` loops over the executions: a new execution's curve is timed at every
     point of the grid (its points counted) and stored under its backend's name."""

@@ -124,6 +124,7 @@ def test_huge_files_are_not_read_as_weights(tmp_path):
         load(big)
 
 
+@pytest.mark.slow
 def test_weights_from_a_pipe_a_device_or_deep_json_are_weights_errors(tmp_path):
     """Issue 35, defect 9: ``load()`` (and ``--model``) naming a FIFO hung in ``open``; a link to
     /dev/zero (size 0, under the 64 MiB cap) was read until memory ran out; a header of 100,000

@@ -32,6 +32,7 @@ class _OverAConstantFloor:
         return special.chdtrc(self.nu, 10 ** (np.asarray(snr_db) / 10) * special.chdtri(self.nu, 0.5))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("segments", [2, 8, 31])
 @pytest.mark.parametrize("hop", [N_FFT, N_FFT // 2])
 @pytest.mark.parametrize("window", ["hann", "boxcar"])
@@ -205,6 +206,7 @@ def test_noise_bins_past_the_row_are_refused_at_the_door():
         make_params(n_fft=6, filters=make_filters(measures="snr", noise_bins=1))
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.parametrize("strategy", ["torch", "triton-block"])
 def test_gpu_executions_report_and_filter_the_same_pvalues(strategy):

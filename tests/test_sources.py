@@ -66,6 +66,7 @@ def test_filters_and_measures_on_a_source_equal_in_memory(stores, signals, tmp_p
     np.save(tmp_path / "long.npy", np.zeros((2, 300_000), np.float32))  # 1.2 MB frames
     with pytest.raises(ValueError, match="analysed frame is read at once.*max_memory="):
         welchpeaks.welch_peaks(welchpeaks.open_signals(tmp_path / "long.npy"), max_memory=1 << 20, **kw)
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, derandomize=True)
 @given(budget=st.integers(1 << 20, 3 << 20), frame_segments=st.integers(1, 9), frame_hop=st.sampled_from([None, 1, 2]))
 def test_track_of_a_long_file_in_any_blocks(tmp_path_factory, budget, frame_segments, frame_hop):

@@ -145,6 +145,7 @@ FORGERIES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, edit, why", FORGERIES, ids=[f[0] for f in FORGERIES])
 def test_a_forged_unit_is_removed_and_computed_again_with_one_line(job, tmp_path, monkeypatch, name, edit, why):
     d, args, _ = job
@@ -185,6 +186,7 @@ def test_unit_archives_are_read_only_as_they_were_saved(job, tmp_path, monkeypat
         assert "discarded 1 saved chunk(s)" in said and f"resuming: 1 of {units}" in said, said
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("column, link", [("signal", False), ("rank", False), ("frame", False), ("file", False),
                                           ("rank", True)])
 def test_out_of_range_columns_with_their_own_digest_give_the_uninterrupted_output(job, tmp_path, monkeypatch,
@@ -225,6 +227,7 @@ def _with_deflated_zeros(members, name, n):
     return buf.getvalue()
 
 
+@pytest.mark.slow
 def test_compressed_or_overstated_members_are_refused_before_they_are_read(job, tmp_path, monkeypatch):
     """N14: a 1.7 MB deflated unit inflating to 1.5 GiB took the resume to 1.83 GB of memory
     (np.load inflated it). Here a deflated member of 512 MiB, and a stored one declaring 2**26
@@ -276,6 +279,7 @@ def _altered(res, stage):
     assert "manifest was altered" in res.output and str(stage) in res.output and "delete that folder" in res.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("redigest", [False, True], ids=["digest as it was", "digest recomputed"])
 def test_edited_pins_are_an_altered_manifest_or_recompute_every_unit(job, tmp_path, monkeypatch, redigest):
     """N12: a manifest whose pinned dtype was edited (float64 for the first run's float32)
@@ -292,6 +296,7 @@ def test_edited_pins_are_an_altered_manifest_or_recompute_every_unit(job, tmp_pa
     assert out.read_bytes() == job[2]["float64"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("redigest", [False, True], ids=["digest as it was", "digest recomputed"])
 def test_an_edited_strategy_is_an_altered_manifest_not_an_unknown_option(job, tmp_path, monkeypatch, redigest):
     """N10: a manifest whose pinned strategy was edited was reported as "strategy='bogus' is

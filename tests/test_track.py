@@ -224,6 +224,7 @@ def test_exports():
     assert bare.to_csv().splitlines()[0] == "signal,time_samples,rank,bin,freq_cycles,power"
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, derandomize=True)
 @given(cuts=st.lists(st.one_of(st.integers(1, 4), st.integers(1, 900)), min_size=1, max_size=12),
        singles=st.integers(0, 400), hop=st.sampled_from([None, 24, 64]), frame_segments=st.sampled_from([1, 3]),
@@ -334,6 +335,7 @@ def test_stream_under_auto(dtype, rtol):
     np.testing.assert_allclose(np.concatenate([p.power for p in parts], axis=1), whole.power, rtol=rtol)
 
 
+@pytest.mark.slow
 def test_tensors_cpu_and_triton_in_the_interpreter():
     """CPU tensors run the host executions (tensors back); a GPU execution runs frames of a tensor
     where it is (here Triton's interpreter on CPU tensors) and agrees with the float64 oracle."""
@@ -367,6 +369,7 @@ def test_frames_without_peaks_are_not_an_overflow(strategy):
         welchpeaks.track(loud, frame_segments=8, frame_hop=4, strategy=strategy)
 
 
+@pytest.mark.slow
 def test_whole_results_are_checked_before_they_are_allocated(tmp_path, plan_state):
     """Issue 35, defect 13 (the rest): ``track`` with k past the bins allocated the whole
     [rows, frames, k] result of empty slots (1.3 GB for a 4M-sample signal): the 256 MiB guard

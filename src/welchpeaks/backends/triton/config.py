@@ -36,10 +36,13 @@ def select_constants(p: PeakParams, lanes: int, least: int = 2) -> dict:
     """The selection's constexprs: ``KT`` slots computed (a power of two, at least ``least``, at
     most the lanes it ranks: half of them in peaks mode, one candidate per pair), ``IB`` bits
     for a bin index in a sort key, the sub-bin estimator (``INTERP``, ``ALPHA``, and the bin it
-    refines from one side, ``ONE_SIDED``) and whether DC and Nyquist may be peaks (``EDGES``)."""
+    refines from one side, ``ONE_SIDED``), whether DC and Nyquist may be peaks (``EDGES``) and
+    whether Triton's interpreter runs the kernel (``INTERPRET``: some steps then take another
+    way to the same values)."""
     ranked = lanes // 2 if p.mode == "peaks" else lanes
     return {"KT": min(next_pow2(p.k, least), ranked), "IB": max(1, (p.n_bins - 1).bit_length()),
-            "INTERP": p.interp_code, "ALPHA": float(p.interp_alpha), "ONE_SIDED": p.one_sided, "EDGES": p.edges}
+            "INTERP": p.interp_code, "ALPHA": float(p.interp_alpha), "ONE_SIDED": p.one_sided, "EDGES": p.edges,
+            "INTERPRET": interpreting()}
 
 
 def dft_factors(n_fft: int) -> tuple[int, int, int]:
@@ -65,7 +68,7 @@ def fused_constants(p: PeakParams) -> tuple[dict[str, Any], dict[str, Any], int]
     br, warps, least = FUSED_TILES[p.n_fft]
     consts = dict(N1=n1, N2=n2, N3=n3, BR=br, HALF=2 * p.hop == p.n_fft, DETREND=p.detrend_code,
                   PEAKS=p.mode == "peaks", MIN_DIST=p.min_distance, **select_constants(p, p.n_fft // 2, least),
-                  PRECISION=PRECISION_CODES[p.precision], INTERPRET=interpreting())
+                  PRECISION=PRECISION_CODES[p.precision])
     # num_stages=1: no software pipelining of the segment loop. Its loads are loop-variant (see
     # the kernel's ``zero``), and pipelining would stage the next pairs' constants in shared
     # memory (408 KiB at n_fft 128 bf16: no launch) for a loop that runs once at 2 segments.

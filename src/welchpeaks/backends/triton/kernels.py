@@ -188,10 +188,18 @@ def _last_two(ap, ac, an, bp, bc, bn):
 
 
 @triton.jit
-def _shift(x, fill, REVERSE: tl.constexpr):
-    """``x[:, k - 1]`` (``x[:, k + 1]`` when ``REVERSE``), ``fill`` past the edge: a scan that
-    carries each element's predecessor, so no gather (whose layout puts a whole row in one
-    warp) and no shared-memory round trip of its own."""
+def _shift(x, fill, REVERSE: tl.constexpr, INTERPRET: tl.constexpr):
+    """``x[:, k - 1]`` (``x[:, k + 1]`` when ``REVERSE``), ``fill`` past the edge: on a GPU a
+    scan that carries each element's predecessor, so no gather (whose layout puts a whole row in
+    one warp) and no shared-memory round trip of its own. Under Triton's interpreter, which runs
+    a scan's operator element by element in Python (5 s a call at 64 lanes), the same values by
+    a gather."""
+    if INTERPRET:
+        n: tl.constexpr = x.shape[1]
+        k = tl.arange(0, n)[None, :] + tl.zeros(x.shape, tl.int32)
+        if REVERSE:
+            return tl.where(k == n - 1, fill, tl.gather(x, tl.minimum(k + 1, n - 1), 1))
+        return tl.where(k == 0, fill, tl.gather(x, tl.maximum(k - 1, 0), 1))
     prev, _, _ = tl.associative_scan((tl.full(x.shape, fill, x.dtype), x, tl.full(x.shape, 1, tl.int32)), 1,
                                      _last_two, reverse=REVERSE)
     return prev
@@ -291,7 +299,8 @@ def select_store(
         # selection (:func:`welchpeaks.backends.triton.config.select_constants`, and PEAKS, MIN_DIST)
         NB: tl.constexpr, L: tl.constexpr, HAS_LAST: tl.constexpr,
         KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr,
-        INTERP: tl.constexpr, ALPHA: tl.constexpr, ONE_SIDED: tl.constexpr, EDGES: tl.constexpr):
+        INTERP: tl.constexpr, ALPHA: tl.constexpr, ONE_SIDED: tl.constexpr, EDGES: tl.constexpr,
+        INTERPRET: tl.constexpr):
     """The reference's selection on a tile of ``L`` bins ``psd [BR, L]`` (lanes past ``NB``
     ignored) and, when ``HAS_LAST``, one more bin ``last [BR]`` (bin ``L = NB - 1``: the fused
     kernel keeps the Nyquist bin out of the lanes so that they are ``N/2``, not ``N``); then
@@ -312,8 +321,8 @@ def select_store(
     ninf = float("-inf")
     f = tl.arange(0, L)[None, :] + tl.zeros_like(rows)[:, None]
     psd = tl.where(f < NB, psd, ninf)
-    left = _shift(psd, ninf, False)
-    right = _shift(psd, ninf, True)
+    left = _shift(psd, ninf, False, INTERPRET)
+    right = _shift(psd, ninf, True, INTERPRET)
     if HAS_LAST:
         right = tl.where(f == L - 1, last[:, None], right)
     if not EDGES:  # +inf beside DC and Nyquist: never a local maximum
@@ -361,7 +370,7 @@ def select_store(
         if HAS_LAST:  # insert the last bin's key into the sorted keys
             spill_last = tl.min(top, 1)  # the smallest lane key, pushed out when the last bin's key goes in
             pos = tl.sum((top > last_key[:, None]).to(tl.int32), 1)[:, None]
-            top = tl.where(kcol < pos, top, tl.where(kcol == pos, last_key[:, None], _shift(top, -1, False)))
+            top = tl.where(kcol < pos, top, tl.where(kcol == pos, last_key[:, None], _shift(top, -1, False, INTERPRET)))
     out = rows[:, None] * K + kcol
     _store_keys(top, (kcol < K) & rmask[:, None], bad[:, None], out, IB, bins_ptr, pow_ptr, fb_ptr)
     extra = tl.full((rows.shape[0],), -1, tl.int64)
@@ -460,7 +469,7 @@ def fused(
     # the lower half of acc plus its mirrored upper half (a flip and a shift); bin N/2 is 2 acc[N/2].
     lo, hi = tl.split(tl.permute(tl.reshape(acc, (BR, 2, N // 2)), (0, 2, 1)))
     f = tl.arange(0, N // 2)[None, :]
-    mirrored = tl.where(f == 0, lo, _shift(tl.flip(hi, 1), 0.0, False))
+    mirrored = tl.where(f == 0, lo, _shift(tl.flip(hi, 1), 0.0, False, INTERPRET))
     scale = tl.load(scale_ptr + tl.arange(0, N // 2))  # holds the 1/2 and 1/S
     last = 2.0 * tl.sum(tl.where(f == 0, hi, 0.0), 1) * tl.load(scale_ptr + N // 2)
     # A NaN or infinite sample makes its row's sums non-finite (the rows of a product are
@@ -470,7 +479,7 @@ def fused(
     bad = tl.sum(_nonfinite(acc).to(tl.int32), 1)
     tl.store(bad_ptr + rows, bad, mask=rmask)
     select_store((lo + mirrored) * scale[None, :], last, rows, rmask, bad, bins_ptr, pow_ptr, fb_ptr, K, N // 2 + 1,
-                 N // 2, True, KT, PEAKS, MIN_DIST, IB, INTERP, ALPHA, ONE_SIDED, EDGES)
+                 N // 2, True, KT, PEAKS, MIN_DIST, IB, INTERP, ALPHA, ONE_SIDED, EDGES, INTERPRET)
 
 
 @triton.jit(do_not_specialize=["B"])
@@ -485,7 +494,9 @@ def block(
         NB: tl.constexpr, NBP: tl.constexpr, BR: tl.constexpr,
         # the selection (select_store's)
         KT: tl.constexpr, PEAKS: tl.constexpr, MIN_DIST: tl.constexpr, IB: tl.constexpr, INTERP: tl.constexpr,
-        ALPHA: tl.constexpr, ONE_SIDED: tl.constexpr, EDGES: tl.constexpr):
+        ALPHA: tl.constexpr, ONE_SIDED: tl.constexpr, EDGES: tl.constexpr,
+        # Triton's interpreter (TRITON_INTERPRET=1): its own ways to the same values
+        INTERPRET: tl.constexpr):
     """Power, segment mean and selection of a spectrum ``[B, S, NB]`` (complex64 as float
     pairs): reads the spectrum once, writes ``K`` results per row and one flag (non-finite
     sums: a NaN or infinite value in the spectrum, or a power past fp32's range; the row's
@@ -505,4 +516,4 @@ def block(
     tl.store(bad_ptr + rows, bad, mask=rmask)
     # no separate last bin here (HAS_LAST is False): the ``last`` argument is a placeholder
     select_store(acc * scale[None, :], bad.to(tl.float32), rows, rmask, bad, bins_ptr, pow_ptr, fb_ptr, K, NB, NBP,
-                 False, KT, PEAKS, MIN_DIST, IB, INTERP, ALPHA, ONE_SIDED, EDGES)
+                 False, KT, PEAKS, MIN_DIST, IB, INTERP, ALPHA, ONE_SIDED, EDGES, INTERPRET)

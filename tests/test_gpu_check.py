@@ -44,8 +44,14 @@ def _assert_compiles_clean(rows, found, version_prefix):
         assert roof["us_issue_bound"] > 0 and roof["warp_instructions_per_row"] > 0 and roof["barriers_per_row"] > 0
 
 
-def _check_subset(triton_path):
-    rows = gc.check_all(SUBSET, timeout_s=600, triton_path=triton_path, jobs=2)
+#: under the newest Triton (ahead of the lent machine's 3.6, which compiles all of SUBSET): the
+#: smallest and largest fused layouts, bf16 and the block kernel
+NEWEST = [c for c in SUBSET if (c.kernel, c.n_fft, c.precision) in
+          {("fused", 64, "fp32"), ("fused", 4096, "fp32"), ("fused", 128, "bf16"), ("block", 256, "fp32")}]
+
+
+def _check_subset(triton_path, subset=SUBSET):
+    rows = gc.check_all(subset, timeout_s=600, triton_path=triton_path, jobs=2)
     found = gc.find_peaks_all([1025], ["sm_90"], timeout_s=600, triton_path=triton_path)
     return rows, found
 
@@ -54,7 +60,8 @@ def _check_subset(triton_path):
 def test_the_shipped_kernels_compile_for_an_h100_under_the_newest_triton():
     import triton
 
-    rows, found = _check_subset(None)
+    rows, found = _check_subset(None, NEWEST)
+    assert len(rows) == len(NEWEST) == 4
     _assert_compiles_clean(rows, found, triton.__version__)
 
 

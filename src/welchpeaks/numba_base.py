@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 from numba import njit
+from numba.core.cpu import ParallelOptions
 
 #: Rows transformed together (a vector loop of 4 AVX2 registers of float32); partial blocks
 #: compute only their rows, rounded up to 8.
@@ -52,6 +53,11 @@ FASTMATH = dict(EXACT, error_model="numpy", fastmath={"reassoc", "contract"})
 FASTMATH_RUNTIME = dict(FASTMATH, _nrt=True)
 FASTMATH_HELPER = dict(FASTMATH, _nrt=False)
 FASTMATH_INLINE = dict(FASTMATH, inline="always")
+#: A parallel kernel (``prange`` over workers or rows): numba's other parallel rewrites (array
+#: expressions, comprehensions, setitem, loop fusion, stencils) find nothing in explicit loops
+#: and cost compile time (the fused pass: about a tenth of its compile), so only prange is on.
+PARALLEL = ParallelOptions(dict(comprehension=False, inplace_binop=False, setitem=False, numpy=False, stencil=False,
+                                fusion=False))
 
 # Numba's default (workqueue) threading layer must not be entered from two threads at once;
 # a kernel already uses every core, so serialising launches costs no throughput. Every caller

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from welchpeaks.numba_base import (FASTMATH, KERNEL_LOCK, LANES, butterfly_lanes, kernel_input, numba_threads,
+from welchpeaks.numba_base import (FASTMATH, KERNEL_LOCK, LANES, PARALLEL, butterfly_lanes, kernel_input, numba_threads,
                                    worker_blocks)
 
 
-@njit(parallel=True, **FASTMATH)
+@njit(parallel=PARALLEL, **FASTMATH)
 def _run(x, perm, i0s, i1s, wrs, wis, n_out, out, buf_re, buf_im):
     """``out[r, q] = network(x[r])[q]`` for ``q < n_out``; ``buf_*`` are [workers, >= n, LANES]."""
     rows, n = x.shape

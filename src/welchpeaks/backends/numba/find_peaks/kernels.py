@@ -29,7 +29,7 @@ from welchpeaks.backends.numba.find_peaks.common import Config, Outputs
 from welchpeaks.backends.numba.find_peaks.median import lane_medians
 from welchpeaks.backends.numba.find_peaks.rows import _scratch, row_step
 from welchpeaks.backends.numba.fused import PassScratch, Pieces, Welch, Worker, block_sums, scale_tile, total_into_tile
-from welchpeaks.numba_base import EXACT_RUNTIME, LANES
+from welchpeaks.numba_base import EXACT_RUNTIME, LANES, PARALLEL
 
 #: the first compile, for the notice (measured with an empty cache: 44-46 s)
 COMPILE_TIME = "about 45 s on 2 cores"
@@ -74,7 +74,7 @@ def outputs(rows: int, k: int, need_prom: bool, need_width: bool, need_snr: bool
                    f(need_width and extents, 3), f(need_snr), f(refine), np.empty(rows, np.int64))
 
 
-@njit(parallel=True, **EXACT_RUNTIME)
+@njit(parallel=PARALLEL, **EXACT_RUNTIME)
 def host_find_peaks(x, cfg, out, n_workers):
     """Peaks of every row of ``x``, as ``scipy.signal.find_peaks`` finds them, then the ``k``
     highest (ties to the lower index).
@@ -132,7 +132,7 @@ def welch_find_peaks(x, n_rows, n_seg, welch, scale, scr, pieces, bad, lane_bits
                           cfg, out)
 
 
-@njit(parallel=True, **EXACT_RUNTIME)
+@njit(parallel=PARALLEL, **EXACT_RUNTIME)
 def welch_find_peaks_pass(x, n_rows, n_seg, welch, scale, scr, pieces, bad, lane_bits, cfg, out):
     """The fused pass of ``welch_peaks`` with scipy's filters: Welch's PSD of each block of
     ``LANES`` rows, straight into the row step, so the PSD is never written.

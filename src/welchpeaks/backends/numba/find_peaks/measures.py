@@ -29,7 +29,7 @@ from welchpeaks.backends.numba.find_peaks.common import _BIG, BLOCK
 from welchpeaks.backends.numba.find_peaks.extrema import scan_blocks
 from welchpeaks.backends.numba.find_peaks.filters import _width
 from welchpeaks.backends.numba.find_peaks.prominence import _prominence
-from welchpeaks.numba_base import EXACT_HELPER, EXACT_RUNTIME
+from welchpeaks.numba_base import EXACT_HELPER, EXACT_RUNTIME, PARALLEL
 
 #: the first compile, for the notice (measured with an empty cache on 2 shared cores: 4.9 s)
 COMPILE_TIME = "about 5 s on 2 cores"
@@ -59,7 +59,7 @@ def outputs(rows: int, k: int, prominence_data: tuple | None, need_width: bool) 
                     np.zeros(rows, np.bool_))
 
 
-@njit(parallel=True, **EXACT_RUNTIME)
+@njit(parallel=PARALLEL, **EXACT_RUNTIME)
 def host_peak_measures(x, peaks, wlen, rel_height, own_prom, out, n_workers):
     """Prominences and/or widths of the peaks ``peaks`` of every row of ``x``, as
     ``scipy.signal.peak_prominences`` and ``peak_widths`` give them for each row.

@@ -14,12 +14,12 @@ from numba import njit, prange
 from welchpeaks.backends.numba.fused.common import CHUNK
 from welchpeaks.backends.numba.fused.fft import _segment_trend
 from welchpeaks.backends.numba.fused.select import _clear_row, select_into
-from welchpeaks.numba_base import FASTMATH
+from welchpeaks.numba_base import FASTMATH, PARALLEL
 
 # ------------------------------------------------------------------------------ any n_fft
 
 
-@njit(parallel=True, **FASTMATH)
+@njit(parallel=PARALLEL, **FASTMATH)
 def window_segments(segs_in, window, detrend, segs):
     """Detrend and window every segment ``segs_in[rows, n_seg, n_fft]`` (a strided view of the
     rows) into ``segs``. Non-finite segments come out non-finite."""
@@ -33,7 +33,7 @@ def window_segments(segs_in, window, detrend, segs):
                 segs[r, s, i] = (float(seg[i]) - mean - slope * (i - c)) * window[i]
 
 
-@njit(parallel=True, **FASTMATH)
+@njit(parallel=PARALLEL, **FASTMATH)
 def power_select_spectrum(spec, n_rows, sel, sel_scr, out):
     """Average ``|spec|**2`` over segments, scale, and select, one row per iteration.
 
@@ -88,7 +88,7 @@ def power_select_spectrum(spec, n_rows, sel, sel_scr, out):
 # ------------------------------------------------------------------------------ frames sharing segments
 
 
-@njit(parallel=True, **FASTMATH)
+@njit(parallel=PARALLEL, **FASTMATH)
 def frames_select(seg_power, seg_bad, frame_segments, frame_hop, n_frames, sel, sel_scr, out):
     """Frames of overlapping segments, each segment's power computed once: frame ``f`` of row
     ``r`` (output row ``r * n_frames + f``) sums segments ``f * frame_hop ..`` in the fused

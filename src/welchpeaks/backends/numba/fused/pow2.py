@@ -24,10 +24,10 @@ from welchpeaks.backends.numba.fused.common import (Outputs, PassScratch, Pieces
                                                     _lanes)
 from welchpeaks.backends.numba.fused.select import _clear_row, select_into
 from welchpeaks.backends.numba.fused.sums import _chunk_rounds, _save_state, total_into_tile, block_sums, scale_tile
-from welchpeaks.numba_base import FASTMATH, FASTMATH_INLINE, FASTMATH_RUNTIME, LANES
+from welchpeaks.numba_base import FASTMATH, FASTMATH_HELPER, FASTMATH_RUNTIME, LANES, PARALLEL
 
 
-@njit(**FASTMATH_INLINE)
+@njit(**FASTMATH_HELPER)
 def _select_block(ac, n_bins, r0, nl, nv, sel, prow, tv, ti, tc, tt, out):
     """Scale the row sums of a block (rows ``1 .. n_bins`` of ``ac``) to its PSD and select the
     peaks of its rows ``r0 .. r0 + nl`` into ``out``; a row whose power overflowed is flagged
@@ -69,7 +69,7 @@ def fused_pow2(x, n_rows, n_seg, split, welch, sel, scr, sel_scr, pieces, out):
                Pieces(*pieces), Outputs(*out))
 
 
-@njit(parallel=True, **FASTMATH)
+@njit(parallel=PARALLEL, **FASTMATH)
 def fused_pass(x, n_rows, n_seg, split, welch, sel, scr, sel_scr, pieces, out):
     """The fused pass for power-of-two ``n_fft``: the peaks of rows ``0 .. n_rows - 1`` of
     ``x`` from the ``n_seg`` segments of each.

@@ -17,7 +17,7 @@ from welchpeaks.backends.numba.fused.common import (INTERP_HANN, INTERP_LOG, INT
 from welchpeaks.backends.numba.fused.edges import edge_refine_row
 from welchpeaks.backends.numba.fused.refine import (_float32_bits, _is_float32_array, _refine, _refine_f32,
                                                     _refine_hann, _refine_power_f32)
-from welchpeaks.numba_base import FASTMATH_INLINE, worker_rows
+from welchpeaks.numba_base import FASTMATH_HELPER, FASTMATH_INLINE, worker_rows
 
 #: the low half of a selection key (the complement of a bin)
 _LOW32 = (1 << 32) - 1
@@ -146,7 +146,7 @@ def _select_scalar(prow, n_bins, k, mode, min_distance, vals, idx, cand):
     return count
 
 
-@njit(**FASTMATH_INLINE)
+@njit(**FASTMATH_HELPER)
 def select_into(prow, n_bins, sel, vals, idx, cand, top, out, r):
     """Select from one PSD row into row ``r`` of ``out`` (an
     :class:`~welchpeaks.backends.numba.fused.common.Outputs`; ``bins``, ``power``, ``fbin``

@@ -14,9 +14,9 @@ import numpy as np
 from numba import njit, prange
 
 from welchpeaks.backends.numba import simd
-from welchpeaks.backends.numba.fused.common import CHUNK, Welch, Worker, _lanes
+from welchpeaks.backends.numba.fused.common import CHUNK, Worker, _lanes
 from welchpeaks.backends.numba.fused.fft import segments_power
-from welchpeaks.numba_base import FASTMATH, FASTMATH_HELPER, FASTMATH_INLINE, LANES
+from welchpeaks.numba_base import FASTMATH, FASTMATH_HELPER, FASTMATH_INLINE, LANES, PARALLEL
 
 # ------------------------------------------------------------------------------ a block's state
 
@@ -58,7 +58,7 @@ def _save_state(ac, carry, done, r0, nl, n_bins):
 # ------------------------------------------------------------------------------ a call shared out by chunks
 
 
-@njit(parallel=True, **FASTMATH)
+@njit(parallel=PARALLEL, **FASTMATH)
 def _chunk_rounds(x, n_rows, n_seg, welch, scr, bad, pieces):
     """The power sums of a :func:`~welchpeaks.backends.numba.fused.pow2.fused_pow2` call with
     fewer blocks than workers, shared out by chunks; the arguments are its own (``scr``: all of

@@ -249,6 +249,31 @@ def test_filtered_calls_are_planned_priced_and_explained_like_any_other():
     assert welchpeaks.WelchPeaks(n_fft=256, k=16, segments=2, prominence=0.0).explain(batch=4096)["strategy"] == "numpy"
 
 
+@pytest.mark.parametrize("s1_over_s2", [0.25, 0.5, 0.8, 1.5, 3.0, 6.0])
+def test_the_fused_pass_of_two_or_more_segments_is_priced_from_its_two_segment_point(s1_over_s2):
+    """The fused pass's time is linear in the segments between its 1- and 2-segment points;
+    where the 1-segment point is the slower (measured on this machine: one segment's noisy
+    peaks pass the edge fit's gate 40 times as often, 3.3x the 2-segment time at 8192 x 256),
+    it prices one segment alone, and two or more from the 2-segment point: the fused pass is
+    then not priced at the one-segment time and lost to the unfused chain it beats."""
+    from welchpeaks.plan.graphs import execution_graph
+
+    t2 = 1500.0
+    model = synthetic_cpu_model()
+    model.tables["fused-cpu/fused:float32:s1"] = LogLogTable([64.0, 4096.0], [1.0, 1e6], [[s1_over_s2 * t2, s1_over_s2 * t2 * 1e6]] * 2)
+    model.tables["fused-cpu/fused:float32:s2"] = LogLogTable([64.0, 4096.0], [1.0, 1e6], [[t2, t2 * 1e6]] * 2)
+    rows, t1 = 4096, s1_over_s2 * t2
+    one, two, five = (model.fused_ns(256, rows, s, 1, "float32", "fused-cpu") - model._k_term("fused-cpu/fused-k", 1, rows, 256)
+                      for s in (1, 2, 5))
+    assert one == pytest.approx(t1 * rows) and two == pytest.approx(t2 * rows)
+    assert five == pytest.approx((t2 + 3 * max(t2 - t1, 0.0)) * rows)
+    # the planner follows: a fused pass priced at its 2-segment time beats a slower unfused chain
+    model.tables["fused-cpu/spectrum:peaks"] = LogLogTable([33.0, 2049.0], [1.0, 1e6], [[1.2 * t2, 1.2e6 * t2]] * 2)
+    p = make_params(n_fft=256, k=16, segments=2)
+    graph, info = execution_graph(backends.get("fused-cpu"), p, 2, rows, 384, np.float32, model)
+    assert info["fused"] == "welch_peaks", info["reason"]
+
+
 def test_auto_keeps_long_rows_lean():
     """A call whose numpy intermediates would exceed LEAN_BYTES runs a lean execution even where
     the model prices numpy lower; the explanation says so. With nothing lean, the model decides."""

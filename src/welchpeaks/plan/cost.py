@@ -168,12 +168,16 @@ class BackendCostModel:
         peaks mode). ``spread``: how many times more workers share the segments of this call
         than the curves' points of its row count had (the CPU pass shares few long rows'
         segments out, :func:`welchpeaks.backends.fused_cpu.split_workers`); the part that grows
-        with the segments is divided by it."""
+        with the segments is divided by it. A one-segment point slower than the two-segment one
+        (a row's selection can cost more than its FFTs: one segment's noisy peaks pass the edge
+        fit's gate far more often) prices one segment alone; more are priced from the
+        two-segment point."""
         t1 = self._table(f"{owner}/fused:{dtype}:s1")(n_fft, rows)
         t2 = self._table(f"{owner}/fused:{dtype}:s2")(n_fft, rows)
         n_bins = n_fft // 2 + 1
         k = min(k, n_bins if mode == "bins" else (n_bins + 1) // 2)
-        t = max(t1 + (n_segments - 1) * max(t2 - t1, 0.0) / max(spread, 1.0), t1)
+        slope = max(t2 - t1, 0.0)
+        t = t1 if n_segments <= 1 else max(t2 - slope + (n_segments - 1) * slope / max(spread, 1.0), t2 - slope)
         return max(t + self._k_term(f"{owner}/fused-k", k, rows, n_fft), 1.0)
 
     def op_factor(self, op: Op) -> float:

@@ -7,10 +7,10 @@ every array but one row's scratch (:data:`SCRATCH` float64 values, allocated onl
 that has a peak in a zone) is the caller's (``cfg`` and ``tab`` from
 ``EdgeModel.kernel_arrays()``).
 
-The one difference is how the bounded least squares finds its multiplier on ``|Q| = P``:
-:func:`welchpeaks.edgefit._boundary` through an eigendecomposition, here by bisections (first of
-where ``G + l C`` stops being positive definite, tested by Cholesky, then of the constraint
-within), the same minimiser to about 1e-12.
+The bounded least squares finds its multiplier on ``|Q| = P`` as
+:func:`welchpeaks.edgefit._boundary` does (an eigendecomposition, then bisections of a scalar
+sum), with the 3 x 3 eigendecomposition by Jacobi rotations in place of LAPACK's: the same
+minimiser to about 1e-12.
 """
 
 from __future__ import annotations
@@ -27,11 +27,14 @@ from welchpeaks.numba_base import FASTMATH_HELPER, FASTMATH_INLINE, FASTMATH_RUN
 #: float64 scratch values :func:`edge_refine_row` needs
 SCRATCH = 96
 # scratch layout: the floor's samples [0, 16), y [16, 23), the model [24, 45), its Gram matrix and
-# right side [48, 60), the solution [60, 63)
+# right side [48, 60), the solution [60, 63), L^-1 [64, 73), L^-1 C L^-T [73, 82), its eigenvectors [82, 91)
 _Y, _M, _G, _V, _T = 16, 24, 48, 57, 60
+_LI, _A, _EV = 64, 73, 82
 _GOLD = (math.sqrt(5.0) - 1.0) / 2.0
-#: bisections of the boundary's poles and of its multiplier
+#: bisections of the boundary's multiplier (welchpeaks.edgefit's count)
 _BISECT = 48
+#: the most Jacobi sweeps of a 3 x 3 eigendecomposition (it converges in 4 to 6)
+_SWEEPS = 16
 
 
 @njit(**FASTMATH_RUNTIME)  # (it allocates its scratch, for a row with a peak in a zone)
@@ -241,7 +244,7 @@ def _misfit(scr):
 @njit(**FASTMATH_HELPER)
 def _residual(scr):
     """The least ``|y - m theta|^2`` with ``Qr^2 + Qi^2 <= P^2`` (``theta = (P, Qr, Qi)``):
-    the free least squares where it keeps the bound, else on the boundary."""
+    the free least squares where it keeps the bound, else on the boundary (:func:`_boundary`)."""
     yy = 0.0
     for b in range(FIT_BINS):
         yy += scr[_Y + b] * scr[_Y + b]
@@ -252,37 +255,109 @@ def _residual(scr):
     t0, t1, t2 = scr[_T], scr[_T + 1], scr[_T + 2]
     if t0 > 0.0 and t1 * t1 + t2 * t2 <= t0 * t0:
         return _misfit(scr)
-    # on the boundary: the multiplier between the poles where G + l C stops being positive definite
-    hi = scr[_G]  # (not positive definite at or past G00: the first pivot vanishes)
-    lo = -min(scr[_G + 4], scr[_G + 8])
-    a, b = 0.0, hi
+    return _boundary(scr, yy)
+
+
+@njit(**FASTMATH_INLINE)
+def _boundary(scr, yy):
+    """The residual on ``|Q| = P`` as :func:`welchpeaks.edgefit._boundary` finds it: with ``G =
+    L L'`` and ``L^-1 C L^-T = V diag(mu) V'`` (:func:`_jacobi3`), the multiplier ``l`` is the
+    root of ``sum mu_i w_i^2 / (1 + l mu_i)^2`` (``w = V' L^-1 v``) between the poles ``-1 /
+    mu_max`` and ``-1 / mu_min``, by :data:`_BISECT` bisections of that scalar sum; where the
+    minimiser has ``P <= 0``, the angle of ``Q`` is searched instead (:func:`_on_angles`)."""
+    # L (lower) of G, then its inverse, row-major into the scratch
+    l00 = math.sqrt(scr[_G])
+    l10 = scr[_G + 3] / l00
+    l20 = scr[_G + 6] / l00
+    l11 = math.sqrt(scr[_G + 4] - l10 * l10)
+    l21 = (scr[_G + 7] - l20 * l10) / l11
+    l22 = math.sqrt(scr[_G + 8] - l20 * l20 - l21 * l21)
+    if not (l00 > 0.0 and l11 > 0.0 and l22 > 0.0):
+        return yy
+    i00, i11, i22 = 1.0 / l00, 1.0 / l11, 1.0 / l22
+    i10 = -l10 * i00 * i11
+    i21 = -l21 * i11 * i22
+    i20 = -(l20 * i00 + l21 * i10) * i22
+    li = scr[_LI:_LI + 9]
+    li[0], li[1], li[2] = i00, 0.0, 0.0
+    li[3], li[4], li[5] = i10, i11, 0.0
+    li[6], li[7], li[8] = i20, i21, i22
+    a = scr[_A:_A + 9]
+    for p in range(3):
+        for q in range(3):
+            a[3 * p + q] = -li[3 * p] * li[3 * q] + li[3 * p + 1] * li[3 * q + 1] + li[3 * p + 2] * li[3 * q + 2]
+    vec = scr[_EV:_EV + 9]
+    _jacobi3(a, vec)
+    mu_lo = min(a[0], min(a[4], a[8]))
+    mu_hi = max(a[0], max(a[4], a[8]))
+    if not (mu_lo < 0.0 and mu_hi > 0.0):
+        return yy
+    # w = V' L^-1 v
+    u0 = i00 * scr[_V]
+    u1 = i10 * scr[_V] + i11 * scr[_V + 1]
+    u2 = i20 * scr[_V] + i21 * scr[_V + 1] + i22 * scr[_V + 2]
+    w0 = vec[0] * u0 + vec[3] * u1 + vec[6] * u2
+    w1 = vec[1] * u0 + vec[4] * u1 + vec[7] * u2
+    w2 = vec[2] * u0 + vec[5] * u1 + vec[8] * u2
+    m0, m1, m2 = a[0], a[4], a[8]
+    lo, hi = -1.0 / mu_hi, -1.0 / mu_lo
     for _ in range(_BISECT):
-        mid = 0.5 * (a + b)
-        if _solve(scr, mid):
-            a = mid
-        else:
-            b = mid
-    hi = a
-    a, b = lo, 0.0
-    for _ in range(_BISECT):
-        mid = 0.5 * (a + b)
-        if _solve(scr, mid):
-            b = mid
-        else:
-            a = mid
-    lo = b
-    a, b = lo, hi
-    for _ in range(_BISECT + 12):  # theta' C theta falls from + to - across the interval
-        mid = 0.5 * (a + b)
-        _solve(scr, mid)
-        phi = -scr[_T] ** 2 + scr[_T + 1] ** 2 + scr[_T + 2] ** 2
+        mid = 0.5 * (lo + hi)
+        d0, d1, d2 = 1.0 + mid * m0, 1.0 + mid * m1, 1.0 + mid * m2
+        phi = m0 * w0 * w0 / (d0 * d0) + m1 * w1 * w1 / (d1 * d1) + m2 * w2 * w2 / (d2 * d2)
         if phi > 0.0:
-            a = mid
+            lo = mid
         else:
-            b = mid
-    if not _solve(scr, 0.5 * (a + b)) or not scr[_T] > 0.0:
+            hi = mid
+    lam = 0.5 * (lo + hi)
+    z0, z1, z2 = w0 / (1.0 + lam * m0), w1 / (1.0 + lam * m1), w2 / (1.0 + lam * m2)
+    # theta = L^-T V z
+    s0 = vec[0] * z0 + vec[1] * z1 + vec[2] * z2
+    s1 = vec[3] * z0 + vec[4] * z1 + vec[5] * z2
+    s2 = vec[6] * z0 + vec[7] * z1 + vec[8] * z2
+    scr[_T] = i00 * s0 + i10 * s1 + i20 * s2
+    scr[_T + 1] = i11 * s1 + i21 * s2
+    scr[_T + 2] = i22 * s2
+    if not scr[_T] > 0.0:
         return min(yy, _on_angles(scr, yy))
     return min(yy, _misfit(scr))
+
+
+@njit(**FASTMATH_INLINE)
+def _jacobi3(a, vec):
+    """The eigendecomposition of the symmetric 3 x 3 ``a`` (row-major) by cyclic Jacobi
+    rotations: on return its diagonal holds the eigenvalues and ``vec``'s columns their unit
+    eigenvectors (``a`` = ``vec diag vec'`` on entry)."""
+    for i in range(9):
+        vec[i] = 0.0
+    vec[0], vec[4], vec[8] = 1.0, 1.0, 1.0
+    for _ in range(_SWEEPS):
+        off = a[1] * a[1] + a[2] * a[2] + a[5] * a[5]
+        if not off > 1e-36 * (a[0] * a[0] + a[4] * a[4] + a[8] * a[8]):
+            break
+        for pair in range(3):
+            p = 0 if pair < 2 else 1
+            q = 1 if pair == 0 else 2
+            apq = a[3 * p + q]
+            if apq == 0.0:
+                continue
+            theta = (a[3 * q + q] - a[3 * p + p]) / (2.0 * apq)
+            t = 1.0 / (abs(theta) + math.sqrt(theta * theta + 1.0))
+            t = -t if theta < 0.0 else t
+            c = 1.0 / math.sqrt(t * t + 1.0)
+            s = t * c
+            for k in range(3):  # a J
+                akp, akq = a[3 * k + p], a[3 * k + q]
+                a[3 * k + p] = c * akp - s * akq
+                a[3 * k + q] = s * akp + c * akq
+            for k in range(3):  # J' a
+                apk, aqk = a[3 * p + k], a[3 * q + k]
+                a[3 * p + k] = c * apk - s * aqk
+                a[3 * q + k] = s * apk + c * aqk
+            for k in range(3):  # vec J
+                vkp, vkq = vec[3 * k + p], vec[3 * k + q]
+                vec[3 * k + p] = c * vkp - s * vkq
+                vec[3 * k + q] = s * vkp + c * vkq
 
 
 @njit(**FASTMATH_HELPER)

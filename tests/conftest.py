@@ -10,6 +10,8 @@ try:
 except ImportError:
     pass
 
+import logging
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
@@ -24,6 +26,11 @@ def pytest_configure(config):
         if clear_stale_caches():
             print("welchpeaks: numba modules changed since the last run: their cached kernels were cleared")
 
+
+# the library's notices (a compile, a background measurement: welchpeaks.notices) are not the
+# tests' output (a command's JSON on the runner's mixed stdout and stderr); a test that checks
+# one lowers the level with caplog.set_level(logging.WARNING, logger="welchpeaks")
+logging.getLogger("welchpeaks").setLevel(logging.ERROR)
 
 settings.register_profile(
     "ci", deadline=None, max_examples=int(os.environ.get("WELCHPEAKS_EXAMPLES", "60")),
@@ -51,7 +58,7 @@ def plan_state(tmp_path_factory, monkeypatch):
     from helpers import synthetic_cpu_model
 
     monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    state = PlanState(quiet=QuietGate())
+    state = PlanState(quiet=QuietGate(), hand_over=False)
     set_cost_model(synthetic_cpu_model(), state=state)
     with using(state):
         yield state

@@ -255,3 +255,23 @@ def test_peaks_plot_draws_one_panel_per_signal(tmp_path):
     assert img.shape[:2] == (3 * 3 * 90, 8 * 90)  # three panels of 8 x 3 inches at 90 dpi
     res = runner.invoke(app, ["peaks", str(tmp_path / "x.npy"), "--plot", str(tmp_path / "no" / "p.png")])
     assert res.exit_code != 0 and "--plot" in res.output
+
+
+def test_a_commands_notices_are_one_plain_line_each_on_the_error_console(capsys, caplog):
+    """The library's notices (welchpeaks.notices: a compile, a background measurement) print
+    during a command as one line each on the error console, styled, never as a warning with a
+    line of source, and not also through the application's handlers; after the command, the
+    logger is as it was."""
+    import logging
+
+    from welchpeaks.cli.common import notices_on_console
+    from welchpeaks.notices import log, notify
+
+    caplog.set_level(logging.WARNING, logger="welchpeaks")
+    before = (list(log.handlers), log.propagate)
+    with notices_on_console():
+        notify("welchpeaks: compiling [the kernel] (once)")
+    err = capsys.readouterr().err
+    assert err.strip() == "welchpeaks: compiling [the kernel] (once)" and "Warning" not in err
+    assert not [r for r in caplog.records if "compiling" in r.getMessage()]  # not also propagated
+    assert (list(log.handlers), log.propagate) == before

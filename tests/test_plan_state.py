@@ -4,6 +4,7 @@ models, a background measurement works for the state that started it."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import numpy as np
@@ -67,11 +68,12 @@ def test_a_derived_state_shares_caches_models_and_background_work(plan_state):
     assert "models" in repr(plan_state) and "(the default)" in repr(DEFAULT)
 
 
-def test_a_background_measurement_sets_the_model_of_the_state_that_started_it(plan_state):
+def test_a_background_measurement_sets_the_model_of_the_state_that_started_it(plan_state, caplog):
     from helpers import synthetic_cpu_model
 
     other = PlanState(measure_cpu=lambda quick=False, progress=None: synthetic_cpu_model(dispatch_ns=4242.0))
-    with pytest.warns(calibrate.CalibrationNotice):
-        calibrate.start_background("cpu", state=other)
+    caplog.set_level(logging.WARNING, logger="welchpeaks")
+    calibrate.start_background("cpu", state=other)
+    assert [r.name for r in caplog.records if "first use" in r.getMessage()] == ["welchpeaks"]
     assert calibrate.wait_background("cpu", state=other).dispatch_ns == 4242.0
     assert stored_model("cpu", state=plan_state).dispatch_ns != 4242.0 and not plan_state.background

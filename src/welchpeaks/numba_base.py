@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import threading
-import warnings
 
 import numpy as np
 from numba import njit
 from numba.core.cpu import ParallelOptions
+
+from welchpeaks.notices import notify
 
 #: Rows transformed together (a vector loop of 4 AVX2 registers of float32); partial blocks
 #: compute only their rows, rounded up to 8.
@@ -92,17 +93,13 @@ def kernel_input(a):
     return np.asarray(_WriteableInterface(interface, a))
 
 
-class CompileNotice(UserWarning):
-    """Said before welchpeaks waits for numba to compile a kernel (the first time on a machine)."""
-
-
 _ANNOUNCED: set = set()
 
 
 def announce_compile(dispatcher, what: str, seconds: str) -> None:
-    """Warn once per process, before the first call of ``dispatcher``, when numba's disk cache
-    has nothing for it yet (so the call will compile it): what is compiled, roughly how long,
-    and that it happens once. The cache's own files are only checked for existence."""
+    """Say once per process (:func:`welchpeaks.notices.notify`), before the first call of
+    ``dispatcher``, when numba's disk cache has nothing for it yet (so the call will compile
+    it): what is compiled, roughly how long, and that it happens once. The cache's own files are only checked for existence."""
     if dispatcher in _ANNOUNCED or dispatcher.signatures:
         return
     if threading.current_thread().name.startswith("welchpeaks-calibrate"):
@@ -113,8 +110,8 @@ def announce_compile(dispatcher, what: str, seconds: str) -> None:
     except AttributeError:  # another numba version's internals: say nothing rather than guess
         return
     if not cached:
-        warnings.warn(f"welchpeaks: compiling {what} with numba ({seconds}); this happens once per machine, the "
-                      "result is cached on disk", CompileNotice, stacklevel=3)
+        notify(f"welchpeaks: compiling {what} with numba ({seconds}); once per machine, the result is cached on "
+               "disk")
 
 
 def numba_threads() -> int:

@@ -128,7 +128,7 @@ class FusedCpuPlan:
         n, nb = params.n_fft, params.n_bins
         if not is_pow2(n):
             raise ValueError(f"the fused CPU pass needs a power-of-two n_fft, not {n}")
-        self._announce()
+        self._said = False  # the compile notice: said at the first call (explain builds plans and runs none)
         self.window = params.window_array.astype(self.compute)
         ramp = np.arange(n) - (n - 1) / 2.0
         self.ramp = ramp.astype(self.compute)
@@ -199,7 +199,7 @@ class FusedCpuPlan:
         return int(np.count_nonzero(self._views[1][0].work)) if self._views[1] is not None else 0
 
     def _announce(self) -> None:
-        announce_compile(_kernels().fused_pow2, "the fused-cpu kernel", "about a minute on 2 cores")
+        announce_compile(_kernels().fused_pow2, "the fused-cpu kernel", "about half a minute on 2 cores")
 
     def run(self, x2d: np.ndarray) -> RowPeaks:
         """Peaks of rows ``x2d`` (float32/float64, at least the frame long); power comes back in
@@ -220,6 +220,9 @@ class FusedCpuPlan:
         ``finish``, ``pivot`` and ``seg0`` are the fields of ``fused_pow2``'s ``Pieces``."""
         rows = x2d.shape[0]
         kern = _kernels()
+        if not self._said:
+            self._said = True
+            self._announce()
         if not finish and done.shape[0] == 0 and seg0 + n_seg >= kern.CHUNK:
             raise ValueError(f"segments {seg0}..{seg0 + n_seg - 1} complete a chunk of {kern.CHUNK}: an unfinished "
                              "call needs the completed chunks' total (done)")
@@ -270,6 +273,9 @@ class FusedFindPeaks(FusedCpuPlan):
         announce_compile(kern.welch_find_peaks, "the fused-cpu find_peaks kernel", kern.FUSED_COMPILE_TIME)
 
     def run(self, x2d: np.ndarray) -> RowPeaks:
+        if not self._said:
+            self._said = True
+            self._announce()
         x2d = kernel_input(np.ascontiguousarray(x2d))
         rows = x2d.shape[0]
         out = self.host.outputs(rows)
@@ -348,11 +354,14 @@ class SharedFrames:
         self.sel = _select(params, self.scale)
         self._none = (np.empty((0, params.k), np.int32), np.empty((0, params.k), self.compute),
                       np.empty((0, params.k), np.float64))
-        announce_compile(_kernels().frames_select, "the fused-cpu frames kernel", "a few seconds")
+        self._said = False  # the compile notice: said at the first call
 
     def run(self, rows: np.ndarray, start: int, n_frames: int) -> RowPeaks:
         """Peaks of ``n_frames`` frames of each of ``rows [R, samples]``, the first starting at
         sample ``start``: ``R * n_frames`` result rows (row-major), power in the compute dtype."""
+        if not self._said:
+            self._said = True
+            announce_compile(_kernels().frames_select, "the fused-cpu frames kernel", "a few seconds")
         p, fs, fh = self.params, self.frame_segments, self.frame_hop
         n_rows, n_seg = rows.shape[0], (n_frames - 1) * fh + fs
         if rows.shape[1] < start + p.frame_length(n_seg):
@@ -386,9 +395,12 @@ class SpectrumSelect:
         self.params = params
         self.scale = np.ascontiguousarray(scale, compute)
         self.select = _kernels().select_scratch(numba_threads(), params.k, scale.shape[0], compute)
-        announce_compile(_kernels().power_select_spectrum, "the fused-cpu spectrum kernel", "a few seconds")
+        self._said = False  # the compile notice: said at the first call
 
     def __call__(self, spec: np.ndarray) -> RowPeaks:
+        if not self._said:
+            self._said = True
+            announce_compile(_kernels().power_select_spectrum, "the fused-cpu spectrum kernel", "about ten seconds")
         p, rows = self.params, spec.shape[0]
         bins = np.empty((rows, p.k), np.int32)
         power = np.empty((rows, p.k), self.scale.dtype)

@@ -4,6 +4,7 @@ in one run (JSON with ``--json``)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -332,6 +333,53 @@ def bench_floor(
         console.print(table)
     _write_json(json_path, {"machine": info, "repeats": repeats, "cells": results, "skipped": skipped})
     write_output(md_path, floor.markdown_table(results), "--md")
+
+
+@bench_app.command("first-use")
+def bench_first_use(
+    batch: int = typer.Option(1024, "--batch", help="Signals per call."),
+    length: int = typer.Option(384, "--length", help="Samples per signal (n_fft 256, 2 segments)."),
+    kernels: bool = typer.Option(True, "--kernels/--no-kernels", help="Then compile each other kernel family once."),
+    limit: float = typer.Option(600.0, "--limit", help="Seconds to wait for auto to run fused-cpu."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write every figure and compile as JSON."),
+) -> None:
+    """A fresh machine's first use, in a child process with empty numba and welchpeaks caches:
+    import, the first call, auto's calls until fused-cpu runs, then each other kernel family;
+    every numba compile timed (wall, with and without the kernels compiled inside it) beside the
+    process's CPU time. Wall-clock figures: run it on a quiet machine."""
+    from welchpeaks.bench.first_use import run
+    from welchpeaks.machine import machine_info
+
+    if batch < 1 or length < 384 or limit <= 0:
+        _fail("--batch must be >= 1, --length >= 384 (2 segments of 256) and --limit > 0")
+    check_paths({"--json": json_path})
+    info = machine_info()
+    console.print(f"{info['cpu']}, {info['cores']} cores; load {os.getloadavg()[0]:.2f}", highlight=False)
+    try:
+        res = run(batch, length, limit=limit, kernels=kernels, progress=lambda s: err.print(s, highlight=False))
+    except (RuntimeError, OSError) as exc:
+        _fail(str(exc), 1)
+    first = res["first_call"]
+    console.print(f"import {res['import_s']:.2f} s; first call {first['s']:.2f} s ({first['strategy']}); "
+                  f"process CPU {res['process_cpu_s']:.1f} s in all; numba compiles {res['compile_self_s']:.1f} s",
+                  highlight=False)
+    table = Table(title="phases (from the first call)")
+    for col in ("phase", "wall s", "CPU s"):
+        table.add_column(col, justify="right")
+    for ph in res["phases"]:
+        table.add_row(ph["phase"], "-" if ph["wall_s"] is None else f"{ph['wall_s']:.1f}",
+                      "-" if ph["cpu_s"] is None else f"{ph['cpu_s']:.1f}")
+    console.print(table)
+    table = Table(title="kernels compiled (top level: what a call launches)")
+    for col in ("kernel", "thread", "start s", "compile s"):
+        table.add_column(col, justify="right")
+    for e in res["top_level"]:
+        if e["wall_s"] >= 0.5:
+            table.add_row(e["kernel"], e["thread"], f"{e['start_s']:.1f}", f"{e['wall_s']:.1f}")
+    console.print(table)
+    for line in res["notices"]:
+        console.print(f"said: {line}", markup=False, highlight=False, soft_wrap=True)
+    _write_json(json_path, {"machine": info, **res})
 
 
 @bench_app.command("find-peaks")

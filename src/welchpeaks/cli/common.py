@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -16,6 +18,32 @@ from welchpeaks.files import write_atomic
 
 console = Console()
 err = Console(stderr=True)
+
+
+class _ConsoleNotices(logging.Handler):
+    """The library's notices (:mod:`welchpeaks.notices`) as plain lines on the error console."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            err.print(record.getMessage(), style="yellow", markup=False, highlight=False, soft_wrap=True)
+        except Exception:  # (a console gone: logging's own report, never a crash)
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def notices_on_console():
+    """While a command runs, the library's notices go to the error console (and not also to
+    the application's handlers); its trace lines keep their own level and handlers."""
+    from welchpeaks.notices import log
+
+    handler = _ConsoleNotices(logging.WARNING)
+    log.addHandler(handler)
+    propagate, log.propagate = log.propagate, False
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.propagate = propagate
 
 
 def app_options(help_text: str) -> dict:

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from welchpeaks.cli import gpu, scale
-from welchpeaks.cli.common import (app_options, check_parameters, console, err, filter_options,
+from welchpeaks.cli.common import (app_options, check_parameters, console, err, filter_options, notices_on_console,
                                    finish_background_calibration, option, parse_choice, parse_segments, parse_window,
                                    pyplot_for, write_output)
 from welchpeaks.cli.common import fail as _fail
@@ -45,6 +45,7 @@ def _command_line(ctx: typer.Context,
     # the command plans with its own state over the one it runs in (its caches and models), that
     # never spends the run measuring the machine again; handed back when the command ends
     ctx.with_resource(plan.using(plan.current_state().derive(remeasure=False)))
+    ctx.with_resource(notices_on_console())
 @app.command()
 def peaks(
     files: list[Path] = typer.Argument(..., help=".npy (1-D or rows), .wav (channels) or .csv (one signal per row)"),

@@ -34,16 +34,13 @@ from typing import Any
 
 from welchpeaks.files import write_atomic
 from welchpeaks.machine import machine_info
+from welchpeaks.notices import notify
 from welchpeaks.plan import measure
 from welchpeaks.plan.cost import BackendCostModel
 from welchpeaks.plan.state import PlanState, current_state, for_this_thread
 
 
 FORMAT = 4  # 4: tables named by the backend whose kernel was measured ("numpy/fft:float32")
-
-
-class CalibrationNotice(UserWarning):
-    """Said once when the picker measures a quick cost model because none was cached."""
 
 
 #: a quick model measured under other processes' load (``BackendCostModel.under_load``) is
@@ -150,11 +147,49 @@ def _stop_background() -> None:
     or a timing, seconds) and stop, rather than freeze it mid-kernel: a daemon thread inside a
     numba parallel region when the interpreter finalises aborts the process ("terminate called
     without an active exception", exit 134). Every state's: its threads carry the prefix
-    :data:`THREAD_PREFIX`."""
+    :data:`THREAD_PREFIX`. A first measurement stopped so is then handed over (:func:`hand_over`)."""
     _STOP.set()
     for thread in threading.enumerate():
         if thread.name.startswith(THREAD_PREFIX) and thread.is_alive() and thread is not threading.current_thread():
             thread.join()
+    for device in sorted(_HANDED):
+        hand_over(device)
+
+
+#: devices whose first measurement the exit stopped, to hand over (:func:`_stop_background`)
+_HANDED: set[str] = set()
+
+
+def hand_over_command(device: str) -> list[str]:
+    """The detached process that finishes a stopped first measurement."""
+    import sys
+
+    return [sys.executable, "-m", "welchpeaks", "calibrate", "--quick", "--device", device]
+
+
+def hand_over(device: str) -> Any:
+    """Finish ``device``'s first measurement, stopped by this process's exit, in a detached
+    process (``welchpeaks calibrate --quick``, its own session, output to a log beside the
+    cache), so that a short program does not lose it and the next one does not start it again:
+    it waits for the measurement lock (released by the stopped thread), loads the kernels this
+    process compiled from numba's disk cache, and caches the model; meanwhile other processes
+    find the lock held and plan provisionally. Said in one line; the process (None where it
+    could not start: the next program measures)."""
+    import subprocess
+
+    log = cache_path(device).with_name(f"calibrate-{device}.log")
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(hand_over_command(device), stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    except OSError as exc:
+        notify(f"welchpeaks: the one-time measurement of this machine stopped at exit and could not go on in the "
+               f"background ({exc}); the next program measures it again, or run `welchpeaks calibrate`")
+        return None
+    notify(f"welchpeaks: the one-time measurement of this machine goes on in the background after this program "
+           f"(process {proc.pid}, log {log}); the next program uses it once it is cached")
+    return proc
 
 
 #: the name of every background measurement's thread starts so
@@ -273,7 +308,7 @@ def start_background(device: str = "cpu", replacing: BackendCostModel | None = N
     once per machine: while another process holds the measurement lock (:class:`MachineLock`),
     nothing is started here.
 
-    Said before it starts (a :class:`CalibrationNotice`). A first measurement is a quick one:
+    Said before it starts (:func:`welchpeaks.notices.notify`). A first measurement is a quick one:
     it compiles the fused kernels, which takes about a minute on two cores the first time on a
     machine (cached on disk after), and calls meanwhile run provisionally (see the planner).
     ``replacing``: a cached model that :func:`should_remeasure`, used meanwhile and replaced
@@ -294,15 +329,12 @@ def start_background(device: str = "cpu", replacing: BackendCostModel | None = N
                 s.elsewhere[device] = time.monotonic()
                 return
         if replacing is None:
-            warnings.warn(
-                f"welchpeaks: first use on this machine: measuring its {device} cost model and compiling the fused "
-                f"kernels in the background (about a minute on 2 cores, once; cached in {cache_dir()}). Until it is "
-                "done, strategy='auto' chooses provisionally. `welchpeaks calibrate` measures in the foreground.",
-                CalibrationNotice, stacklevel=4)
+            notify(f"welchpeaks: first use on this machine: measuring its {device} cost model and compiling the "
+                   f"fused kernels in the background (about half a minute on 2 cores, once; cached in {cache_dir()}); "
+                   "until then strategy='auto' chooses provisionally")
         else:
-            warnings.warn(f"welchpeaks: the cached {device} cost model {remeasure_reason(replacing)}; measuring it "
-                          "again in the background once the machine is quiet (the cached one serves meanwhile)",
-                          CalibrationNotice, stacklevel=4)
+            notify(f"welchpeaks: the cached {device} cost model {remeasure_reason(replacing)}; measuring it again in "
+                   "the background once the machine is quiet (the cached one serves meanwhile)")
         quick = replacing is None or replacing.meta.get("quick") is not False
         thread = threading.Thread(target=_measure_and_cache, args=(device, quick, lock, replacing, s),
                                   name=f"{THREAD_PREFIX}calibrate-{device}", daemon=True)
@@ -550,6 +582,8 @@ def _measure_and_cache_here(device: str, quick: bool, lock: MachineLock | None, 
             warnings.warn(f"welchpeaks: could not cache the cost model ({exc})", stacklevel=2)
         set_cost_model(model, state=state)
     except _Stopped:
+        if replacing is None and state.measure_cpu is None and state.hand_over:
+            _HANDED.add(device)
         return
     except Exception as exc:  # reported; the planner keeps its provisional choices
         warnings.warn(f"welchpeaks: measuring the {device} cost model failed ({exc}); strategy='auto' chooses "

@@ -19,12 +19,21 @@ from hypothesis import HealthCheck, settings
 
 def pytest_configure(config):
     """Clear numba's cached kernels when a module using numba was edited (numba alone keeps a
-    kernel's old helpers from other modules); once, in the process that starts the workers."""
+    kernel's old helpers from other modules), and compile them again in parallel processes
+    (welchpeaks.warm); once, in the process that starts the workers."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         from welchpeaks.numba_base import clear_stale_caches
 
         if clear_stale_caches():
-            print("welchpeaks: numba modules changed since the last run: their cached kernels were cleared")
+            # a fresh tree (or edited kernels): compile them side by side now, rather than in
+            # every test worker at once when its first test calls them
+            from welchpeaks.warm import warm
+
+            res = warm()
+            failed = [n for n, r in res["jobs"].items() if r["exit"] != 0]
+            print(f"welchpeaks: numba modules changed since the last run: their cached kernels were cleared and "
+                  f"compiled again in {res['wall_s']} s ({res['processes']} at a time)"
+                  + (f"; failed: {failed} (compiled by the tests instead)" if failed else ""))
 
 
 # the library's notices (a compile, a background measurement: welchpeaks.notices) are not the

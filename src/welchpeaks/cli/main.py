@@ -397,6 +397,26 @@ def _print_call_plan(info: dict[str, Any], what: str, params: dict[str, Any]) ->
     console.print(f"mode [bold]{info['mode']}[/]: {info['mode_why']}", highlight=False)
 
 
+@app.command("compile")
+def compile_kernels(
+    processes: int = typer.Option(0, "--processes", help="Compiles at a time [default: one per core]."),
+) -> None:
+    """Compile the numba kernels ahead of their first call, side by side in processes of their
+    own (once per machine and install: numba caches them on disk; minutes on 2 cores)."""
+    from welchpeaks.warm import warm
+
+    if processes < 0:
+        _fail(f"--processes {processes}: use a positive count, or 0 for one per core")
+    res = warm(processes or None, progress=lambda s: err.print(s, highlight=False))
+    failed = {n: r for n, r in res["jobs"].items() if r["exit"] != 0}
+    for name, r in res["jobs"].items():
+        console.print(f"{name}: {r['s']:.1f} s" + (f" (failed: {r['error']})" if r["exit"] else ""), markup=False,
+                      highlight=False)
+    console.print(f"compiled in {res['wall_s']:.1f} s with {res['processes']} process(es) at a time", highlight=False)
+    if failed:
+        _fail(f"{len(failed)} warm-up job(s) failed; those kernels compile at their first call instead", 1)
+
+
 @app.command()
 def calibrate(
     device: str = typer.Option("cpu", help="Device to measure (cpu; cuda needs the gpu extra and a GPU)."),

@@ -85,3 +85,38 @@ def test_a_read_only_package_is_left_as_it_is(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "unlink", refused)
     monkeypatch.setattr(Path, "write_text", refused)
     assert not clear_stale_caches(str(pkg)) and all(f.exists() for f in files)
+
+
+def test_a_compile_is_said_per_signature_neither_compiled_here_nor_cached_on_disk(tmp_path):
+    """announce_compile with the call's arguments: a kernel with nothing on disk is said; once
+    a signature is cached (another process compiled it), that signature is not said again,
+    but another signature of the same kernel, which still compiles (float64 rows beside
+    float32 ones: 40 s for the fused pass), is; each once per process."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "toy.py").write_text("from numba import njit\n\n@njit(cache=True)\ndef total(x):\n    return x.sum()\n")
+    script = """
+import sys, numpy as np
+import toy
+from welchpeaks.numba_base import announce_compile
+for dtype in sys.argv[1:]:
+    x = np.zeros(3, dtype)
+    announce_compile(toy.total, "the toy kernel", "a second", (x,))
+    announce_compile(toy.total, "the toy kernel", "a second", (x,))  # (said once a process)
+    print("called", dtype, file=sys.stderr, flush=True)
+    toy.total(x)
+"""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), PYTHONPATH=str(tmp_path))
+
+    def said(*dtypes):
+        proc = subprocess.run([sys.executable, "-c", script, *dtypes], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return [line for line in proc.stderr.splitlines() if line.startswith(("welchpeaks:", "called"))]
+
+    notice = "welchpeaks: compiling the toy kernel with numba (a second); once per machine, the result is cached on disk"
+    assert said("float32") == [notice, "called float32"]  # nothing on disk
+    assert said("float32", "float64") == ["called float32", notice, "called float64"]  # a new signature only
+    assert said("float64", "float32") == ["called float64", "called float32"]  # both cached now

@@ -96,20 +96,33 @@ def kernel_input(a):
 _ANNOUNCED: set = set()
 
 
-def announce_compile(dispatcher, what: str, seconds: str) -> None:
-    """Say once per process (:func:`welchpeaks.notices.notify`), before the first call of
-    ``dispatcher``, when numba's disk cache has nothing for it yet (so the call will compile
-    it): what is compiled, roughly how long, and that it happens once. The cache's own files are only checked for existence."""
-    if dispatcher in _ANNOUNCED or dispatcher.signatures:
-        return
+def announce_compile(dispatcher, what: str, seconds: str, args: tuple | None = None) -> None:
+    """Say once per process (:func:`welchpeaks.notices.notify`), before a call of ``dispatcher``
+    that will compile: what is compiled, roughly how long, and that it happens once. With
+    ``args`` (the call's arguments), per signature: said when neither this process nor numba's
+    disk cache has the signature of those arguments (another signature of a cached kernel still
+    compiles: float64 rows at fp32 beside the calibration's float32 and float64); without, when
+    the dispatcher has no signature here and no cache index on disk."""
+    if args is None:
+        if dispatcher in _ANNOUNCED or dispatcher.signatures:
+            return
+        said, sig = dispatcher, None
+    else:
+        try:
+            sig = tuple(dispatcher.typeof_pyval(a) for a in args)
+        except Exception:  # (numba would refuse the call itself, with its own error)
+            return
+        said = (dispatcher, sig)
+        if said in _ANNOUNCED or sig in dispatcher.overloads:
+            return
     if threading.current_thread().name.startswith("welchpeaks-calibrate"):
         return  # the background calibration announced itself
-    _ANNOUNCED.add(dispatcher)
+    _ANNOUNCED.add(said)
     try:
-        cached = os.path.exists(dispatcher._cache._cache_file._index_path)
-    except AttributeError:  # another numba version's internals: say nothing rather than guess
+        index = dispatcher._cache._cache_file._load_index()
+    except Exception:  # another numba version's internals, an unreadable index: say nothing rather than guess
         return
-    if not cached:
+    if not any(sig is None or key[0] == sig for key in index):
         notify(f"welchpeaks: compiling {what} with numba ({seconds}); once per machine, the result is cached on "
                "disk")
 

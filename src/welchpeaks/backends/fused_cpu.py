@@ -128,7 +128,7 @@ class FusedCpuPlan:
         n, nb = params.n_fft, params.n_bins
         if not is_pow2(n):
             raise ValueError(f"the fused CPU pass needs a power-of-two n_fft, not {n}")
-        self._said = False  # the compile notice: said at the first call (explain builds plans and runs none)
+        self._said: set = set()  # input dtypes whose compile was checked for at a call (explain runs none)
         self.window = params.window_array.astype(self.compute)
         ramp = np.arange(n) - (n - 1) / 2.0
         self.ramp = ramp.astype(self.compute)
@@ -198,9 +198,6 @@ class FusedCpuPlan:
         """How many workers computed power sums in the last call (:func:`split_workers`)."""
         return int(np.count_nonzero(self._views[1][0].work)) if self._views[1] is not None else 0
 
-    def _announce(self) -> None:
-        announce_compile(_kernels().fused_pow2, "the fused-cpu kernel", "about half a minute on 2 cores")
-
     def run(self, x2d: np.ndarray) -> RowPeaks:
         """Peaks of rows ``x2d`` (float32/float64, at least the frame long); power comes back in
         ``x2d``'s precision."""
@@ -220,9 +217,6 @@ class FusedCpuPlan:
         ``finish``, ``pivot`` and ``seg0`` are the fields of ``fused_pow2``'s ``Pieces``."""
         rows = x2d.shape[0]
         kern = _kernels()
-        if not self._said:
-            self._said = True
-            self._announce()
         if not finish and done.shape[0] == 0 and seg0 + n_seg >= kern.CHUNK:
             raise ValueError(f"segments {seg0}..{seg0 + n_seg - 1} complete a chunk of {kern.CHUNK}: an unfinished "
                              "call needs the completed chunks' total (done)")
@@ -234,8 +228,12 @@ class FusedCpuPlan:
             bad = self._bad_rows(rows)
             scr, sel_scr = self._workers(threads, split)
             # (the records as plain tuples, which numba types faster; the kernel names them)
-            kern.fused_pow2(kernel_input(x2d), rows, n_seg, split, self._welch, self._sel, tuple(scr), tuple(sel_scr),
-                            (carry, done, use_carry, finish, pivot, seg0), (*outs, bad))
+            args = (kernel_input(x2d), rows, n_seg, split, self._welch, self._sel, tuple(scr), tuple(sel_scr),
+                    (carry, done, use_carry, finish, pivot, seg0), (*outs, bad))
+            if x2d.dtype not in self._said:  # (a new input dtype may be a new signature: said if it compiles)
+                self._said.add(x2d.dtype)
+                announce_compile(kern.fused_pow2, "the fused-cpu kernel", "about 40 s on 2 cores", args)
+            kern.fused_pow2(*args)
             return np.flatnonzero(bad[:rows])
 
     def _bad_rows(self, rows: int) -> np.ndarray:
@@ -273,8 +271,8 @@ class FusedFindPeaks(FusedCpuPlan):
         announce_compile(kern.welch_find_peaks, "the fused-cpu find_peaks kernel", kern.FUSED_COMPILE_TIME)
 
     def run(self, x2d: np.ndarray) -> RowPeaks:
-        if not self._said:
-            self._said = True
+        if "filtered" not in self._said:
+            self._said.add("filtered")
             self._announce()
         x2d = kernel_input(np.ascontiguousarray(x2d))
         rows = x2d.shape[0]

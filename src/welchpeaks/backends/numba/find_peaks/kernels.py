@@ -35,7 +35,7 @@ from welchpeaks.numba_base import EXACT_RUNTIME, LANES, PARALLEL
 COMPILE_TIME = "about 45 s on 2 cores"
 #: the first compile of :func:`welch_find_peaks` with the rows' step and the PSD (measured with an
 #: empty cache: 52-59 s; each part shared with the kernel that has it too, compiled once)
-FUSED_COMPILE_TIME = "about 60 s on 2 cores"
+FUSED_COMPILE_TIME = "about 100 s on 2 cores"
 
 #: ``cfg`` of :func:`host_find_peaks`: what to find (a :class:`Config`, so one signature serves every caller)
 CFG_FIELDS = Config._fields

@@ -67,7 +67,7 @@ def plan_state(tmp_path_factory, monkeypatch):
     from helpers import synthetic_cpu_model
 
     monkeypatch.setenv("WELCHPEAKS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    state = PlanState(quiet=QuietGate(), hand_over=False)
+    state = PlanState(quiet=QuietGate(), detached=False)
     set_cost_model(synthetic_cpu_model(), state=state)
     with using(state):
         yield state

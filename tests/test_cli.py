@@ -275,3 +275,17 @@ def test_a_commands_notices_are_one_plain_line_each_on_the_error_console(capsys,
     assert err.strip() == "welchpeaks: compiling [the kernel] (once)" and "Warning" not in err
     assert not [r for r in caplog.records if "compiling" in r.getMessage()]  # not also propagated
     assert (list(log.handlers), log.propagate) == before
+
+
+def test_calibrate_unless_cached_measures_nothing_when_a_model_is_cached():
+    """The detached first measurement runs ``calibrate --quick --unless-cached``: a second one,
+    started by a program that raced the first to the lock, finds the model cached once the
+    lock is its own and measures nothing."""
+    from helpers import synthetic_cpu_model
+    from welchpeaks.plan import calibrate
+
+    calibrate.save(synthetic_cpu_model(dispatch_ns=777.0))
+    res = runner.invoke(app, ["calibrate", "--quick", "--unless-cached"])
+    assert res.exit_code == 0 and "cached already" in res.output, res.output
+    assert calibrate.load("cpu").dispatch_ns == 777.0  # not measured again
+    assert not calibrate.MachineLock("cpu").held_elsewhere()  # and the lock is released

@@ -66,7 +66,7 @@ def run_job(name: str) -> None:
     import welchpeaks as wp
     from welchpeaks import plan
 
-    state = plan.PlanState(start_measurement=lambda device, replacing: None, persist=False, hand_over=False)
+    state = plan.PlanState(start_measurement=lambda device, replacing: None, persist=False, detached=False)
     with plan.using(state):
         JOBS[name](wp, np.random.default_rng(0).standard_normal((4, 256)))
 

@@ -92,10 +92,13 @@ def write_json(path: Optional[Path], doc: dict, option: str = "--json") -> None:
 
 
 def finish_background_calibration() -> None:
-    """A command that started the one-time background calibration waits for it before the
-    process ends (a daemon thread would be cut off, and the next run would start again)."""
-    from welchpeaks.plan import calibrate
+    """A command that started the one-time background calibration in a thread waits for it
+    before the process ends (a daemon thread would be cut off, and the next run would start
+    again); one in a detached process goes on by itself."""
+    from welchpeaks.plan import calibrate, current_state
 
+    if isinstance(current_state().background.get("cpu"), calibrate.Detached):
+        return  # a process of its own: it finishes and caches the model after this one
     if calibrate.measuring():
         err.print("finishing the one-time measurement of this machine (about a minute; cached for next time) ...")
         calibrate.wait_background()

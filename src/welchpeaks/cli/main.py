@@ -423,6 +423,10 @@ def calibrate(
     quick: bool = typer.Option(False, "--quick", help="A small grid: a few seconds once the kernels are compiled."),
     status: bool = typer.Option(False, "--status", help="Say which model is in use, when and under what load it "
                                                         "was measured, and measure nothing."),
+    unless_cached: bool = typer.Option(False, "--unless-cached", hidden=True,
+                                       help="Measure nothing when a usable model is cached once the lock is held "
+                                            "(the detached first measurement: another may have finished meanwhile); "
+                                            "with --quick, compile the fused pass's two precisions side by side first."),
 ) -> None:
     """Measure this machine's cost model and cache it for the picker."""
     from rich.progress import Progress
@@ -441,6 +445,11 @@ def calibrate(
     if not lock.acquire():
         err.print(f"another process is measuring the {device} model; waiting for it to finish ...")
         lock.acquire(block=True)
+    if unless_cached and cal.load(device, quiet=True) is not None:
+        lock.release()
+        console.print(f"the {device} cost model is cached already: {cal.cache_path(device)}", markup=False,
+                      highlight=False)
+        return
     if device == "cuda":
         try:
             import torch
@@ -458,6 +467,10 @@ def calibrate(
     check_paths({"the cost-model cache (WELCHPEAKS_CACHE_DIR)": path})
     t0 = time.perf_counter()
     try:
+        if unless_cached and quick and device == "cpu":  # the detached first measurement: the fused pass's
+            from welchpeaks.warm import warm          # two compiles side by side, then the timings load them
+
+            warm(jobs=["fused pass, float32", "fused pass, float64"], progress=lambda s: err.print(s, highlight=False))
         model = _measure(device, quick, Progress)
     finally:
         lock.release()

@@ -147,49 +147,18 @@ def _stop_background() -> None:
     or a timing, seconds) and stop, rather than freeze it mid-kernel: a daemon thread inside a
     numba parallel region when the interpreter finalises aborts the process ("terminate called
     without an active exception", exit 134). Every state's: its threads carry the prefix
-    :data:`THREAD_PREFIX`. A first measurement stopped so is then handed over (:func:`hand_over`)."""
+    :data:`THREAD_PREFIX`. (The library's own first measurement runs in a process of its own,
+    :func:`start_detached`, which the exit leaves running.)"""
     _STOP.set()
+    said = False
     for thread in threading.enumerate():
         if thread.name.startswith(THREAD_PREFIX) and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(2.0)
+            if thread.is_alive() and not said:  # (a kernel's compile: up to a minute, once per machine)
+                said = True
+                notify("welchpeaks: exiting: the background measurement finishes the step it is in first (a kernel's "
+                       "compile takes up to a minute, once per machine)")
             thread.join()
-    for device in sorted(_HANDED):
-        hand_over(device)
-
-
-#: devices whose first measurement the exit stopped, to hand over (:func:`_stop_background`)
-_HANDED: set[str] = set()
-
-
-def hand_over_command(device: str) -> list[str]:
-    """The detached process that finishes a stopped first measurement."""
-    import sys
-
-    return [sys.executable, "-m", "welchpeaks", "calibrate", "--quick", "--device", device]
-
-
-def hand_over(device: str) -> Any:
-    """Finish ``device``'s first measurement, stopped by this process's exit, in a detached
-    process (``welchpeaks calibrate --quick``, its own session, output to a log beside the
-    cache), so that a short program does not lose it and the next one does not start it again:
-    it waits for the measurement lock (released by the stopped thread), loads the kernels this
-    process compiled from numba's disk cache, and caches the model; meanwhile other processes
-    find the lock held and plan provisionally. Said in one line; the process (None where it
-    could not start: the next program measures)."""
-    import subprocess
-
-    log = cache_path(device).with_name(f"calibrate-{device}.log")
-    try:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(hand_over_command(device), stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-    except OSError as exc:
-        notify(f"welchpeaks: the one-time measurement of this machine stopped at exit and could not go on in the "
-               f"background ({exc}); the next program measures it again, or run `welchpeaks calibrate`")
-        return None
-    notify(f"welchpeaks: the one-time measurement of this machine goes on in the background after this program "
-           f"(process {proc.pid}, log {log}); the next program uses it once it is cached")
-    return proc
 
 
 #: the name of every background measurement's thread starts so
@@ -304,13 +273,17 @@ def measure_model(quick: bool = False, progress: Any = None, state: PlanState | 
 
 def start_background(device: str = "cpu", replacing: BackendCostModel | None = None,
                      state: PlanState | None = None) -> None:
-    """Measure a model of ``device`` and cache it, in a daemon thread, once per process and
-    once per machine: while another process holds the measurement lock (:class:`MachineLock`),
+    """Measure a model of ``device`` and cache it, in the background, once per process and once
+    per machine: while another process holds the measurement lock (:class:`MachineLock`),
     nothing is started here.
 
     Said before it starts (:func:`welchpeaks.notices.notify`). A first measurement is a quick one:
     it compiles the fused kernels, which takes about a minute on two cores the first time on a
     machine (cached on disk after), and calls meanwhile run provisionally (see the planner).
+    The library's own first measurement (the state hands in no ``measure_cpu`` and has
+    ``detached`` on) runs in a detached process (:func:`start_detached`): the program does not
+    wait for it at exit, nor lose it, and its compiles do not hold this interpreter; the
+    others (a re-measurement, injected measuring functions) run in a daemon thread.
     ``replacing``: a cached model that :func:`should_remeasure`, used meanwhile and replaced
     when the new one (of its kind: quick or full) is measured; that measurement first waits
     for the machine to be quiet. ``welchpeaks calibrate`` measures in the foreground instead.
@@ -322,6 +295,14 @@ def start_background(device: str = "cpu", replacing: BackendCostModel | None = N
     with s.background_lock:
         if device in s.background:
             return
+        if replacing is None and s.measure_cpu is None and s.detached:
+            if MachineLock(device).held_elsewhere():
+                s.elsewhere[device] = time.monotonic()
+                return
+            proc = start_detached(device)
+            if proc is not None:
+                s.background[device] = proc
+                return
         lock = None
         if replacing is None:  # a first measurement: the lock now, so no other process starts one
             lock = MachineLock(device)
@@ -330,7 +311,7 @@ def start_background(device: str = "cpu", replacing: BackendCostModel | None = N
                 return
         if replacing is None:
             notify(f"welchpeaks: first use on this machine: measuring its {device} cost model and compiling the "
-                   f"fused kernels in the background (about half a minute on 2 cores, once; cached in {cache_dir()}); "
+                   f"fused kernels in the background (about a minute on 2 cores, once; cached in {cache_dir()}); "
                    "until then strategy='auto' chooses provisionally")
         else:
             notify(f"welchpeaks: the cached {device} cost model {remeasure_reason(replacing)}; measuring it again in "
@@ -340,6 +321,56 @@ def start_background(device: str = "cpu", replacing: BackendCostModel | None = N
                                   name=f"{THREAD_PREFIX}calibrate-{device}", daemon=True)
         s.background[device] = thread
         thread.start()
+
+
+def detached_command(device: str) -> list[str]:
+    """The detached process of a first measurement (:func:`start_detached`)."""
+    import sys
+
+    return [sys.executable, "-m", "welchpeaks", "calibrate", "--quick", "--unless-cached", "--device", device]
+
+
+class Detached:
+    """A first measurement running in a detached process, as :func:`measuring` and
+    :func:`wait_background` see a thread: ``is_alive()``, ``join()``."""
+
+    def __init__(self, proc: Any, log: Path):
+        self.proc, self.log = proc, log
+
+    def is_alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def join(self, timeout: float | None = None) -> None:
+        import subprocess
+
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def start_detached(device: str) -> Detached | None:
+    """Start ``device``'s first measurement in a detached process (:func:`detached_command`,
+    ``welchpeaks calibrate --quick``: its own session, so it outlives this program and is not
+    stopped by its Ctrl-C; output to ``calibrate-<device>.log`` beside the cache). It takes the
+    measurement lock (while it runs, other processes plan provisionally and do not measure),
+    compiles the fused kernels into numba's disk cache and caches the model, which this
+    process reads once it is there. Said in one line; None where it could not start (the
+    caller measures in a thread instead)."""
+    import subprocess
+
+    log = cache_path(device).with_name(f"calibrate-{device}.log")
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(detached_command(device), stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    except OSError:
+        return None
+    notify(f"welchpeaks: first use on this machine: measuring its {device} cost model and compiling the fused "
+           f"kernels in a background process (process {proc.pid}, log {log}; about a minute on 2 cores, once; "
+           f"cached in {cache_dir()}); until then strategy='auto' chooses provisionally")
+    return Detached(proc, log)
 
 
 def measuring(device: str = "cpu", state: PlanState | None = None) -> bool:
@@ -352,10 +383,16 @@ def wait_background(device: str = "cpu", state: PlanState | None = None) -> Back
     """Wait for the background measurement of ``device``; its model (None if it failed)."""
     from welchpeaks.plan.cost import stored_model
 
+    from welchpeaks.plan.cost import set_cost_model
+
     s = state or current_state()
     thread = s.background.get(device)
     if thread is not None:
         thread.join()
+    if isinstance(thread, Detached) and stored_model(device, local=False, state=s) is None:
+        model = load(device, quiet=True, state=s)  # measured by the other process: on disk
+        if model is not None:
+            set_cost_model(model, device, state=s)
     return stored_model(device, local=False, state=s)
 
 
@@ -582,8 +619,6 @@ def _measure_and_cache_here(device: str, quick: bool, lock: MachineLock | None, 
             warnings.warn(f"welchpeaks: could not cache the cost model ({exc})", stacklevel=2)
         set_cost_model(model, state=state)
     except _Stopped:
-        if replacing is None and state.measure_cpu is None and state.hand_over:
-            _HANDED.add(device)
         return
     except Exception as exc:  # reported; the planner keeps its provisional choices
         warnings.warn(f"welchpeaks: measuring the {device} cost model failed ({exc}); strategy='auto' chooses "

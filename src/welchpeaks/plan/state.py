@@ -79,9 +79,9 @@ class PlanState:
     #: ``(device, replacing) -> None``: what starting a background measurement does (a thread
     #: that measures and caches the model, calibrate.start_background)
     start_measurement: Callable[[str, Any], None] | None = None
-    #: a first measurement of the library's own (``measure_cpu`` None) that the process's exit
-    #: stops is handed over to a detached ``welchpeaks calibrate --quick`` (calibrate.hand_over)
-    hand_over: bool = True
+    #: the library's own first measurement (``measure_cpu`` None) runs in a detached process,
+    #: ``welchpeaks calibrate --quick`` (calibrate.start_detached), else in a thread
+    detached: bool = True
     #: ``() -> bool``: a re-measurement's wait for a quiet machine (calibrate.wait_for_quiet)
     wait_for_quiet: Callable[[], bool] | None = None
     #: ``() -> (busy s of every core, this process's CPU s, wall s) | None``: the machine's load

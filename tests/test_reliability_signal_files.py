@@ -409,3 +409,25 @@ def test_a_hostile_model_that_loads_never_crashes_a_call_or_its_explanation(monk
     assert all(np.isfinite(c["total_ns"]) for c in costs.values() if "nodes_ns" in c)
     assert costs["fused-cpu"]["priced_by"]["%1 welch_peaks"].startswith("default: no fused-cpu/fused:float32:s1")
     assert "model" in calibrate.describe(loaded)
+
+
+def test_a_detached_measurement_that_fails_is_said_once_with_its_log(monkeypatch, caplog):
+    """A first measurement whose process fails (here: exit 3) is said once, naming its log, and
+    calls stay provisional (numpy) without starting it again."""
+    import sys
+
+    from welchpeaks.plan import PlanState, using
+
+    caplog.set_level(logging.WARNING, logger="welchpeaks")
+    monkeypatch.setattr(calibrate, "detached_command", lambda device: [sys.executable, "-c", "import sys; sys.exit(3)"])
+    state = PlanState()
+    x = np.random.default_rng(0).standard_normal((4, 384))
+    with using(state):
+        assert welchpeaks.welch_peaks(x, n_fft=256, segments=2).strategy == "numpy"
+        calibrate.wait_background("cpu")
+        for _ in range(3):
+            assert welchpeaks.welch_peaks(x, n_fft=256, segments=2).strategy == "numpy"
+    said = [r.getMessage() for r in caplog.records if r.name == "welchpeaks"]
+    assert len([m for m in said if "in a background process" in m]) == 1  # started once
+    failed = [m for m in said if "failed (exit 3" in m]
+    assert len(failed) == 1 and "calibrate-cpu.log" in failed[0], said

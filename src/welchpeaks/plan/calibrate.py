@@ -335,10 +335,17 @@ class Detached:
     :func:`wait_background` see a thread: ``is_alive()``, ``join()``."""
 
     def __init__(self, proc: Any, log: Path):
-        self.proc, self.log = proc, log
+        self.proc, self.log, self.said = proc, log, False
 
     def is_alive(self) -> bool:
-        return self.proc.poll() is None
+        """Whether it still runs; a failure is said once (where to read why)."""
+        code = self.proc.poll()
+        if code not in (None, 0) and not self.said:
+            self.said = True
+            notify(f"welchpeaks: the background measurement of this machine failed (exit {code}; its output is in "
+                   f"{self.log}); strategy='auto' chooses provisionally; `welchpeaks calibrate` measures in the "
+                   "foreground and says why")
+        return code is None
 
     def join(self, timeout: float | None = None) -> None:
         import subprocess
@@ -362,9 +369,12 @@ def start_detached(device: str) -> Detached | None:
     log = cache_path(device).with_name(f"calibrate-{device}.log")
     try:
         log.parent.mkdir(parents=True, exist_ok=True)
+        # this welchpeaks, wherever the program found it (a source tree on sys.path, say)
+        here = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p))
         with open(log, "ab") as out:
             proc = subprocess.Popen(detached_command(device), stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, env=env)
     except OSError:
         return None
     notify(f"welchpeaks: first use on this machine: measuring its {device} cost model and compiling the fused "

@@ -413,7 +413,7 @@ def test_a_hostile_model_that_loads_never_crashes_a_call_or_its_explanation(monk
 
 def test_a_detached_measurement_that_fails_is_said_once_with_its_log(monkeypatch, caplog):
     """A first measurement whose process fails (here: exit 3) is said once, naming its log, and
-    calls stay provisional (numpy) without starting it again."""
+    calls stay provisional without starting it again."""
     import sys
 
     from welchpeaks.plan import PlanState, using
@@ -422,11 +422,12 @@ def test_a_detached_measurement_that_fails_is_said_once_with_its_log(monkeypatch
     monkeypatch.setattr(calibrate, "detached_command", lambda device: [sys.executable, "-c", "import sys; sys.exit(3)"])
     state = PlanState()
     x = np.random.default_rng(0).standard_normal((4, 384))
+    provisional = ("numpy", "fused-cpu")  # (fused-cpu where this process has its kernel compiled already)
     with using(state):
-        assert welchpeaks.welch_peaks(x, n_fft=256, segments=2).strategy == "numpy"
+        assert welchpeaks.welch_peaks(x, n_fft=256, segments=2).strategy in provisional
         calibrate.wait_background("cpu")
         for _ in range(3):
-            assert welchpeaks.welch_peaks(x, n_fft=256, segments=2).strategy == "numpy"
+            assert welchpeaks.welch_peaks(x, n_fft=256, segments=2).strategy in provisional
     said = [r.getMessage() for r in caplog.records if r.name == "welchpeaks"]
     assert len([m for m in said if "in a background process" in m]) == 1  # started once
     failed = [m for m in said if "failed (exit 3" in m]

@@ -33,6 +33,9 @@ def test_first_use_answers_at_once_while_the_model_is_measured_in_the_background
     first = wp(x)  # returns while the measurement still waits: no deadlock, no wait
     assert any("in the background" in r.getMessage() for r in caplog.records if r.name == "welchpeaks")
     assert started.is_set() and calibrate.measuring("cpu")
+    # explain answers at once too, with the labelled default (it used to wait for the measurement)
+    said = wp.explain(batch=64, length=384)
+    assert said["cost_model"]["status"] == "default" and "being measured" in said["why"] and calibrate.measuring("cpu")
     assert first.strategy in ("numpy", "fused-cpu") and "being measured" in wp._last_call.why  # (compiled here?)
     np.testing.assert_array_equal(first.bins, welchpeaks.welch_peaks(x, strategy="numpy").bins)
     release.set()

@@ -85,6 +85,19 @@ def warm(processes: int | None = None, jobs: list[str] | None = None,
     env.pop("TRITON_INTERPRET", None)
     t0 = time.perf_counter()
     pending, running, done = list(names), {}, {}
+    try:
+        _run_jobs(pending, running, done, width, env, progress)
+    finally:  # interrupted (Ctrl-C): no compile left running behind the command
+        for _, log, proc in running.values():
+            proc.kill()
+            proc.wait()
+            log.close()
+    return {"jobs": done, "wall_s": round(time.perf_counter() - t0, 1), "processes": width}
+
+
+def _run_jobs(pending: list[str], running: dict, done: dict, width: int, env: dict,
+              progress: Callable[[str], None] | None) -> None:
+    """:func:`warm`'s loop: start jobs while fewer than ``width`` run, collect the finished."""
     while pending or running:
         while pending and len(running) < width:
             name = pending.pop(0)
@@ -105,4 +118,3 @@ def warm(processes: int | None = None, jobs: list[str] | None = None,
             del running[name]
         if running:
             time.sleep(0.2)
-    return {"jobs": done, "wall_s": round(time.perf_counter() - t0, 1), "processes": width}

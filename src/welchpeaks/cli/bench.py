@@ -350,8 +350,8 @@ def bench_first_use(
     from welchpeaks.bench.first_use import run
     from welchpeaks.machine import machine_info
 
-    if batch < 1 or length < 384 or limit <= 0:
-        _fail("--batch must be >= 1, --length >= 384 (2 segments of 256) and --limit > 0")
+    if batch < 1 or length < 384 or not 0 < limit <= 86400:
+        _fail("--batch must be >= 1, --length >= 384 (2 segments of 256) and --limit in (0, 86400] seconds")
     check_paths({"--json": json_path})
     info = machine_info()
     console.print(f"{info['cpu']}, {info['cores']} cores; load {os.getloadavg()[0]:.2f}", highlight=False)

@@ -472,13 +472,12 @@ def calibrate(
 
             warm(jobs=["fused pass, float32", "fused pass, float64"], progress=lambda s: err.print(s, highlight=False))
         model = _measure(device, quick, Progress)
+        try:  # cached before the lock goes: a process waiting on it finds the model, and measures nothing
+            path = cal.save(model)
+        except OSError as exc:
+            _fail(f"cannot write the cost-model cache {str(path)!r} ({exc.strerror or exc})")
     finally:
         lock.release()
-
-    try:
-        path = cal.save(model)
-    except OSError as exc:
-        _fail(f"cannot write the cost-model cache {str(path)!r} ({exc.strerror or exc})")
     set_cost_model(model, device)
     console.print(
         f"measured the {device} cost model in {time.perf_counter() - t0:.1f} s: launch {model.dispatch_ns:,.0f} ns, "

@@ -78,6 +78,12 @@ class LogLogTable:
 FOREIGN_LOAD_MAX = 0.5
 
 
+#: a floor under the fused pass's time per segment, as a share of its 2-segment time, for models
+#: whose 1-segment point is the slower (a floor, not a measurement: at n_fft 64 and 1024 rows a
+#: segment cost 1/40 of a 2-segment call under load, a sixth at n_fft 256 and 8192 rows, quiet)
+SEGMENT_SHARE_MIN = 8.0
+
+
 @dataclass
 class BackendCostModel:
     """Measured (or default) costs of one device. Bandwidths in bytes/ns (= GB/s), times in ns.
@@ -171,13 +177,16 @@ class BackendCostModel:
         with the segments is divided by it. A one-segment point slower than the two-segment one
         (a row's selection can cost more than its FFTs: one segment's noisy peaks pass the edge
         fit's gate far more often) prices one segment alone; more are priced from the
-        two-segment point."""
+        two-segment point, each segment past it at least 1/:data:`SEGMENT_SHARE_MIN` of it."""
         t1 = self._table(f"{owner}/fused:{dtype}:s1")(n_fft, rows)
         t2 = self._table(f"{owner}/fused:{dtype}:s2")(n_fft, rows)
         n_bins = n_fft // 2 + 1
         k = min(k, n_bins if mode == "bins" else (n_bins + 1) // 2)
-        slope = max(t2 - t1, 0.0)
-        t = t1 if n_segments <= 1 else max(t2 - slope + (n_segments - 1) * slope / max(spread, 1.0), t2 - slope)
+        # each segment past the second at least an eighth of the 2-segment time (where the
+        # 1-segment point is the slower, their difference says nothing of the segments' cost)
+        slope = max(t2 - t1, t2 / SEGMENT_SHARE_MIN)
+        base = max(t2 - slope, 0.0)
+        t = t1 if n_segments <= 1 else base + (n_segments - 1) * slope / max(spread, 1.0)
         return max(t + self._k_term(f"{owner}/fused-k", k, rows, n_fft), 1.0)
 
     def op_factor(self, op: Op) -> float:

@@ -194,14 +194,15 @@ class Planner:
             why += f"; the learned model does not race: {reason}"
         return backends.get(name), why, info
 
-    def _ranking_model(self, device: str) -> BackendCostModel | None:
+    def _ranking_model(self, device: str, wait: bool = True) -> BackendCostModel | None:
         """The model that ranks executions for a choice made once (a layout, the per-segment
-        execution of rows split in time): the measured one (waiting for one under way), else,
-        where none could be measured or loaded (a fresh dask worker whose measurement failed),
-        the labelled default, as a provisional call uses, rather than an error."""
+        execution of rows split in time): the measured one (waiting for one under way, unless
+        not ``wait``), else, where none could be measured or loaded (a fresh dask worker whose
+        measurement failed) or it is still being measured, the labelled default, as a
+        provisional call uses, rather than an error."""
         if device == "cuda":
             return cuda_model(self.state)
-        model = cost_model_for(device, state=self.state)
+        model = cost_model_for(device, wait=wait, state=self.state)
         return model if model is not None or device != "cpu" else default_cpu_model()
 
     def _with_segment_chain(self, n_seg: int, length: int, compute: np.dtype, device: str,
@@ -544,7 +545,9 @@ class Planner:
         profile, cost terms (ns), total and fusion decision, and the graph that will run."""
         from welchpeaks.plan.picker import strategy_breakdown
 
-        model = self._ranking_model(self.device)  # waits for one under way; else the labelled default
+        # the model in use, or the labelled default while the first one is measured (explain
+        # answers at once, as a call does; its why then says the choice is provisional)
+        model = self._ranking_model(self.device, wait=False)
         call = self.plan(batch, length, np.dtype(input_dtype))
         extra = [self.learned] if self.learned is not None else []
         costs = copy.deepcopy(strategy_breakdown(self.params, call.n_seg, batch, length, call.compute, self.device,

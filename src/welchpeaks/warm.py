@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 def _fused_find_peaks(wp, x):
     wp.welch_peaks(x, n_fft=64, segments=2, prominence=0.0, strategy="fused-cpu")
+    wp.welch_peaks(x.astype("float32"), n_fft=64, segments=2, prominence=0.0, strategy="fused-cpu")
 
 
 def _fused_float32(wp, x):

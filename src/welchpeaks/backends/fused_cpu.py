@@ -266,23 +266,22 @@ class FusedFindPeaks(FusedCpuPlan):
         self._scr = (self.tile, self.stats, self.sums, self.buf_re, self.buf_im, self.acc, self.parts, self.flags,
                      self.work)
 
-    def _announce(self) -> None:
-        kern = self.host.kern
-        announce_compile(kern.welch_find_peaks, "the fused-cpu find_peaks kernel", kern.FUSED_COMPILE_TIME)
-
     def run(self, x2d: np.ndarray) -> RowPeaks:
-        if "filtered" not in self._said:
-            self._said.add("filtered")
-            self._announce()
         x2d = kernel_input(np.ascontiguousarray(x2d))
         rows = x2d.shape[0]
         out = self.host.outputs(rows)
         none = np.empty((0, self.params.n_bins), self.compute)
+        kern = self.host.kern
         with KERNEL_LOCK:
             # the plain pass's records (Welch, PassScratch, Pieces of whole rows) as plain tuples
-            self.host.kern.welch_find_peaks(x2d, rows, self.n_seg, self._welch, self.scale, self._scr,
-                                            (none, none, False, True, np.empty(0, x2d.dtype), 0), self._bad_rows(rows),
-                                            self.lane_bits, self.host.cfg, out)
+            args = (x2d, rows, self.n_seg, self._welch, self.scale, self._scr,
+                    (none, none, False, True, np.empty(0, x2d.dtype), 0), self._bad_rows(rows), self.lane_bits,
+                    self.host.cfg, out)
+            if x2d.dtype not in self._said:  # (a new input dtype may be a new signature: said if it compiles)
+                self._said.add(x2d.dtype)
+                announce_compile(kern.welch_find_peaks, "the fused-cpu find_peaks kernel", kern.FUSED_COMPILE_TIME,
+                                 args)
+            kern.welch_find_peaks(*args)
         return self.host.result(out, x2d.dtype)
 
     def pieces(self, rows: int, dtype: np.dtype) -> "LongRows":

@@ -54,3 +54,27 @@ def test_oversized_or_odd_cache_files_are_not_read(monkeypatch, tmp_path):
     path.mkdir()
     with pytest.warns(UserWarning, match="not a regular file"):
         assert calibrate.load("cpu") is None
+
+
+def test_a_corrupt_cache_is_not_called_a_first_use(plan_state, caplog):
+    """Measuring again after a corrupt cache says why (the cache was unusable), not "first use
+    on this machine"."""
+    import logging
+
+    from welchpeaks.plan import calibrate
+    from welchpeaks.plan.cost import set_cost_model
+    from welchpeaks.plan.models import cost_model_for
+
+    caplog.set_level(logging.WARNING, logger="welchpeaks")
+    calibrate.cache_path("cpu").parent.mkdir(parents=True, exist_ok=True)
+    calibrate.cache_path("cpu").write_text("{not json")
+    plan_state.start_measurement = None
+    from helpers import synthetic_cpu_model
+
+    plan_state.measure_cpu = lambda quick=False, progress=None: synthetic_cpu_model()
+    set_cost_model(None)
+    with pytest.warns(UserWarning, match="unusable"):
+        cost_model_for("cpu", wait=False)
+    calibrate.wait_background("cpu")
+    said = [r.getMessage() for r in caplog.records if r.name == "welchpeaks"]
+    assert said and "the cached cpu cost model is unusable" in said[0] and "first use" not in said[0], said

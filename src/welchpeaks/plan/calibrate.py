@@ -299,7 +299,7 @@ def start_background(device: str = "cpu", replacing: BackendCostModel | None = N
             if MachineLock(device).held_elsewhere():
                 s.elsewhere[device] = time.monotonic()
                 return
-            proc = start_detached(device)
+            proc = start_detached(device, s.unusable.get(device))
             if proc is not None:
                 s.background[device] = proc
                 return
@@ -310,9 +310,11 @@ def start_background(device: str = "cpu", replacing: BackendCostModel | None = N
                 s.elsewhere[device] = time.monotonic()
                 return
         if replacing is None:
-            notify(f"welchpeaks: first use on this machine: measuring its {device} cost model and compiling the "
-                   f"fused kernels in the background (about a minute on 2 cores, once; cached in {cache_dir()}); "
-                   "until then strategy='auto' chooses provisionally")
+            why = s.unusable.get(device)
+            why = f"the cached {device} cost model is unusable ({why})" if why else "first use on this machine"
+            notify(f"welchpeaks: {why}: measuring its {device} cost model and compiling the fused kernels in the "
+                   f"background (about a minute on 2 cores, once; cached in {cache_dir()}); until then "
+                   "strategy='auto' chooses provisionally")
         else:
             notify(f"welchpeaks: the cached {device} cost model {remeasure_reason(replacing)}; measuring it again in "
                    "the background once the machine is quiet (the cached one serves meanwhile)")
@@ -356,14 +358,15 @@ class Detached:
             pass
 
 
-def start_detached(device: str) -> Detached | None:
+def start_detached(device: str, unusable: str | None = None) -> Detached | None:
     """Start ``device``'s first measurement in a detached process (:func:`detached_command`,
     ``welchpeaks calibrate --quick``: its own session, so it outlives this program and is not
     stopped by its Ctrl-C; output to ``calibrate-<device>.log`` beside the cache). It takes the
     measurement lock (while it runs, other processes plan provisionally and do not measure),
     compiles the fused kernels into numba's disk cache and caches the model, which this
-    process reads once it is there. Said in one line; None where it could not start (the
-    caller measures in a thread instead)."""
+    process reads once it is there. Said in one line (``unusable``: why the cached model could
+    not be used, said instead of a first use); None where it could not start (the caller
+    measures in a thread instead)."""
     import subprocess
 
     log = cache_path(device).with_name(f"calibrate-{device}.log")
@@ -377,9 +380,10 @@ def start_detached(device: str) -> Detached | None:
                                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, env=env)
     except OSError:
         return None
-    notify(f"welchpeaks: first use on this machine: measuring its {device} cost model and compiling the fused "
-           f"kernels in a background process (process {proc.pid}, log {log}; about a minute on 2 cores, once; "
-           f"cached in {cache_dir()}); until then strategy='auto' chooses provisionally")
+    why = (f"the cached {device} cost model is unusable ({unusable})" if unusable else "first use on this machine")
+    notify(f"welchpeaks: {why}: measuring its {device} cost model and compiling the fused kernels in a background "
+           f"process (process {proc.pid}, log {log}; about a minute on 2 cores, once; cached in {cache_dir()}); "
+           "until then strategy='auto' chooses provisionally")
     return Detached(proc, log)
 
 
